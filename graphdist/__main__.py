@@ -1,0 +1,3 @@
+from graphdist.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""The ``graphdist`` console script.
+
+Each subcommand lives in its own module ``graphdist/cli/cmd_<name>.py`` exposing
+``register(subparsers)``, which adds its parser and sets ``func=handler(args) -> int``.
+Modules are discovered in name order, so a command appears exactly when its module exists.
+Any :class:`~graphdist.errors.GraphdistError` becomes one line on stderr and exit code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from graphdist.errors import GraphdistError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``graphdist: error: ...``) and exit code 2."""
+
+    def error(self, message):  # noqa: D401
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from graphdist import __version__
+    p = _Parser(prog="graphdist", description="Distributed full-batch GNN and sharded DLRM training.")
+    p.add_argument("--version", action="version", version=f"graphdist {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+    import graphdist.cli as pkg
+    for m in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        if m.name.startswith("cmd_"):
+            importlib.import_module(f"graphdist.cli.{m.name}").register(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except GraphdistError as e:
+        sys.stderr.write(f"graphdist: error: {e}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write("graphdist: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":  # python -m graphdist.cli
+    raise SystemExit(main())

@@ -1,0 +1,244 @@
+"""File loaders: Planetoid raw files, unpacked OGB node datasets, edge lists, npz archives.
+
+Every problem with a file's content is a :class:`DataFormatError` naming the file and, for
+text files, the 1-based line number.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphdist.data.graph import Graph
+from graphdist.errors import DataFormatError, MissingFileError
+
+PLANETOID_SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+
+
+# ---------------------------------------------------------------------------------- planetoid
+def load_planetoid(path: str) -> Graph:
+    """``ROOT/NAME`` with ``ROOT/NAME/raw/ind.<name>.*`` present (as torch_geometric's
+    ``Planetoid(ROOT, NAME)`` expects). Read with PyG's own reader; no download, no writes."""
+    from graphdist.data.specs import resolve_path
+    p = Path(path)
+    name = p.name
+    root = resolve_path(str(p), what="Planetoid dataset folder")
+    raw = root / "raw"
+    prefix = name.lower()
+    missing = [f"ind.{prefix}.{s}" for s in PLANETOID_SUFFIXES if not (raw / f"ind.{prefix}.{s}").exists()]
+    if missing:
+        raise MissingFileError(
+            f"planetoid: {raw} lacks {', '.join(missing)}; copy the raw files from the Planetoid "
+            f"repository (kimiyoung/planetoid, data/ind.{prefix}.*) into that folder")
+    from torch_geometric.io import read_planetoid_data
+    try:
+        data = read_planetoid_data(str(raw), prefix)
+    except Exception as e:  # noqa: BLE001 - corrupt pickles etc.
+        raise DataFormatError(raw, f"could not read Planetoid files: {e}") from None
+    g = Graph.from_pyg(data)
+    g.meta = {"directed": False, "source": "planetoid", "dataset": name}
+    return g
+
+
+# ---------------------------------------------------------------------------------- text tables
+def _read_text(path: Path) -> bytes:
+    try:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rb") as f:
+                return f.read()
+        return path.read_bytes()
+    except OSError as e:
+        raise MissingFileError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+_SEP = re.compile(rb"[,\t]")
+
+
+def _parse_int_table(path: Path, text: bytes, min_cols: int, *, comments=(b"#", b"%")):
+    """Integer table from text: tab/space/comma separated, comment lines, CRLF. Returns an
+    ``int64 [rows, min_cols]`` array (extra columns are ignored) and the 1-based line number of
+    each row. Bad lines raise DataFormatError with the line number."""
+    lines = _SEP.sub(b" ", text.replace(b"\r", b"")).split(b"\n")
+    data_lines, numbers = [], []
+    for i, ln in enumerate(lines, 1):
+        s = ln.strip()
+        if s and not s.startswith(comments):
+            data_lines.append(s)
+            numbers.append(i)
+    if not data_lines:
+        return np.zeros((0, min_cols), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    try:
+        arr = np.loadtxt(io.BytesIO(b"\n".join(data_lines)), dtype=np.int64, usecols=range(min_cols),
+                         ndmin=2, comments=None)
+        if arr.shape[0] == len(data_lines):
+            return arr, np.asarray(numbers, dtype=np.int64)
+    except ValueError:
+        pass
+    for ln, no in zip(data_lines, numbers):  # slow path: find the first bad line
+        f = ln.split()
+        if len(f) < min_cols:
+            raise DataFormatError(path, f"expected at least {min_cols} fields, got {len(f)}: {ln[:60].decode(errors='replace')!r}", no)
+        for tok in f[:min_cols]:
+            try:
+                int(tok)
+            except ValueError:
+                raise DataFormatError(path, f"{tok.decode(errors='replace')!r} is not an integer node id", no) from None
+    raise DataFormatError(path, "could not parse as an integer table")
+
+
+def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed: bool = False,
+                  self_loops: bool = False) -> Graph:
+    """Edge list ``src dst`` per line (``#``/``%`` comments, tab/space/comma, CRLF; a third
+    column such as a weight is ignored). Ids are remapped to 0..N-1 in ascending order of the
+    original id. Undirected (both directions stored) unless ``directed``."""
+    text = _read_text(path)
+    arr, lines = _parse_int_table(path, text, 2)
+    if arr.shape[0] == 0:
+        raise DataFormatError(path, "no edges found")
+    neg = np.flatnonzero((arr < 0).any(axis=1))
+    if neg.size:
+        raise DataFormatError(path, f"negative node id {int(arr[neg[0]].min())}", int(lines[neg[0]]))
+    ids, inv = np.unique(arr.ravel(), return_inverse=True)
+    inv = inv.reshape(-1, 2)
+    n = ids.size
+    kw = {}
+    if features:
+        from graphdist.data.specs import resolve_path
+        x = _load_npy(resolve_path(features, what="features file"))
+        if x.ndim not in (1, 2) or x.shape[0] != n:
+            raise DataFormatError(features, f"has {x.shape[0] if x.ndim else 0} rows but {path.name} has {n} distinct nodes")
+        kw["x"] = torch.from_numpy(np.asarray(x, dtype=np.float32))
+    if labels:
+        from graphdist.data.specs import resolve_path
+        y = _load_npy(resolve_path(labels, what="labels file")).reshape(-1)
+        if y.shape[0] != n:
+            raise DataFormatError(labels, f"has {y.shape[0]} labels but {path.name} has {n} distinct nodes")
+        kw["y"] = torch.from_numpy(y.astype(np.int64))
+    g = Graph.from_edges(inv[:, 0], inv[:, 1], n, symmetrize=not directed, self_loops=self_loops,
+                         meta={"directed": bool(directed), "original_ids_min": int(ids[0]),
+                               "original_ids_max": int(ids[-1])}, **kw)
+    return g
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise DataFormatError(path, f"not a readable .npy array ({e})") from None
+
+
+# ---------------------------------------------------------------------------------- npz
+def load_npz(path: Path, *, symmetrize: bool = False, self_loops: bool = True) -> Graph:
+    """``edge_index [2, E]`` (src, dst) or ``indptr``/``indices`` (graphdist layout: row i lists
+    the sources of edges into i), optional ``x``, ``y``, ``train_mask``/``val_mask``/
+    ``test_mask``, ``num_nodes``. Edges are taken as stored unless ``symmetrize=1``."""
+    try:
+        z = np.load(path, allow_pickle=False)
+        arrs = {k: z[k] for k in z.files}
+    except (OSError, ValueError) as e:
+        raise DataFormatError(path, f"not a readable .npz archive ({e})") from None
+    x = arrs.get("x")
+    if "num_nodes" in arrs:
+        n = int(arrs["num_nodes"])
+    elif x is not None:
+        n = int(x.shape[0])
+    elif "indptr" in arrs:
+        n = int(arrs["indptr"].shape[0] - 1)
+    elif "edge_index" in arrs:
+        n = int(arrs["edge_index"].max()) + 1 if arrs["edge_index"].size else 0
+    else:
+        raise DataFormatError(path, "needs 'edge_index' or 'indptr'+'indices'")
+    if "edge_index" in arrs:
+        ei = np.asarray(arrs["edge_index"])
+        if ei.ndim != 2 or ei.shape[0] != 2:
+            raise DataFormatError(path, f"edge_index must have shape [2, E], got {list(ei.shape)}")
+        src, dst = ei[0].astype(np.int64), ei[1].astype(np.int64)
+    elif "indptr" in arrs and "indices" in arrs:
+        indptr = arrs["indptr"].astype(np.int64)
+        if indptr.shape[0] != n + 1 or indptr[-1] != arrs["indices"].shape[0] or (np.diff(indptr) < 0).any():
+            raise DataFormatError(path, f"indptr (length {indptr.shape[0]}) is not a valid CSR pointer for {n} nodes and {arrs['indices'].shape[0]} indices")
+        src = arrs["indices"].astype(np.int64)
+        dst = np.repeat(np.arange(n), np.diff(indptr))
+    else:
+        raise DataFormatError(path, "needs 'edge_index' or 'indptr'+'indices'")
+    for name, a in (("source", src), ("target", dst)):
+        if a.size and (a.min() < 0 or a.max() >= n):
+            bad = int(a.min()) if a.min() < 0 else int(a.max())
+            raise DataFormatError(path, f"{name} node id {bad} out of range for {n} nodes")
+    kw = {k: arrs[k] for k in ("x", "y", "train_mask", "val_mask", "test_mask") if k in arrs}
+    for k, v in kw.items():
+        if v.shape[0] != n:
+            raise DataFormatError(path, f"{k} has {v.shape[0]} rows but the graph has {n} nodes")
+    if "y" in kw:
+        kw["y"] = kw["y"].reshape(n, -1)[:, 0].astype(np.int64)
+    return Graph.from_edges(src, dst, n, symmetrize=symmetrize, self_loops=self_loops,
+                            meta={"directed": not symmetrize}, **kw)
+
+
+# ---------------------------------------------------------------------------------- OGB
+def _ogb_table(path: Path, dtype, cols=None) -> np.ndarray:
+    if not path.exists():
+        raise MissingFileError(f"ogb: {path} is missing (unpack the dataset zip from the OGB site so that raw/ and split/ sit in one folder)")
+    try:
+        return np.loadtxt(io.BytesIO(_read_text(path)), delimiter=",", dtype=dtype, ndmin=2)
+    except ValueError as e:
+        raise DataFormatError(path, f"could not parse ({e})") from None
+
+
+def load_ogb(root: Path, *, split: str = "", directed: bool = False) -> Graph:
+    """Unpacked OGB node-property dataset (e.g. ``ogbn_arxiv/``)::
+
+        raw/edge.csv.gz            src,dst per line
+        raw/num-node-list.csv.gz   number of nodes (optional: else from features/labels/edges)
+        raw/node-feat.csv.gz       F comma-separated floats per node (optional)
+        raw/node-label.csv.gz      one label per node (optional; NaN = unlabelled)
+        split/<scheme>/{train,valid,test}.csv.gz   node ids per line
+
+    Symmetrised unless ``directed=1`` (as OGB's GCN examples do for arxiv)."""
+    raw = root / "raw"
+    edges = _ogb_table(raw / "edge.csv.gz", np.int64)
+    x = _ogb_table(raw / "node-feat.csv.gz", np.float32) if (raw / "node-feat.csv.gz").exists() else None
+    y = None
+    if (raw / "node-label.csv.gz").exists():
+        yl = _ogb_table(raw / "node-label.csv.gz", np.float64)[:, 0]
+        y = np.where(np.isnan(yl), -1, yl).astype(np.int64)
+    if (raw / "num-node-list.csv.gz").exists():
+        n = int(_ogb_table(raw / "num-node-list.csv.gz", np.int64).sum())
+    elif x is not None:
+        n = x.shape[0]
+    elif y is not None:
+        n = y.shape[0]
+    else:
+        n = int(edges.max()) + 1
+    if edges.shape[1] < 2:
+        raise DataFormatError(raw / "edge.csv.gz", "needs two columns src,dst")
+    if edges.size and (edges.min() < 0 or edges.max() >= n):
+        raise DataFormatError(raw / "edge.csv.gz", f"node id out of range for {n} nodes")
+    for name, a in (("node-feat.csv.gz", x), ("node-label.csv.gz", y)):
+        if a is not None and a.shape[0] != n:
+            raise DataFormatError(raw / name, f"has {a.shape[0]} rows but the graph has {n} nodes")
+    kw = {"x": x, "y": y}
+    sroot = root / "split"
+    if sroot.exists():
+        schemes = sorted(d.name for d in sroot.iterdir() if d.is_dir())
+        if split:
+            if split not in schemes:
+                raise MissingFileError(f"ogb: split scheme {split!r} not in {sroot} (have: {', '.join(schemes)})")
+            scheme = split
+        elif len(schemes) == 1:
+            scheme = schemes[0]
+        else:
+            raise MissingFileError(f"ogb: {sroot} has {len(schemes)} split schemes {schemes}; choose one with ,split=NAME")
+        for part, key in (("train", "train_mask"), ("valid", "val_mask"), ("test", "test_mask")):
+            idx = _ogb_table(sroot / scheme / f"{part}.csv.gz", np.int64)[:, 0]
+            if idx.size and (idx.min() < 0 or idx.max() >= n):
+                raise DataFormatError(sroot / scheme / f"{part}.csv.gz", f"node id out of range for {n} nodes")
+            m = np.zeros(n, dtype=bool)
+            m[idx] = True
+            kw[key] = torch.from_numpy(m)
+    return Graph.from_edges(edges[:, 0], edges[:, 1], n, symmetrize=not directed, self_loops=False,
+                            meta={"directed": bool(directed), "source": "ogb"}, **kw)

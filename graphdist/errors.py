@@ -1,0 +1,40 @@
+"""One exception family for everything graphdist reports to a user.
+
+The CLI turns any :class:`GraphdistError` into one line on stderr and exit code 2; anything
+else is a bug and keeps its traceback.
+"""
+from __future__ import annotations
+
+
+class GraphdistError(Exception):
+    """Base class: a user-facing problem (bad input, bad flag, mismatched artifact)."""
+
+
+class SpecError(GraphdistError):
+    """A dataset spec string (``kind:arguments``) is malformed or names an unknown kind/argument."""
+
+
+class DataFormatError(GraphdistError):
+    """A data file's content is wrong; the message names the file and, where known, the line."""
+
+    def __init__(self, path, message: str, line: int | None = None):
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {message}")
+        self.path = str(path)
+        self.line = line
+
+
+class MissingFileError(GraphdistError):
+    """A file the input needs does not exist; the message says which and how to obtain it."""
+
+
+class ConfigError(GraphdistError):
+    """A flag or config value is out of range or inconsistent with another."""
+
+
+class ArtifactError(GraphdistError):
+    """A partition artifact or checkpoint does not match (fingerprint, k, format version)."""
+
+
+class DistributedError(GraphdistError):
+    """A distributed run cannot start or a peer failed (names the rank where known)."""

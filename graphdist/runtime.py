@@ -1,0 +1,156 @@
+"""Process-group init from torchrun's environment, rank-0 logging, timers.
+
+Every entry point (``graphdist train-gcn``, ``train-dlrm``, tests) starts distributed work through
+:func:`init_distributed`; it reads ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``/``MASTER_ADDR``/
+``MASTER_PORT`` as set by ``torchrun`` (or ``torch.distributed.run``), picks ``nccl`` when CUDA
+is available and ``gloo`` otherwise, and returns a small :class:`DistContext`.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+import os
+import socket
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+from graphdist.errors import ConfigError, DistributedError
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this process sits in the job."""
+
+    rank: int
+    """Global rank, 0..world_size-1."""
+    world_size: int
+    """Number of processes in the job."""
+    local_rank: int
+    """Rank on this node (selects the GPU)."""
+    backend: str
+    """``nccl`` or ``gloo``."""
+    device: torch.device
+    """The device this rank computes on."""
+
+    @property
+    def is_rank0(self) -> bool:
+        return self.rank == 0
+
+
+def pick_backend(device: str = "auto") -> tuple[str, str]:
+    """Map a ``--device`` choice to ``(backend, device type)``; CUDA without GPUs is an error."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"--device must be auto, cpu or cuda, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was requested but no CUDA GPU is available (torch.cuda.is_available() is False)")
+    if device == "cuda" or (device == "auto" and torch.cuda.is_available()):
+        return "nccl", "cuda"
+    return "gloo", "cpu"
+
+
+def env_world() -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` from the launcher's environment (1 process if unset)."""
+    return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+            int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0))))
+
+
+def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> DistContext:
+    """Initialise (or reuse) the default process group from the environment.
+
+    A single process without ``MASTER_ADDR`` gets a private loopback group, so the same code
+    path runs at world size 1. ``timeout_s`` bounds every collective: a dead peer makes the
+    others fail with an error instead of hanging forever.
+    """
+    import torch.distributed as dist
+
+    backend, dev_type = pick_backend(device)
+    rank, world, local = env_world()
+    if dev_type == "cuda":
+        if local >= torch.cuda.device_count():
+            raise ConfigError(f"LOCAL_RANK {local} but only {torch.cuda.device_count()} GPUs are visible")
+        torch.cuda.set_device(local)
+        dev = torch.device("cuda", local)
+    else:
+        dev = torch.device("cpu")
+    if not dist.is_initialized():
+        if world == 1 and "MASTER_ADDR" not in os.environ:
+            os.environ["MASTER_ADDR"] = "127.0.0.1"
+            os.environ["MASTER_PORT"] = str(free_port())
+        try:
+            dist.init_process_group(backend=backend, rank=rank, world_size=world,
+                                    timeout=datetime.timedelta(seconds=timeout_s))
+        except Exception as e:  # noqa: BLE001 - rendezvous failures are user-facing
+            raise DistributedError(f"rank {rank}: could not join the process group of {world} "
+                                   f"({backend}): {e}") from e
+    else:
+        backend = dist.get_backend()
+        rank, world = dist.get_rank(), dist.get_world_size()
+    return DistContext(rank, world, local, backend, dev)
+
+
+def shutdown() -> None:
+    import torch.distributed as dist
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def free_port() -> int:
+    """A TCP port on loopback that was free a moment ago."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Rank0Filter(logging.Filter):
+    def filter(self, record):  # other ranks only say warnings and errors
+        return env_world()[0] == 0 or record.levelno >= logging.WARNING
+
+
+def get_logger(name: str = "graphdist") -> logging.Logger:
+    """A logger that prints INFO on rank 0 only and warnings on every rank (prefixed)."""
+    log = logging.getLogger(name)
+    if not getattr(log, "_graphdist", False):
+        h = logging.StreamHandler(sys.stderr)
+        rank = env_world()[0]
+        h.setFormatter(logging.Formatter(f"[rank {rank}] %(message)s" if env_world()[1] > 1 else "%(message)s"))
+        h.addFilter(_Rank0Filter())
+        log.addHandler(h)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+        log._graphdist = True
+    return log
+
+
+class Timer:
+    """Wall-clock timer; syncs CUDA so GPU work is counted. ``with Timer() as t: ...; t.seconds``."""
+
+    def __init__(self, device: torch.device | None = None):
+        self.device = device
+        self.seconds = 0.0
+
+    def _sync(self):
+        if self.device is not None and self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def __enter__(self):
+        self._sync()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self._sync()
+        self.seconds = time.perf_counter() - self._t0
+        return False
+
+
+def peak_memory_bytes(device: torch.device | None = None) -> int:
+    """Peak memory of this process: CUDA max-allocated on GPU, max RSS on CPU."""
+    if device is not None and device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    import resource
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss * (1 if sys.platform == "darwin" else 1024))

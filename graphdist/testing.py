@@ -1,0 +1,96 @@
+"""Run a function on N ranks of a real gloo/nccl process group (tests and quick experiments).
+
+    results = run_ranks(fn, world_size=2, args=(a, b), timeout=60)
+
+``fn(rank, world_size, *args)`` must be importable (a module-level function). Each rank is a
+fresh spawned process with ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` set and the
+default process group initialised; the return values come back in rank order. If any rank
+raises, the others are killed and :class:`RankFailure` carries that rank's traceback. If the
+job is not done within ``timeout`` seconds, every live rank is killed and :class:`RankTimeout`
+names the ranks that had not finished. No process outlives the call.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue as queue_mod
+import time
+import traceback
+
+from graphdist.runtime import free_port
+
+
+class RankFailure(RuntimeError):
+    """A rank raised; the message holds its rank and traceback."""
+
+
+class RankTimeout(RuntimeError):
+    """The job did not finish in time; the message names the ranks still running."""
+
+
+def _child(fn, rank, world_size, port, backend, args, env, q):
+    os.environ.update(env)
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+                       "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)})
+    try:
+        import datetime
+
+        import torch
+        import torch.distributed as dist
+        torch.set_num_threads(1)
+        dist.init_process_group(backend, rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=120))
+        try:
+            out = fn(rank, world_size, *args)
+        finally:
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001
+                pass
+        q.put((rank, True, out))
+    except BaseException:  # noqa: BLE001 - report everything to the parent
+        q.put((rank, False, traceback.format_exc()))
+
+
+def run_ranks(fn, world_size: int, args: tuple = (), *, timeout: float = 120.0,
+              backend: str = "gloo", env: dict | None = None) -> list:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes; return results by rank."""
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    port = free_port()
+    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, backend, args, env or {}, q),
+                         daemon=True) for r in range(world_size)]
+    for p in procs:
+        p.start()
+    results: dict[int, object] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(results) < world_size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                missing = sorted(set(range(world_size)) - set(results))
+                raise RankTimeout(f"ranks {missing} did not finish within {timeout:.0f}s; killed")
+            try:
+                rank, ok, out = q.get(timeout=min(left, 0.5))
+            except queue_mod.Empty:
+                dead = [r for r, p in enumerate(procs)
+                        if r not in results and p.exitcode is not None]
+                if dead:
+                    time.sleep(0.5)  # its queue message may still be in flight
+                    if q.empty():
+                        raise RankFailure(f"rank {dead[0]} exited with code {procs[dead[0]].exitcode} "
+                                          "without a result")
+                continue
+            if not ok:
+                raise RankFailure(f"rank {rank} failed:\n{out}")
+            results[rank] = out
+    finally:
+        for p in procs:
+            p.join(timeout=5 if len(results) == world_size else 0.1)
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join(timeout=5)
+        q.close()
+    return [results[r] for r in range(world_size)]

@@ -1,0 +1,68 @@
+"""Per-part files of a partition artifact: each rank loads only its own part.
+
+    DIR/part_00000.pt  ...  DIR/part_{k-1:05d}.pt     (torch.save of a dict of tensors)
+
+Each file holds one :class:`~graphdist.halo.LocalGraph` (see :mod:`graphdist.halo` for the
+layout: owned global ids, local CSR over ``[owned | halo from peer 0 | ... ]``, send/recv
+index lists, global degrees of all local columns, the part's x/y/masks) plus
+``format_version`` and the graph ``fingerprint``. ``meta.json`` and ``assignment.npy`` belong
+to :mod:`graphdist.artifact`, which calls :func:`write_parts` into its temp dir.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from graphdist.errors import ArtifactError, MissingFileError
+from graphdist.halo import LocalGraph, build_plans, plan_stats
+
+PART_FORMAT_VERSION = 1
+
+
+def part_path(directory, rank: int) -> Path:
+    return Path(directory) / f"part_{rank:05d}.pt"
+
+
+def write_parts(directory, graph, assignment, k: int | None = None) -> dict:
+    """Write ``part_%05d.pt`` for every part of ``graph`` under ``assignment`` (atomically).
+
+    ``k`` defaults to ``max(assignment) + 1``. Returns a small JSON-able summary
+    (``parts``, ``files``, per-part ``owned_nodes``/``halo_rows``/``local_edges``, ``bytes``).
+    """
+    a = torch.as_tensor(assignment).to(torch.int64)
+    if k is None:
+        k = int(a.max()) + 1 if a.numel() else 1
+    plans = build_plans(graph, a, k)
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    sizes = []
+    for p in plans:
+        payload = p.to_dict()
+        payload["format_version"] = PART_FORMAT_VERSION
+        dst = part_path(d, p.rank)
+        tmp = dst.with_name(dst.name + ".tmp")
+        torch.save(payload, tmp)
+        os.replace(tmp, dst)
+        sizes.append(dst.stat().st_size)
+    out = {"parts": k, "files": [part_path(d, r).name for r in range(k)], "bytes": sizes}
+    out.update(plan_stats(plans))
+    return out
+
+
+def load_part(directory, rank: int) -> LocalGraph:
+    """Load part ``rank`` of the artifact at ``directory`` (only that part's file is read)."""
+    path = part_path(directory, rank)
+    if not path.exists():
+        raise MissingFileError(f"{path}: part file for rank {rank} not found (re-run `graphdist partition`)")
+    try:
+        d = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001
+        raise ArtifactError(f"{path}: cannot read part file: {e}") from e
+    ver = d.pop("format_version", None)
+    if ver != PART_FORMAT_VERSION:
+        raise ArtifactError(f"{path}: part format version {ver}, expected {PART_FORMAT_VERSION}")
+    if d.get("rank") != rank:
+        raise ArtifactError(f"{path}: file holds part {d.get('rank')}, expected {rank}")
+    return LocalGraph(**d)

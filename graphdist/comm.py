@@ -1,0 +1,213 @@
+"""The one module that calls torch.distributed collectives (GCN side).
+
+Halo exchange, for rank r with plan (send_idx, send_counts, recv_counts)::
+
+    forward   h_owned [n_own, F] --gather send_idx--> send [Σ send_counts, F]
+              all_to_all_single(recv, send, recv_counts, send_counts)
+              h_full = [h_owned ; recv]            [n_own + n_halo, F]
+    backward  g_full [n_own + n_halo, F]: g_halo = g_full[n_own:]
+              all_to_all_single(back, g_halo, send_counts, recv_counts)   (reverse direction)
+              g_owned = g_full[:n_own] + index_add(send_idx, back)
+
+Everything here is a no-op at world size 1 (or without a process group), so the model code
+is plain single-device code with the exchange injected.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from graphdist.errors import DistributedError
+
+
+def world() -> tuple[int, int]:
+    """``(rank, world_size)``; ``(0, 1)`` without a process group."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+class CommStats:
+    """Counters of halo traffic sent by this rank (rows and bytes), reset per epoch."""
+
+    def __init__(self):
+        self.rows = 0
+        self.bytes = 0
+
+    def reset(self):
+        self.rows = 0
+        self.bytes = 0
+
+    def add(self, t: torch.Tensor):
+        self.rows += int(t.shape[0])
+        self.bytes += int(t.numel() * t.element_size())
+
+
+class _HaloExchangeFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, h, ex):
+        ctx.ex = ex
+        return ex.exchange_rows(h, ex.send_idx, ex.send_counts, ex.recv_counts, ex.n_recv)
+
+    @staticmethod
+    def backward(ctx, g):
+        ex = ctx.ex
+        n_own = g.shape[0] - ex.n_recv
+        g_owned = g[:n_own].clone()
+        back = ex.all_to_all(g[n_own:].contiguous(), ex.recv_counts, ex.send_counts, ex.n_send)
+        if back.shape[0]:
+            g_owned.index_add_(0, ex.send_idx, back)
+        return g_owned, None
+
+
+class HaloExchanger:
+    """Fills the halo rows of a ``[n_own, F]`` tensor from the peers that own them.
+
+    ``exchanger(h)`` returns ``[n_own + n_halo, F]`` with autograd (gradients of halo rows
+    flow back to their owners). At world size 1 it returns ``h`` itself.
+    """
+
+    def __init__(self, send_idx: torch.Tensor, send_counts: list[int], recv_counts: list[int],
+                 device: torch.device | str = "cpu", group=None):
+        self.send_idx = send_idx.to(device)
+        self.send_counts = [int(c) for c in send_counts]
+        self.recv_counts = [int(c) for c in recv_counts]
+        self.n_send = sum(self.send_counts)
+        self.n_recv = sum(self.recv_counts)
+        self.group = group
+        self.stats = CommStats()
+        self.active = world()[1] > 1 and len(self.send_counts) > 1
+
+    @classmethod
+    def from_local_graph(cls, lg, device="cpu", group=None) -> "HaloExchanger":
+        return cls(lg.send_idx, lg.send_counts, lg.recv_counts, device, group)
+
+    def all_to_all(self, send: torch.Tensor, in_counts, out_counts, n_out) -> torch.Tensor:
+        out = send.new_empty((n_out,) + tuple(send.shape[1:]))
+        self.stats.add(send)
+        dist.all_to_all_single(out, send, output_split_sizes=out_counts,
+                               input_split_sizes=in_counts, group=self.group)
+        return out
+
+    def exchange_rows(self, h, send_idx, send_counts, recv_counts, n_recv):
+        full = h.new_empty((h.shape[0] + n_recv,) + tuple(h.shape[1:]))
+        full[:h.shape[0]] = h
+        send = h.index_select(0, send_idx)
+        out = full[h.shape[0]:]
+        self.stats.add(send)
+        dist.all_to_all_single(out, send, output_split_sizes=recv_counts,
+                               input_split_sizes=send_counts, group=self.group)
+        return full
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        if not self.active:
+            return h
+        return _HaloExchangeFn.apply(h.contiguous(), self)
+
+
+class _AllReduceSumFn(torch.autograd.Function):
+    """Sum over ranks; the gradient of a sum of per-rank losses is again a sum over ranks."""
+
+    @staticmethod
+    def forward(ctx, t):
+        t = t.clone()
+        dist.all_reduce(t)
+        return t
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.clone()
+        dist.all_reduce(g)
+        return g
+
+
+def all_reduce_sum_autograd(t: torch.Tensor) -> torch.Tensor:
+    """Differentiable all-reduce (sum), e.g. for batch-norm statistics over all ranks."""
+    return _AllReduceSumFn.apply(t) if world()[1] > 1 else t
+
+
+def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
+    """In-place all-reduce (sum) of a metrics tensor; returns it."""
+    if world()[1] > 1:
+        dist.all_reduce(t)
+    return t
+
+
+def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
+    if world()[1] > 1:
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t
+
+
+def all_reduce_grads(params) -> None:
+    """Sum the gradients of ``params`` over ranks (one flat buffer, one collective)."""
+    if world()[1] == 1:
+        return
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    off = 0
+    for g in grads:
+        n = g.numel()
+        g.copy_(flat[off:off + n].view_as(g))
+        off += n
+
+
+def broadcast_module(module: torch.nn.Module, src: int = 0) -> None:
+    """Copy parameters and buffers of rank ``src`` to every rank (identical initialisation)."""
+    if world()[1] == 1:
+        return
+    with torch.no_grad():
+        for t in list(module.parameters()) + list(module.buffers()):
+            dist.broadcast(t.data, src)
+
+
+def all_gather_object(obj) -> list:
+    if world()[1] == 1:
+        return [obj]
+    out = [None] * world()[1]
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    if world()[1] > 1:
+        dist.barrier()
+
+
+def find_dead_ranks(tag: str, wait_s: float = 5.0) -> list[int] | None:
+    """After a failed collective: every surviving rank checks in through the rendezvous store;
+    ranks that have not checked in within ``wait_s`` are dead. ``None`` if the store itself is
+    unreachable (it lives with rank 0 / the launcher)."""
+    rank, ws = world()
+    try:
+        from torch.distributed.distributed_c10d import _get_default_store
+        store = _get_default_store()
+        store.set(f"graphdist/alive/{tag}/{rank}", "1")
+        keys = [f"graphdist/alive/{tag}/{r}" for r in range(ws)]
+        deadline = time.monotonic() + wait_s
+        while True:
+            missing = [r for r, k in enumerate(keys) if not store.check([k])]
+            if not missing or time.monotonic() > deadline:
+                return missing
+            time.sleep(0.1)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def raise_peer_failure(exc: BaseException, where: str) -> None:
+    """Turn a failed collective into a :class:`DistributedError` naming the failed rank(s)."""
+    rank, _ = world()
+    dead = find_dead_ranks(where)
+    if dead is None:
+        who = "rank 0 (the rendezvous store host) is unreachable"
+    elif dead:
+        who = "rank" + ("s " if len(dead) > 1 else " ") + ", ".join(map(str, dead)) + " stopped responding"
+    else:
+        who = "all ranks are alive"
+    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    raise DistributedError(f"rank {rank}: collective failed during {where}: {who} ({first})") from exc

@@ -1,0 +1,70 @@
+"""Where a rank's part comes from: a partition artifact (only part r is read) or a dataset spec
+partitioned in-process (every rank loads the graph and computes the same assignment).
+
+Both paths refuse a mismatch between the number of parts and the world size, naming both.
+"""
+from __future__ import annotations
+
+import torch
+
+from graphdist.errors import ArtifactError, ConfigError
+from graphdist.halo import LocalGraph, build_plan
+
+
+def _quality(graph, assignment, k: int) -> dict:
+    try:
+        from partitioners.quality import quality
+        return {k_: v for k_, v in quality(graph, assignment, k=k).items()}
+    except Exception as e:  # noqa: BLE001 - quality is informative only
+        return {"error": f"quality unavailable: {e}"}
+
+
+def partition_in_process(graph, k: int, method: str, seed: int) -> torch.Tensor:
+    """Assignment of ``graph`` into ``k`` parts (k=1: all zeros, no partitioner call)."""
+    if k == 1:
+        return torch.zeros(graph.num_nodes, dtype=torch.int64)
+    try:
+        from partitioners import partition
+    except ImportError:
+        from partitioners.api import partition
+    return torch.as_tensor(partition(graph, k, method=method, seed=seed)).to(torch.int64)
+
+
+def load_local(cfg, rank: int, world_size: int) -> tuple[LocalGraph, dict]:
+    """``(LocalGraph of this rank, partition info for the report)``."""
+    if cfg.partition:
+        return _from_artifact(cfg, rank, world_size)
+    from graphdist.data import load_graph
+    k = cfg.parts if cfg.parts is not None else world_size
+    if k != world_size:
+        raise ConfigError(f"--parts {k} does not match the world size {world_size} "
+                          f"(start {k} workers, e.g. --nproc {k})")
+    graph = load_graph(cfg.spec)
+    a = partition_in_process(graph, k, cfg.method if k > 1 else "none", cfg.seed)
+    lg = build_plan(graph, a, rank, k)
+    info = {"method": cfg.method if k > 1 else "none", "parts": k, "source": "in-process",
+            "quality": _quality(graph, a, k) if k > 1 else {}}
+    return lg, info
+
+
+def _from_artifact(cfg, rank: int, world_size: int) -> tuple[LocalGraph, dict]:
+    from graphdist.artifact import read_artifact
+    from graphdist.parts import load_part
+    meta = read_artifact(cfg.partition)
+    k = int(meta["k"])
+    if k != world_size:
+        raise ArtifactError(f"partition {cfg.partition} has k={k} parts but the world size is "
+                            f"{world_size} (start {k} workers, e.g. --nproc {k})")
+    if cfg.spec:  # a spec next to --partition: the artifact must be cut from that graph
+        from graphdist.data import load_graph
+        fp = load_graph(cfg.spec).fingerprint
+        if fp != meta["fingerprint"]:
+            raise ArtifactError(f"partition {cfg.partition} was cut from a graph with fingerprint "
+                                f"{meta['fingerprint']} but {cfg.spec} has fingerprint {fp}")
+    lg = load_part(cfg.partition, rank)
+    if lg.fingerprint != meta["fingerprint"] or lg.world_size != k:
+        raise ArtifactError(f"{cfg.partition}: part {rank} has fingerprint {lg.fingerprint} and k={lg.world_size}"
+                            f" but meta.json says {meta['fingerprint']} and k={k}")
+    info = {"method": meta.get("method"), "parts": k, "source": str(cfg.partition),
+            "quality": meta.get("quality", {})}
+    return lg, info

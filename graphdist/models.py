@@ -15,12 +15,15 @@ Both orders are the same math: ``A (h W^T) = (A h) W^T``.
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from graphdist import comm
+
+warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 
 
 class SparseAdj:

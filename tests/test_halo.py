@@ -1,0 +1,132 @@
+"""Local graph and halo plan on graphs small enough to check on paper."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphdist.data import Graph
+from graphdist.errors import ArtifactError, MissingFileError
+from graphdist.halo import build_plan, build_plans, validate_plans
+from graphdist.parts import load_part, part_path, write_parts
+
+
+def path6() -> Graph:
+    """0 - 1 - 2 - 3 - 4 - 5 (undirected), parts [0 0 | 1 1 | 2 2]."""
+    return Graph.from_edges(torch.tensor([0, 1, 2, 3, 4]), torch.tensor([1, 2, 3, 4, 5]), 6,
+                            x=torch.arange(6.0)[:, None], y=torch.arange(6) % 2,
+                            train_mask=torch.tensor([1, 0, 1, 0, 1, 0], dtype=torch.bool))
+
+
+A3 = torch.tensor([0, 0, 1, 1, 2, 2])
+
+
+def test_path_plan_by_hand():
+    p0, p1, p2 = build_plans(path6(), A3, 3)
+    # part 1 owns 2,3; in-neighbours 1 (part 0) and 4 (part 2) -> columns [2 3 | 1 | 4]
+    assert p1.owned.tolist() == [2, 3]
+    assert p1.halo.tolist() == [1, 4]
+    assert p1.recv_counts == [1, 0, 1]
+    assert p1.indptr.tolist() == [0, 2, 4]
+    assert p1.indices.tolist() == [1, 2, 0, 3]     # row 2: {3, 1}; row 3: {2, 4}
+    assert p1.send_counts == [1, 0, 1]              # node 2 -> part 0, node 3 -> part 2
+    assert p1.owned[p1.send_idx].tolist() == [2, 3]
+    # part 0 owns 0,1; needs node 2 from part 1; sends node 1 to part 1
+    assert p0.halo.tolist() == [2] and p0.recv_counts == [0, 1, 0]
+    assert p0.owned[p0.send_idx].tolist() == [1] and p0.send_counts == [0, 1, 0]
+    assert p0.indices.tolist() == [1, 0, 2]
+    # part 2 owns 4,5; needs 3
+    assert p2.halo.tolist() == [3] and p2.owned[p2.send_idx].tolist() == [4]
+    # global degrees of all columns (path: ends have 1, inner nodes 2)
+    assert p0.col_deg.tolist() == [1, 2, 2]
+    assert p1.col_deg.tolist() == [2, 2, 2, 2]
+    assert p1.y.tolist() == [0, 1] and p1.train_mask.tolist() == [True, False]
+    assert p1.x[:, 0].tolist() == [2.0, 3.0]
+
+
+def test_gcn_normalisation_by_hand():
+    p1 = build_plans(path6(), A3, 3)[1]
+    indptr, indices, vals = p1.gcn_adjacency()
+    # d = deg + 1 = 3 for nodes 1..4: every entry 1/sqrt(3*3) incl. the self-loop
+    assert indptr.tolist() == [0, 3, 6]
+    assert indices.tolist() == [0, 1, 2, 0, 1, 3]
+    assert torch.allclose(vals, torch.full((6,), 1 / 3))
+    p0 = build_plans(path6(), A3, 3)[0]
+    _, idx0, v0 = p0.gcn_adjacency()
+    # node 0 (d=2): self 1/2, from node 1 (d=3) 1/sqrt(6); node 1: from 0 1/sqrt(6), self 1/3, from 2 1/3
+    want = torch.tensor([1 / 2, 6 ** -0.5, 6 ** -0.5, 1 / 3, 1 / 3])
+    assert idx0.tolist() == [0, 1, 0, 1, 2]
+    assert torch.allclose(v0, want)
+
+
+def test_mean_adjacency_and_isolated_node():
+    g = Graph.from_edges(torch.tensor([0, 0]), torch.tensor([1, 2]), 4)  # node 3 isolated
+    (p,) = build_plans(g, torch.zeros(4, dtype=torch.long), 1)
+    ip, ix, v = p.mean_adjacency()
+    assert ip.tolist() == [0, 2, 3, 4, 4]
+    assert torch.allclose(v, torch.tensor([0.5, 0.5, 1.0, 1.0]))
+    assert p.num_halo == 0 and p.send_idx.numel() == 0
+
+
+def test_gcn_norm_matches_pyg_on_random_graph():
+    from torch_geometric.nn.conv.gcn_conv import gcn_norm
+    gen = torch.Generator().manual_seed(0)
+    n = 30
+    g = Graph.from_edges(torch.randint(0, n, (90,), generator=gen), torch.randint(0, n, (90,), generator=gen), n)
+    a = torch.randint(0, 3, (n,), generator=gen)
+    ei, w = gcn_norm(g.edge_index, num_nodes=n, add_self_loops=True)
+    dense = torch.zeros(n, n)
+    dense[ei[1], ei[0]] = w  # row = destination
+    for p in build_plans(g, a, 3):
+        ip, ix, v = p.gcn_adjacency()
+        cols = torch.cat([p.owned, p.halo])
+        local = torch.zeros(p.num_owned, p.num_cols)
+        rows = torch.repeat_interleave(torch.arange(p.num_owned), ip[1:] - ip[:-1])
+        local[rows, ix] = v
+        assert torch.allclose(local, dense[p.owned][:, cols], atol=1e-7)
+
+
+def test_directed_graph_halo_is_in_neighbours_only():
+    # edges 0 -> 2 and 2 -> 1 only; parts [0, 0, 1]
+    g = Graph.from_edges(torch.tensor([0, 2]), torch.tensor([2, 1]), 3, symmetrize=False)
+    p0, p1 = build_plans(g, torch.tensor([0, 0, 1]), 2)
+    assert p0.halo.tolist() == [2]      # node 1 (part 0) receives from 2
+    assert p1.halo.tolist() == [0]      # node 2 (part 1) receives from 0
+    assert p0.owned[p0.send_idx].tolist() == [0]
+
+
+def test_validate_detects_asymmetry():
+    plans = build_plans(path6(), A3, 3)
+    plans[0].send_idx = torch.tensor([0])  # sends node 0 where part 1 expects node 1
+    with pytest.raises(ArtifactError, match="asymmetric"):
+        validate_plans(plans)
+
+
+def test_bad_assignment():
+    with pytest.raises(ArtifactError, match="0..1"):
+        build_plans(path6(), torch.tensor([0, 0, 1, 1, 2, 2]), 2)
+    with pytest.raises(ArtifactError, match="6 nodes"):
+        build_plan(path6(), torch.tensor([0, 1]), 0, 2)
+
+
+def test_empty_part_is_allowed():
+    plans = build_plans(path6(), torch.tensor([0, 0, 0, 2, 2, 2]), 3)
+    assert plans[1].num_owned == 0 and plans[1].num_halo == 0
+    assert plans[0].halo.tolist() == [3] and plans[2].halo.tolist() == [2]
+
+
+def test_parts_roundtrip(tmp_path):
+    g = path6()
+    summary = write_parts(tmp_path, g, A3)
+    assert summary["parts"] == 3 and summary["halo_rows"] == [1, 2, 1]
+    assert summary["halo_rows_total"] == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part_00000.pt", "part_00001.pt", "part_00002.pt"]
+    p1 = load_part(tmp_path, 1)
+    want = build_plans(g, A3, 3)[1]
+    for k in ("owned", "indptr", "indices", "halo", "send_idx", "col_deg", "x", "y"):
+        assert torch.equal(getattr(p1, k), getattr(want, k)), k
+    assert p1.recv_counts == want.recv_counts and p1.fingerprint == g.fingerprint
+    with pytest.raises(MissingFileError, match="rank 3"):
+        load_part(tmp_path, 3)
+    part_path(tmp_path, 2).write_bytes(b"garbage")
+    with pytest.raises(ArtifactError, match="part_00002"):
+        load_part(tmp_path, 2)

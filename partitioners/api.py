@@ -1,0 +1,134 @@
+"""``partition(graph, k, method=...)``: one entry point for every partitioner.
+
+    method     objective            balance it enforces        needs
+    random     none (hash)          nodes (exact)              -
+    block      none (id ranges)     weight prefix sums         -
+    ldg        edge locality        caps, streamed             -
+    fennel     edge locality        caps, streamed             -
+    metis      undirected edge cut  one weight                 pymetis
+    kaminpar   undirected edge cut  one weight                 kaminpar
+    mtkahypar  halo volume (km1)    one weight                 mtkahypar
+    auto       halo volume          nodes AND edges (caps)     pymetis (falls back to ldg)
+
+``auto`` = METIS k-way on the blended node+edge weight, then :mod:`partitioners.refine`
+(rebalance into both caps, then vectorised boundary moves on the volume objective).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from partitioners._graph import as_numpy, make_weights
+from partitioners.errors import MissingBackendError, PartitionError
+
+__all__ = ["partition", "METHODS", "BALANCES"]
+
+METHODS = ("auto", "random", "block", "ldg", "fennel", "metis", "kaminpar", "mtkahypar")
+"""Every method name :func:`partition` accepts."""
+BALANCES = ("nodes", "edges", "both")
+
+
+def _validate(graph, k, method, imbalance, balance, node_weights) -> int:
+    n = int(graph.num_nodes)
+    if method not in METHODS:
+        raise PartitionError(f"unknown partition method '{method}' (choose from {', '.join(METHODS)})")
+    if balance not in BALANCES:
+        raise PartitionError(f"unknown balance '{balance}' (choose from {', '.join(BALANCES)})")
+    if isinstance(k, bool) or int(k) != k:
+        raise PartitionError(f"number of parts must be an integer, got {k!r}")
+    k = int(k)
+    if k < 1 or k > max(n, 1):
+        raise PartitionError(f"number of parts k={k} must be between 1 and the number of nodes N={n}")
+    if not (0.0 <= float(imbalance) <= 10.0):
+        raise PartitionError(f"imbalance {imbalance} must be between 0 and 10 (0.03 = 3%)")
+    if node_weights is not None:
+        w = as_numpy(node_weights)
+        if w.shape != (n,):
+            raise PartitionError(f"node_weights has shape {tuple(w.shape)} but the graph has {n} nodes")
+        if n and float(w.min()) < 0:
+            raise PartitionError(f"node_weights must be >= 0 (found {float(w.min())})")
+    return k
+
+
+def partition(graph, k: int, *, method: str = "auto", imbalance: float = 0.03, seed: int = 0,
+              balance: str | None = None, node_weights=None, **options) -> torch.Tensor:
+    """Split ``graph`` into ``k`` parts; returns ``LongTensor[N]`` of part ids in ``[0, k)``.
+
+    ``imbalance``: allowed ``max part / mean part - 1`` per balanced quantity. ``balance``:
+    what is balanced: ``nodes`` (node count, or ``node_weights``), ``edges`` (in-edges of a
+    part's nodes = its SpMM work) or ``both``; default ``both`` for ``auto``, ``nodes`` for
+    the others. ``seed`` makes every method deterministic. ``options`` go to the method
+    (``passes``/``batch_size`` for streaming, ``preset`` for kaminpar/mtkahypar,
+    ``rounds`` for auto's refinement, ``initial`` for auto's starting method)."""
+    if balance is None:
+        balance = "both" if method == "auto" else "nodes"
+    k = _validate(graph, k, method, imbalance, balance, node_weights)
+    n = int(graph.num_nodes)
+    weights = make_weights(graph, k, float(imbalance), balance, node_weights)
+    if k == 1 or n == 0:
+        return torch.zeros(n, dtype=torch.int64)
+    a = _run(graph, k, method, float(imbalance), int(seed), weights, options)
+    a = np.asarray(a, dtype=np.int64)
+    if a.shape != (n,) or (n and (a.min() < 0 or a.max() >= k)):  # a backend misbehaved
+        raise RuntimeError(f"method {method} returned an invalid assignment (shape {a.shape})")
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _run(graph, k, method, imbalance, seed, weights, options) -> np.ndarray:
+    from partitioners import backends, streaming
+    n = int(graph.num_nodes)
+    if method == "random":
+        return streaming.random_partition(n, k, seed)
+    if method == "block":
+        return streaming.block_partition(n, k, weights)
+    if method in ("ldg", "fennel"):
+        return streaming.stream_partition(graph, k, weights, seed=seed, method=method,
+                                          passes=int(options.get("passes", 1 if method == "ldg" else 3)),
+                                          batch_size=options.get("batch_size"))
+    if method == "metis":
+        return backends.metis_partition(graph, k, weights, imbalance=imbalance, seed=seed)
+    if method == "kaminpar":
+        return backends.kaminpar_partition(graph, k, weights, imbalance=imbalance, seed=seed,
+                                           preset=options.get("preset", "default"))
+    if method == "mtkahypar":
+        return backends.mtkahypar_partition(graph, k, weights, imbalance=imbalance, seed=seed,
+                                            preset=options.get("preset", "default"))
+    return _auto(graph, k, imbalance, seed, weights, options)
+
+
+def _auto(graph, k, imbalance, seed, weights, options) -> np.ndarray:
+    """Portfolio: each initial partition is rebalanced into every cap and refined on the
+    volume objective; the lowest volume among those within all caps wins (else the least
+    overloaded). Initials: multi-constraint METIS (volume and cut objectives, balancing the
+    constraints of ``weights`` at once), or restreamed LDG when pymetis is missing."""
+    from partitioners import backends, streaming
+    from partitioners.refine import VolumeRefiner
+    initials = options.get("initial", ("metis-vol", "metis-cut"))
+    if isinstance(initials, str):
+        initials = tuple(initials.split(","))
+    refiner = VolumeRefiner(graph, k, weights)
+    best, best_key = None, None
+    for name in initials:
+        try:
+            if name in ("metis-vol", "metis-cut", "metis"):
+                a0 = backends.metis_partition(graph, k, weights, seed=seed,
+                                              imbalance=imbalance * float(options.get("slack", 0.3)),
+                                              objective="vol" if name == "metis-vol" else "cut")
+            elif name == "mtkahypar":
+                a0 = backends.mtkahypar_partition(graph, k, weights, imbalance=imbalance, seed=seed)
+            elif name in ("ldg", "fennel"):
+                a0 = streaming.stream_partition(graph, k, weights, seed=seed, method=name, passes=3)
+            else:
+                raise PartitionError(f"unknown initial method '{name}' for auto "
+                                     "(metis-vol, metis-cut, mtkahypar, ldg, fennel)")
+        except MissingBackendError:
+            continue
+        a = refiner.run(a0, rounds=int(options.get("rounds", 30)))
+        over = float((refiner.loads(a) / refiner.caps[:, None]).max())
+        key = (max(over, 1.0), refiner.volume(a))
+        if best_key is None or key < best_key:
+            best, best_key = a, key
+    if best is None:  # no backend at all: streaming start
+        a0 = streaming.stream_partition(graph, k, weights, seed=seed, method="ldg", passes=3)
+        best = refiner.run(a0, rounds=int(options.get("rounds", 30)))
+    return best

@@ -1,0 +1,193 @@
+"""Partition artifact directory: what ``graphdist partition`` writes and training reads.
+
+    DIR/
+      meta.json          format_version, fingerprint, num_nodes, num_edges, k, method,
+                         params, quality, time, parts (summary of the per-part files)
+      assignment.npy     int64 [N]: part of every node, in the loader's node order
+      part_00000.pt ...  one file per rank (graphdist.parts.write_parts)
+
+Writing is atomic: everything goes into a temporary sibling directory, ``meta.json`` last,
+then one ``rename`` puts it in place (an existing artifact is moved aside first and removed
+after the swap). A killed run leaves only a ``.DIR.tmp-*`` sibling, never a ``DIR`` that reads
+as complete; a directory without ``meta.json`` is reported as incomplete.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphdist.errors import ArtifactError
+
+FORMAT_VERSION = 1
+META = "meta.json"
+ASSIGNMENT = "assignment.npy"
+
+__all__ = ["write_artifact", "read_artifact", "read_meta", "check_artifact", "Artifact",
+           "FORMAT_VERSION"]
+
+
+class Artifact(tuple):
+    """``(meta, assignment)`` as read from disk. Unpacks as a pair; indexing with a string
+    (``art["k"]``) and ``.get`` read ``meta`` directly, so it also serves as the meta dict."""
+
+    def __new__(cls, meta: dict, assignment: torch.Tensor):
+        return super().__new__(cls, (meta, assignment))
+
+    @property
+    def meta(self) -> dict:
+        return tuple.__getitem__(self, 0)
+
+    @property
+    def assignment(self) -> torch.Tensor:
+        return tuple.__getitem__(self, 1)
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            return self.meta[key]
+        return tuple.__getitem__(self, key)
+
+    def __contains__(self, key):
+        return key in self.meta if isinstance(key, str) else tuple.__contains__(self, key)
+
+    def get(self, key, default=None):
+        return self.meta.get(key, default)
+
+    def keys(self):
+        return self.meta.keys()
+
+
+def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, quality: dict,
+                   seconds: float, k: int | None = None) -> Path:
+    """Write the artifact for ``graph`` split by ``assignment`` into ``out_dir`` atomically.
+
+    ``k`` defaults to ``params["k"]`` or ``max(assignment) + 1``. Refuses to replace a
+    non-empty directory that is not an artifact. Returns the final path."""
+    out = Path(out_dir)
+    a = torch.as_tensor(assignment).to(torch.int64).contiguous()
+    n = int(graph.num_nodes)
+    if k is None:
+        k = int(params.get("k", int(a.max()) + 1 if a.numel() else 1))
+    _check_assignment(a, n, k, out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / META).exists())):
+        raise ArtifactError(f"{out} exists and is not a partition artifact (no {META}); "
+                            "choose another --out or remove it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        np.save(tmp / ASSIGNMENT, a.numpy())
+        parts = None
+        try:
+            from graphdist.parts import write_parts
+        except ImportError:  # per-part files are optional for quality-only use
+            write_parts = None
+        if write_parts is not None:
+            parts = write_parts(tmp, graph, a, k)
+        meta = {
+            "format_version": FORMAT_VERSION,
+            "fingerprint": graph.fingerprint,
+            "graph": getattr(graph, "name", "") or "",
+            "num_nodes": n,
+            "num_edges": int(graph.num_edges),
+            "k": int(k),
+            "method": method,
+            "params": params,
+            "quality": quality,
+            "time": {"partition_s": float(seconds),
+                     "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        }
+        if parts is not None:
+            meta["parts"] = parts
+        with open(tmp / META, "w") as f:  # written last: its presence marks completeness
+            json.dump(meta, f, indent=2, sort_keys=False, default=_json_default)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        old = None
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+            os.rmdir(old)
+            os.replace(out, old)
+        os.replace(tmp, out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def _json_default(o):
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, (np.ndarray, torch.Tensor)):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def _check_assignment(a: torch.Tensor, n: int, k: int, where) -> None:
+    if a.dim() != 1 or a.numel() != n:
+        raise ArtifactError(f"{where}: assignment has {a.numel()} entries but the graph has {n} nodes")
+    if n and int(a.min()) < 0:
+        raise ArtifactError(f"{where}: assignment has a negative part id ({int(a.min())})")
+    if n and int(a.max()) >= k:
+        raise ArtifactError(f"{where}: assignment has part id {int(a.max())} >= k={k}")
+
+
+def read_meta(directory) -> dict:
+    """``meta.json`` of a complete artifact (ArtifactError if missing, incomplete or foreign)."""
+    d = Path(directory)
+    if not d.is_dir():
+        raise ArtifactError(f"{d}: partition artifact not found (run `graphdist partition ... --out {d}`)")
+    if not (d / META).exists():
+        raise ArtifactError(f"{d}: incomplete partition artifact (no {META}); re-run `graphdist partition`")
+    try:
+        meta = json.loads((d / META).read_text())
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{d / META}: unreadable ({e})") from None
+    ver = meta.get("format_version") if isinstance(meta, dict) else None
+    if ver != FORMAT_VERSION:
+        raise ArtifactError(f"{d / META}: format version {ver}, expected {FORMAT_VERSION}")
+    for key in ("fingerprint", "num_nodes", "k"):
+        if key not in meta:
+            raise ArtifactError(f"{d / META}: missing key '{key}'")
+    return meta
+
+
+def read_artifact(directory) -> Artifact:
+    """``(meta, assignment LongTensor[N])`` of the artifact at ``directory``, validated
+    (length N, ids in ``[0, k)``). The result also indexes like ``meta`` (``art["k"]``)."""
+    d = Path(directory)
+    meta = read_meta(d)
+    path = d / ASSIGNMENT
+    if not path.exists():
+        raise ArtifactError(f"{d}: incomplete partition artifact (no {ASSIGNMENT})")
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path}: unreadable ({e})") from None
+    a = torch.from_numpy(np.ascontiguousarray(arr).astype(np.int64, copy=False))
+    _check_assignment(a, int(meta["num_nodes"]), int(meta["k"]), path)
+    return Artifact(meta, a)
+
+
+def check_artifact(meta, graph=None, k: int | None = None) -> None:
+    """Raise ArtifactError (naming both values) if ``meta`` was not cut from ``graph`` or does
+    not have ``k`` parts."""
+    if graph is not None:
+        fp = graph.fingerprint
+        if meta["fingerprint"] != fp:
+            raise ArtifactError(f"partition was cut from a graph with fingerprint {meta['fingerprint']} "
+                                f"but this graph has fingerprint {fp}")
+        if int(meta["num_nodes"]) != int(graph.num_nodes):
+            raise ArtifactError(f"partition has {meta['num_nodes']} nodes but the graph has {graph.num_nodes}")
+    if k is not None and int(meta["k"]) != int(k):
+        raise ArtifactError(f"partition has k={meta['k']} parts but {k} were requested")

@@ -1,0 +1,137 @@
+"""Trainer behaviour: exact resume, launcher, report keys, failure modes (world size, CUDA,
+dead worker)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from graphdist.cli import main
+from graphdist.errors import ConfigError
+from graphdist.halo import build_plan
+from graphdist.testing import run_ranks
+from tests.conftest import requires_cuda
+
+SPEC = "sbm:nodes=300,classes=3,avg_degree=5,features=8,seed=0"
+REPORT_KEYS = {"test_acc", "best_val_acc", "best_epoch", "losses", "time/epoch_s",
+               "comm/halo_bytes_per_epoch", "mem/peak_bytes", "world_size", "partition"}
+
+
+def _graph_and_assignment():
+    from graphdist.data import load_graph
+    g = load_graph(SPEC)
+    return g, torch.arange(g.num_nodes) % 2
+
+
+def _resume_job(rank, ws, graph, a, root):
+    from graphdist.runtime import init_distributed
+    from graphdist.trainer import GCNConfig, fit
+    ctx = init_distributed("cpu")
+    lg = build_plan(graph, a, rank, ws)
+    base = dict(spec="t", model="sage", layers=3, hidden=8, dropout=0.5, epochs=8, seed=3,
+                progress=False, batch_norm=True, checkpoint_every=3)
+    full = fit(GCNConfig(**base, checkpoint_dir=f"{root}/full"), lg, {}, ctx)
+    cut = fit(GCNConfig(**base, checkpoint_dir=f"{root}/cut", stop_after=5), lg, {}, ctx)
+    resumed = fit(GCNConfig(**base, checkpoint_dir=f"{root}/cut", resume=True), lg, {}, ctx)
+    return full["losses"], cut["losses"], resumed["losses"], sorted(os.listdir(f"{root}/cut"))
+
+
+def test_resume_reproduces_unbroken_run(tmp_path):
+    g, a = _graph_and_assignment()
+    out = run_ranks(_resume_job, 2, args=(g, a, str(tmp_path)), timeout=180)
+    for full, cut, resumed, files in out:
+        assert len(full) == 8 and len(cut) == 5
+        assert cut == full[:5]
+        assert resumed == full  # dropout RNG, Adam moments and batch-norm buffers all restored
+        assert files == ["epoch000008_rank00000.pt", "epoch000008_rank00001.pt", "latest.json"]
+    for r in range(2):
+        s_full = torch.load(tmp_path / "full" / f"epoch000008_rank{r:05d}.pt", weights_only=False)
+        s_cut = torch.load(tmp_path / "cut" / f"epoch000008_rank{r:05d}.pt", weights_only=False)
+        for k, v in s_full["model"].items():
+            assert torch.equal(v, s_cut["model"][k]), k
+    assert json.loads((tmp_path / "cut" / "latest.json").read_text())["epoch"] == 8
+
+
+def test_world_size_must_equal_parts(capsys):
+    assert main(["train-gcn", SPEC, "--parts", "2", "--nproc", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--nproc 3" in err[0] and "2 parts" in err[0]
+    from graphdist.gcn_setup import load_local
+    from graphdist.trainer import GCNConfig
+    with pytest.raises(ConfigError, match="--parts 4 does not match the world size 2"):
+        load_local(GCNConfig(spec=SPEC, parts=4), 0, 2)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_cuda_without_gpu_is_one_line_error(capsys):
+    assert main(["train-gcn", SPEC, "--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no CUDA GPU" in err[0]
+
+
+def test_bad_flags(capsys):
+    assert main(["train-gcn", SPEC, "--dropout", "1.5"]) == 2
+    assert main(["train-gcn", "--epochs", "3"]) == 2
+    assert main(["train-gcn", SPEC, "--resume"]) == 2
+    err = capsys.readouterr().err
+    assert "--dropout" in err and "SPEC or --partition" in err and "--checkpoint-dir" in err
+
+
+def _env(rank, port, extra=None):
+    env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+    env.update(extra or {})
+    return env
+
+
+def test_dead_worker_is_named_by_survivor():
+    """Two workers as an external torchrun would start them; rank 1 dies at epoch 3."""
+    from graphdist.runtime import free_port
+    port = free_port()
+    cmd = [sys.executable, "-m", "graphdist", "train-gcn", SPEC, "--parts", "2", "--method", "random",
+           "--epochs", "500", "--no-progress", "--timeout", "60"]
+    procs = [subprocess.Popen(cmd, env=_env(r, port, {"GRAPHDIST_FAULT": "1:3"}), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    t0 = time.monotonic()
+    try:
+        out0, err0 = procs[0].communicate(timeout=120)
+        procs[1].communicate(timeout=30)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert procs[1].returncode == 3
+    assert procs[0].returncode == 2, err0
+    assert time.monotonic() - t0 < 120
+    lines = [ln for ln in err0.splitlines() if ln.startswith("graphdist: error:")]
+    assert len(lines) == 1 and "rank 1 stopped responding" in lines[0], err0
+
+
+def test_launcher_runs_two_workers_and_writes_report(tmp_path):
+    rep = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "graphdist", "train-gcn", SPEC, "--nproc", "2", "--parts", "2",
+                        "--method", "metis", "--epochs", "4", "--hidden", "8", "--no-progress",
+                        "--report", str(rep)], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(rep.read_text())
+    assert REPORT_KEYS <= set(d)
+    assert d["world_size"] == 2 and len(d["losses"]) == 4
+    assert d["comm/halo_bytes_per_epoch"] > 0 and d["mem/peak_bytes"] > 0
+    assert d["partition"]["method"] == "metis" and d["partition"]["quality"]["comm_volume"] > 0
+    assert "test_acc" in r.stdout and "report:" in r.stdout
+
+
+@requires_cuda
+def test_cuda_smoke():
+    from graphdist.runtime import DistContext
+    from graphdist.trainer import GCNConfig, fit
+    g, _ = _graph_and_assignment()
+    lg = build_plan(g, torch.zeros(g.num_nodes, dtype=torch.long), 0, 1)
+    ctx = DistContext(0, 1, 0, "nccl", torch.device("cuda", 0))
+    rep = fit(GCNConfig(spec="t", epochs=5, progress=False, device="cuda"), lg, {}, ctx)
+    assert len(rep["losses"]) == 5 and rep["losses"][-1] < rep["losses"][0]

@@ -179,7 +179,7 @@ def barrier() -> None:
         dist.barrier()
 
 
-def find_dead_ranks(tag: str, wait_s: float = 5.0) -> list[int] | None:
+def find_dead_ranks(tag: str, wait_s: float = 3.0) -> list[int] | None:
     """After a failed collective: every surviving rank checks in through the rendezvous store;
     ranks that have not checked in within ``wait_s`` are dead. ``None`` if the store itself is
     unreachable (it lives with rank 0 / the launcher)."""

@@ -135,3 +135,11 @@ def test_cuda_smoke():
     ctx = DistContext(0, 1, 0, "nccl", torch.device("cuda", 0))
     rep = fit(GCNConfig(spec="t", epochs=5, progress=False, device="cuda"), lg, {}, ctx)
     assert len(rep["losses"]) == 5 and rep["losses"][-1] < rep["losses"][0]
+
+
+def test_demo_single_worker(tmp_path, capsys):
+    from graphdist.demo import run_gcn_demo
+    s = run_gcn_demo(tmp_path, spec=SPEC, nproc=1, progress=False, extra_args=["--epochs", "5"])
+    out = capsys.readouterr().out
+    assert "test accuracy" in out and "halo exchange 0 rows" in out and "report:" in out
+    assert 0.0 <= s["test_acc"] <= 1.0 and (tmp_path / "gcn_report.json").exists()

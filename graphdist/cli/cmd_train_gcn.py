@@ -42,7 +42,9 @@ def config_from_args(args) -> GCNConfig:
     kw = {f: getattr(args, f) for f in list(_FLAGS) + list(_SWITCHES) if getattr(args, f) is not None}
     kw["spec"], kw["partition"] = args.spec, args.partition
     kw["progress"] = not args.no_progress
-    return GCNConfig(**kw)
+    cfg = GCNConfig(**kw)
+    cfg.summary = not getattr(args, "no_summary", False)
+    return cfg
 
 
 def config_to_argv(cfg: GCNConfig) -> list[str]:
@@ -58,6 +60,8 @@ def config_to_argv(cfg: GCNConfig) -> list[str]:
     argv += [flag for f, (flag, _h) in _SWITCHES.items() if getattr(cfg, f)]
     if not cfg.progress:
         argv.append("--no-progress")
+    if not getattr(cfg, "summary", True):
+        argv.append("--no-summary")
     return argv
 
 
@@ -91,7 +95,7 @@ def _handler(args) -> int:
     finally:
         from graphdist.runtime import shutdown
         shutdown()
-    if rank == 0:
+    if rank == 0 and getattr(cfg, "summary", True):
         _summary(rep, cfg)
     return 0
 
@@ -120,5 +124,6 @@ def register(sub) -> None:
     for f, (flag, h) in _SWITCHES.items():
         p.add_argument(flag, dest=f, action="store_true", default=None, help=h)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-summary", action="store_true", help=argparse.SUPPRESS)
     p.set_defaults(func=_handler)
 

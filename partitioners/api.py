@@ -92,7 +92,7 @@ def _run(graph, k, method, imbalance, seed, weights, options) -> np.ndarray:
                                            preset=options.get("preset", "default"))
     if method == "mtkahypar":
         return backends.mtkahypar_partition(graph, k, weights, imbalance=imbalance, seed=seed,
-                                            preset=options.get("preset", "default"))
+                                            preset=options.get("preset", "deterministic"))
     return _auto(graph, k, imbalance, seed, weights, options)
 
 

@@ -48,7 +48,7 @@ def single_weight(weights: Weights, scale: int = 16, positive: bool = True) -> n
 
 
 def _threads() -> int:
-    return max(1, min(os.cpu_count() or 1, int(os.environ.get("GRAPHDIST_THREADS", "2"))))
+    return max(1, min(os.cpu_count() or 1, int(os.environ.get("GRAPHDIST_THREADS", "1"))))
 
 
 _OBJ = {"cut": 0, "vol": 1}

@@ -61,42 +61,53 @@ def check_assignment(graph, assignment, k: int | None = None) -> tuple[np.ndarra
     return a, int(k)
 
 
-def _edges(graph) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst) int64 numpy arrays of all stored edges."""
-    indptr = _np(graph.indptr).astype(np.int64, copy=False)
-    src = _np(graph.indices).astype(np.int64, copy=False)
-    dst = np.repeat(np.arange(indptr.size - 1, dtype=np.int64), np.diff(indptr))
-    return src, dst
-
-
-def _send_pairs(graph, a: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct halo pairs: ``(j, q)`` meaning source node ``j`` must be sent to part ``q``."""
-    src, dst = _edges(graph)
-    q = a[dst]
-    cut = a[src] != q
-    src, q = src[cut], q[cut]
-    n = a.size
-    if n * k <= _DENSE_LIMIT:
-        mask = np.zeros(n * k, dtype=bool)
-        mask[src * k + q] = True
-        key = np.flatnonzero(mask)
-    else:
-        key = np.unique(src * k + q)
-    return key // k, key % k
+def _small(a: np.ndarray, k: int) -> np.ndarray:
+    """The assignment in the narrowest integer type (cache-friendly gathers)."""
+    for t in (np.int8, np.int16, np.int32):
+        if k <= np.iinfo(t).max:
+            return a.astype(t)
+    return a
 
 
 class _Cache:
-    """Computes the halo pairs once per (graph, assignment) for :func:`quality`."""
+    """Per-edge part ids and the distinct halo pairs, computed once per (graph, assignment).
+
+    ``src_part[e]`` / ``dst_part[e]`` are the parts of edge ``e``'s ends; halo pairs
+    ``(j, q)`` mean row ``j`` must be sent to part ``q`` (found with a dense ``[N*k]`` bitmap
+    when it fits in 256 MiB, else by sorting)."""
 
     def __init__(self, graph, assignment, k=None):
         self.graph = graph
         self.a, self.k = check_assignment(graph, assignment, k)
+        n = self.a.size
+        self.deg = np.diff(_np(graph.indptr)).astype(np.int64)
+        src = _np(graph.indices)
+        self.src = src.astype(np.int32) if n < 2**31 else src.astype(np.int64)
+        small = _small(self.a, self.k)
+        self.dst_part = np.repeat(small, self.deg)
+        self.src_part = small[self.src]
         self._pairs = None
 
     @property
-    def pairs(self):
+    def cut(self) -> int:
+        return int(np.count_nonzero(self.src_part != self.dst_part))
+
+    @property
+    def pairs(self) -> tuple[np.ndarray, np.ndarray]:
         if self._pairs is None:
-            self._pairs = _send_pairs(self.graph, self.a, self.k)
+            n, k = self.a.size, self.k
+            if n * k <= _DENSE_LIMIT:
+                kt = np.int32 if n * k < 2**31 else np.int64
+                key = self.src.astype(kt) * kt(k)
+                key += self.dst_part
+                mask = np.zeros(n * k, dtype=bool)
+                mask[key] = True
+                mask[np.arange(n, dtype=np.int64) * k + self.a] = False  # own part: no halo
+                key = np.flatnonzero(mask)
+            else:
+                cut = self.src_part != self.dst_part
+                key = np.unique(self.src[cut].astype(np.int64) * k + self.dst_part[cut])
+            self._pairs = (key // k, key % k)
         return self._pairs
 
 
@@ -125,9 +136,7 @@ def send_per_part(graph, assignment, k: int | None = None) -> np.ndarray:
 
 def edge_cut(graph, assignment) -> int:
     """Number of directed edges ``j -> i`` whose endpoints lie in different parts."""
-    a, _ = check_assignment(graph, assignment)
-    src, dst = _edges(graph)
-    return int(np.count_nonzero(a[src] != a[dst]))
+    return _Cache(graph, assignment).cut
 
 
 def edge_cut_fraction(graph, assignment) -> float:
@@ -192,10 +201,10 @@ def quality(graph, assignment, feature_dim: int | None = None, k: int | None = N
     n, e = int(graph.num_nodes), int(graph.num_edges)
     j, q = c.pairs
     vol = int(j.size)
-    cut = edge_cut(graph, a)
+    cut = c.cut
     recv = np.bincount(q, minlength=k)
     send = np.bincount(a[j], minlength=k)
-    deg = np.diff(_np(graph.indptr)).astype(np.float64)
+    deg = c.deg.astype(np.float64)
     out = {
         "edge_cut": cut,
         "edge_cut_fraction": cut / e if e else 0.0,

@@ -48,19 +48,16 @@ def load_local(cfg, rank: int, world_size: int) -> tuple[LocalGraph, dict]:
 
 
 def _from_artifact(cfg, rank: int, world_size: int) -> tuple[LocalGraph, dict]:
-    from graphdist.artifact import read_artifact
+    from graphdist.artifact import check_artifact, read_meta
     from graphdist.parts import load_part
-    meta = read_artifact(cfg.partition)
+    meta = read_meta(cfg.partition)  # meta.json only: a rank never reads the whole assignment
     k = int(meta["k"])
     if k != world_size:
         raise ArtifactError(f"partition {cfg.partition} has k={k} parts but the world size is "
                             f"{world_size} (start {k} workers, e.g. --nproc {k})")
     if cfg.spec:  # a spec next to --partition: the artifact must be cut from that graph
         from graphdist.data import load_graph
-        fp = load_graph(cfg.spec).fingerprint
-        if fp != meta["fingerprint"]:
-            raise ArtifactError(f"partition {cfg.partition} was cut from a graph with fingerprint "
-                                f"{meta['fingerprint']} but {cfg.spec} has fingerprint {fp}")
+        check_artifact(meta, load_graph(cfg.spec), k=world_size)
     lg = load_part(cfg.partition, rank)
     if lg.fingerprint != meta["fingerprint"] or lg.world_size != k:
         raise ArtifactError(f"{cfg.partition}: part {rank} has fingerprint {lg.fingerprint} and k={lg.world_size}"

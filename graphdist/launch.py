@@ -36,6 +36,9 @@ def launch(nproc: int, argv: list[str], *, monitor_interval: float = 0.2) -> int
     cfg = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"graphdist-{uuid.uuid4().hex[:8]}",
                        rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
                        monitor_interval=monitor_interval, start_method="spawn")
+    import logging
+    # the agent's own error log repeats what the workers and this function already say
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     env_before = os.environ.get("OMP_NUM_THREADS")
     if env_before is None:  # one thread per worker unless the user says otherwise (torchrun's default)
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))

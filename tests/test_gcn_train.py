@@ -112,10 +112,36 @@ def test_dead_worker_is_named_by_survivor():
     assert len(lines) == 1 and "rank 1 stopped responding" in lines[0], err0
 
 
+def _write_artifact(path, k=2, method="metis"):
+    from graphdist.artifact import write_artifact
+    from graphdist.gcn_setup import partition_in_process
+    g, _ = _graph_and_assignment()
+    a = partition_in_process(g, k, method, 0)
+    from partitioners.quality import quality
+    return write_artifact(path, g, a, method=method, params={"k": k}, quality=quality(g, a, k=k), seconds=0.0)
+
+
+def test_artifact_mismatches_name_both_values(tmp_path, capsys):
+    from graphdist.errors import ArtifactError
+    from graphdist.gcn_setup import load_local
+    from graphdist.trainer import GCNConfig
+    d = _write_artifact(tmp_path / "p")
+    with pytest.raises(ArtifactError, match="k=2 parts but the world size is 1"):
+        load_local(GCNConfig(partition=str(d)), 0, 1)
+    other = SPEC.replace("seed=0", "seed=1")
+    with pytest.raises(ArtifactError, match="fingerprint [0-9a-f]{16} but this graph has fingerprint [0-9a-f]{16}"):
+        load_local(GCNConfig(spec=other, partition=str(d)), 0, 2)
+    lg, info = load_local(GCNConfig(spec=SPEC, partition=str(d)), 1, 2)
+    assert lg.rank == 1 and info["method"] == "metis"
+    assert main(["train-gcn", "--partition", str(d), "--nproc", "3"]) == 2
+    assert "--nproc 3 does not match the 2 parts" in capsys.readouterr().err
+
+
 def test_launcher_runs_two_workers_and_writes_report(tmp_path):
     rep = tmp_path / "r.json"
-    r = subprocess.run([sys.executable, "-m", "graphdist", "train-gcn", SPEC, "--nproc", "2", "--parts", "2",
-                        "--method", "metis", "--epochs", "4", "--hidden", "8", "--no-progress",
+    d = _write_artifact(tmp_path / "p")
+    r = subprocess.run([sys.executable, "-m", "graphdist", "train-gcn", "--partition", str(d), "--nproc", "2",
+                        "--epochs", "4", "--hidden", "8", "--no-progress",
                         "--report", str(rep)], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stderr
     d = json.loads(rep.read_text())

@@ -66,8 +66,8 @@ def config_to_argv(cfg: GCNConfig) -> list[str]:
 
 
 def _artifact_k(directory) -> int:
-    from graphdist.artifact import read_artifact
-    return int(read_artifact(directory)["k"])
+    from graphdist.artifact import read_meta
+    return int(read_meta(directory)["k"])
 
 
 def _handler(args) -> int:

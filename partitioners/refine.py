@@ -10,12 +10,13 @@ the net of every in-neighbour, i.e. its pins are row ``v`` of ``M = A + I`` (in-
     keep[v]    = #{e ∋ v : Phi[e, a[v]] == 1}            (v is the last pin of e in its part)
     gain(v -> q) = keep[v] - deg_M(v) + conn[v, q]       (volume saved by the move)
 
-Each round scores all boundary nodes against the state before the round (Jacobi style), keeps
-moves with positive gain (only towards higher part ids in even rounds and lower ids in odd
-ones, so neighbours cannot swap past each other), admits them per target part in gain order
-while every cap holds, applies them and checks the true volume: a round that made things worse
-is undone and retried with half as many moves. A rebalancing round first moves the nodes that
-cost least per unit of excess weight out of any part over a cap.
+Each round scores all boundary nodes against the state before the round (Jacobi style) and
+keeps positive-gain moves whose gains stay exact when they happen together (per net and part,
+at most one mover that could spoil another's count, see :meth:`VolumeRefiner._independent`);
+they are admitted per target part in gain order while every cap holds, crediting weight that
+leaves the part in the same round. So each round strictly lowers the volume and never breaks
+a cap. :meth:`VolumeRefiner.rebalance` first moves the nodes that cost least per unit of
+excess weight out of any part over a cap.
 """
 from __future__ import annotations
 
@@ -87,59 +88,60 @@ class VolumeRefiner:
             ok &= load[c, t] + cum <= self.caps[c]
         return order[ok]
 
-    def rebalance_round(self, a: np.ndarray, phi: np.ndarray) -> bool:
-        """Move nodes out of over-cap parts; True if anything moved.
+    def rebalance(self, a: np.ndarray, passes: int = 3) -> bool:
+        """Move nodes out of over-cap parts (in place); True when every cap holds at the end.
 
-        A move ``v: p -> q`` is scored by the overload it removes, ``red = sum_c (excess
-        removed at p - excess added at q) / cap_c`` (> 0 required), and ranked by volume cost
-        per unit of ``red``. Sources take nodes until each excess is covered; a target accepts
-        up to its room plus half of what it sheds this round (so two parts over in different
-        constraints can exchange hubs for light nodes)."""
-        load = self.loads(a)
-        caps = self.caps[:, None]
-        exc = np.maximum(load - caps, 0.0)  # [C, k]
-        over = exc > 0
-        if not over.any():
-            return False
-        cand = np.flatnonzero(over.any(0)[a])
-        p = a[cand]
-        g = self.gains(a, phi, cand)
-        wv = self.w[:, cand]  # [C, B]
-        dec = (np.minimum(wv, exc[:, p]) / caps).sum(0)  # [B]
-        inc = ((np.maximum(load[:, None, :] + wv[:, :, None] - caps[:, :, None], 0.0)
-                - exc[:, None, :]) / caps[:, :, None]).sum(0)  # [B, k]
-        red = dec[:, None] - inc
-        valid = (red > 1e-12) & np.isfinite(g)
-        prio = np.where(g > 0, 1e6 + g, g / np.maximum(red, 1e-12))
-        prio[~valid] = -np.inf
-        target = prio.argmax(1)
-        best = prio[np.arange(cand.size), target]
-        ok = np.isfinite(best)
-        cand, p, target, best = cand[ok], p[ok], target[ok], best[ok]
-        if cand.size == 0:
-            return False
-        # sources: in priority order while some excess of the part is still uncovered
-        order = np.lexsort((-best, p))
-        ps = p[order]
-        need = np.zeros(order.size, dtype=bool)
-        for c in range(self.w.shape[0]):
-            wc = self.w[c, cand[order]]
-            before = _group_cumsum(ps, wc) - wc
-            need |= (exc[c, ps] > 0) & (wc > 0) & (before < exc[c, ps])
-        sel = order[need]
-        shed = np.stack([np.bincount(p[sel], weights=self.w[c, cand[sel]], minlength=self.k)
-                         for c in range(self.w.shape[0])])
-        budget = np.maximum(caps - load, 0.0) + 0.5 * shed + 0.005 * caps  # [C, k]
-        order = sel[np.lexsort((-best[sel], target[sel]))]
-        t = target[order]
-        adm = np.ones(order.size, dtype=bool)
-        for c in range(self.w.shape[0]):
-            adm &= _group_cumsum(t, self.w[c, cand[order]]) <= budget[c, t] + 1e-9
-        adm = order[adm]
-        if adm.size == 0:
-            return False
-        a[cand[adm]] = target[adm]
-        return True
+        Over-cap overload ``P = sum_c sum_p max(0, load[c, p] - cap_c) / cap_c`` drops with
+        every move: ``v: p -> q`` is taken only if it removes more overload at ``p`` than it adds
+        at ``q`` (so two parts over in different constraints can trade hubs for light nodes).
+        Candidates come in order of volume cost per unit of overload removed (gains computed
+        once per pass); the loop is sequential over the few nodes that must move."""
+        caps = self.caps
+        cw = self.w.shape[0]
+        for _ in range(passes):
+            load = self.loads(a)
+            over = load > caps[:, None] + 1e-9
+            if not over.any():
+                return True
+            cand = np.flatnonzero(over.any(0)[a])
+            phi = self.phi(a)
+            g = self.gains(a, phi, cand)
+            g[~np.isfinite(g)] = -1e18
+            wv = self.w[:, cand]
+            p = a[cand]
+            exc = np.maximum(load - caps[:, None], 0.0)
+            dec = (np.minimum(wv, exc[:, p]) / caps[:, None]).sum(0)
+            order = np.argsort(-(g.max(1) - 1.0) / np.maximum(dec, 1e-12) * (dec > 0)
+                               - 1e30 * (dec <= 0), kind="stable")
+            moved = 0
+            for i in order.tolist():
+                pi = int(a[cand[i]])
+                wi = wv[:, i]
+                if not (over[:, pi] & (wi > 0)).any():
+                    continue
+                lp = load[:, pi]
+                red_src = (np.minimum(wi, np.maximum(lp - caps, 0.0)) / caps).sum()
+                inc = ((np.maximum(load + wi[:, None] - caps[:, None], 0.0)
+                        - np.maximum(load - caps[:, None], 0.0)) / caps[:, None]).sum(0)
+                red = red_src - inc
+                red[pi] = -1.0
+                ok = red > 1e-12
+                if not ok.any():
+                    continue
+                gi = g[i]
+                score = np.where(gi > 0, 1e6 + gi, gi / np.maximum(red, 1e-12))
+                score[~ok] = -np.inf
+                q = int(score.argmax())
+                a[cand[i]] = q
+                load[:, pi] -= wi
+                load[:, q] += wi
+                over = load > caps[:, None] + 1e-9
+                moved += 1
+                if not over.any():
+                    return True
+            if moved == 0:
+                break
+        return not (self.loads(a) > caps[:, None] + 1e-9).any()
 
     def _independent(self, a, phi, cand, target, prio) -> np.ndarray:
         """Mask of movers whose gains stay exact (or get better) when they all move together.
@@ -220,9 +222,7 @@ class VolumeRefiner:
         ``tol`` of the volume (each round strictly lowers the volume)."""
         a = np.asarray(a, dtype=np.int64).copy()
         rng = np.random.default_rng(seed)
-        for _ in range(4 * self.k):
-            if not self.rebalance_round(a, self.phi(a)):
-                break
+        self.rebalance(a)
         phi = self.phi(a)
         vol = self.volume(a, phi)
         for _ in range(rounds):

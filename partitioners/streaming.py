@@ -81,8 +81,8 @@ def assign_with_caps(score: np.ndarray, wb: np.ndarray, load: np.ndarray,
         rem = rem[rej]
         if np.isneginf(score[rem]).all(1).all() if rem.size else True:
             break
-    for v in rem:  # overflow: rare (caps nearly full); least relatively loaded part
-        p = int(np.argmin((load / caps[:, None]).max(0)))
+    for v in rem:  # overflow: rare (caps nearly full); lowest relative load after the move
+        p = int(np.argmin(((load + wb[:, v:v + 1]) / caps[:, None]).max(0)))
         out[v] = p
         load[:, p] += wb[:, v]
     return out
@@ -125,4 +125,7 @@ def stream_partition(graph, k: int, weights: Weights, *, seed: int = 0, method: 
                 score = counts - alpha * gamma * (frac * n / k) ** (gamma - 1.0)
             score += noise[: b1 - b0]
             a[rows] = assign_with_caps(score, w[:, rows], load, caps)
+    if (load > caps[:, None] + 1e-9).any():  # late heavy nodes overflowed: repair the caps
+        from partitioners.refine import VolumeRefiner
+        VolumeRefiner(graph, k, weights).rebalance(a)
     return a

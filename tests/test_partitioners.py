@@ -1,0 +1,186 @@
+"""Every partitioner returns a valid, balanced, deterministic assignment; the volume
+refinement's gains are exact; bad input is one clear error."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+import torch
+
+from graphdist.data import load_graph
+from graphdist.data.graph import Graph
+from graphdist.errors import GraphdistError
+from partitioners import METHODS, MissingBackendError, PartitionError, partition, quality
+from partitioners._graph import make_weights
+from partitioners.refine import VolumeRefiner
+
+
+def grid(rows: int, cols: int) -> Graph:
+    idx = np.arange(rows * cols).reshape(rows, cols)
+    src = np.concatenate([idx[:, :-1].ravel(), idx[:-1, :].ravel()])
+    dst = np.concatenate([idx[:, 1:].ravel(), idx[1:, :].ravel()])
+    return Graph.from_edges(src, dst, rows * cols)
+
+
+GRAPHS = {
+    "sbm": lambda: load_graph("sbm:nodes=1500,classes=4,avg_degree=10,features=2,seed=1"),
+    "rmat": lambda: load_graph("rmat:scale=11,edge_factor=8,seed=2"),
+    "grid": lambda: grid(30, 40),
+}
+_cache: dict = {}
+
+
+def graph(name: str) -> Graph:
+    if name not in _cache:
+        _cache[name] = GRAPHS[name]()
+    return _cache[name]
+
+
+def _has(mod: str) -> bool:
+    try:
+        importlib.import_module(mod)
+        return True
+    except ImportError:
+        return False
+
+
+BACKEND = {"metis": "pymetis", "kaminpar": "kaminpar", "mtkahypar": "mtkahypar", "auto": "pymetis"}
+# what each method promises to balance by default
+NODE_BALANCED = {"random", "ldg", "fennel", "metis", "kaminpar", "mtkahypar", "auto"}
+
+
+@pytest.mark.parametrize("gname", list(GRAPHS))
+@pytest.mark.parametrize("method", METHODS)
+def test_valid_balanced_deterministic(method, gname):
+    if method in BACKEND and not _has(BACKEND[method]):
+        pytest.skip(f"{BACKEND[method]} not installed")
+    g = graph(gname)
+    k = 4 if method == "mtkahypar" else 8
+    a = partition(g, k, method=method, seed=3)
+    assert a.dtype == torch.int64 and a.shape == (g.num_nodes,)
+    assert int(a.min()) >= 0 and int(a.max()) < k
+    assert torch.equal(a, partition(g, k, method=method, seed=3)), "not deterministic for a seed"
+    q = quality(g, a, k=k)
+    slack = 1.0 / (g.num_nodes / k)  # one node over an exact split
+    if method in NODE_BALANCED:
+        assert q["node_imbalance"] <= 0.03 + slack + 1e-9, q
+    if method == "auto":  # the default balances nodes AND edges
+        assert q["edge_imbalance"] <= 0.03 + 1e-9, q
+    if method not in ("random", "block"):  # better than hashing
+        assert q["comm_volume"] < quality(g, partition(g, k, method="random"))["comm_volume"]
+
+
+@pytest.mark.parametrize("method", ["ldg", "fennel", "metis", "auto"])
+def test_edge_balance(method):
+    g = graph("rmat")
+    a = partition(g, 4, method=method, balance="edges")
+    q = quality(g, a, k=4)
+    assert q["edge_imbalance"] <= 0.05, q
+
+
+@pytest.mark.parametrize("method", ["ldg", "metis", "auto"])
+def test_both_balanced_on_power_law(method):
+    g = graph("rmat")
+    a = partition(g, 8, method=method, balance="both")
+    q = quality(g, a, k=8)
+    assert q["node_imbalance"] <= 0.05 and q["edge_imbalance"] <= 0.05, q
+
+
+def test_auto_beats_node_balanced_metis_on_balance_and_grid_volume():
+    g = graph("rmat")
+    m = quality(g, partition(g, 8, method="metis"), k=8)
+    a = quality(g, partition(g, 8), k=8)
+    assert m["edge_imbalance"] > 0.2  # METIS balances nodes only: hubs pile up
+    assert a["edge_imbalance"] <= 0.03 and a["node_imbalance"] <= 0.03
+    gg = graph("grid")
+    assert quality(gg, partition(gg, 8))["comm_volume"] <= quality(gg, partition(gg, 8, method="metis"))["comm_volume"]
+
+
+def test_block_on_a_grid_is_countable_by_hand():
+    # 8 x 8 grid, ids row-major: block k=2 cuts between rows 3 and 4 -> 8 undirected edges
+    g = grid(8, 8)
+    a = partition(g, 2, method="block")
+    assert a.tolist() == [0] * 32 + [1] * 32
+    q = quality(g, a)
+    assert q["edge_cut"] == 16 and q["comm_volume"] == 16 and q["max_recv"] == 8
+    # METIS finds the same straight cut (volume can't be lower for a balanced bisection)
+    if _has("pymetis"):
+        assert quality(g, partition(g, 2, method="metis"))["comm_volume"] == 16
+
+
+def test_random_is_exactly_node_balanced_and_seeded():
+    g = grid(10, 10)
+    a = partition(g, 7, method="random", seed=1)
+    counts = torch.bincount(a, minlength=7)
+    assert counts.max() - counts.min() <= 1
+    assert not torch.equal(a, partition(g, 7, method="random", seed=2))
+
+
+def test_k1_and_node_weights():
+    g = grid(5, 5)
+    assert partition(g, 1).tolist() == [0] * 25
+    w = torch.ones(25)
+    w[:5] = 5.0  # first row five times heavier
+    a = partition(g, 2, method="ldg", node_weights=w, imbalance=0.1)
+    loads = torch.bincount(a, weights=w, minlength=2)
+    assert loads.max() <= 1.1 * w.sum() / 2 + 5
+
+
+def test_refiner_gains_are_exact():
+    rng = np.random.default_rng(0)
+    n, k = 60, 4
+    g = Graph.from_edges(rng.integers(0, n, 200), rng.integers(0, n, 200), n, symmetrize=False)
+    a = rng.integers(0, k, n)
+    r = VolumeRefiner(g, k, make_weights(g, k, 0.03, "both"))
+    phi = r.phi(a)
+    assert r.volume(a, phi) == quality(g, a, k=k)["comm_volume"]
+    cand = np.arange(n)
+    gains = r.gains(a, phi, cand)
+    for v in range(0, n, 7):
+        for q in range(k):
+            if q == a[v]:
+                continue
+            b = a.copy()
+            b[v] = q
+            assert gains[v, q] == quality(g, a, k=k)["comm_volume"] - quality(g, b, k=k)["comm_volume"]
+
+
+def test_refinement_never_breaks_caps_and_lowers_volume():
+    g = graph("sbm")
+    k = 4
+    w = make_weights(g, k, 0.03, "both")
+    a0 = partition(g, k, method="random", seed=0).numpy()
+    r = VolumeRefiner(g, k, w)
+    a = r.run(a0)
+    assert (r.loads(a) <= np.asarray(w.caps)[:, None] + 1e-9).all()
+    assert r.volume(a) < r.volume(a0)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"k": 0}, "k=0 must be between 1 and the number of nodes N=25"),
+    ({"k": 26}, "k=26 must be between 1"),
+    ({"k": 2, "method": "nope"}, "unknown partition method 'nope'"),
+    ({"k": 2, "balance": "weird"}, "unknown balance 'weird'"),
+    ({"k": 2, "imbalance": -0.1}, "imbalance -0.1"),
+    ({"k": 2, "node_weights": torch.ones(3)}, "node_weights has shape"),
+])
+def test_bad_input(kwargs, match):
+    g = grid(5, 5)
+    k = kwargs.pop("k")
+    with pytest.raises(PartitionError, match=match) as ei:
+        partition(g, k, **kwargs)
+    assert isinstance(ei.value, GraphdistError)
+
+
+def test_missing_backend_names_pip_command(monkeypatch):
+    real = importlib.import_module
+
+    def fake(name, *a, **kw):
+        if name == "kaminpar":
+            raise ImportError("No module named 'kaminpar'")
+        return real(name, *a, **kw)
+
+    monkeypatch.setattr(importlib, "import_module", fake)
+    with pytest.raises(MissingBackendError, match="pip install kaminpar"):
+        partition(grid(5, 5), 2, method="kaminpar")

@@ -1,0 +1,190 @@
+"""``criteo:PATH``: the Criteo Kaggle / Terabyte TSV, streamed in chunks into a binary npy cache.
+
+One line = 40 tab-separated fields, no header::
+
+    label \t i1 .. i13 \t c1 .. c26
+    0/1      integers, may be negative,   8-hex-digit strings, e.g. 68fd1e64
+             empty = missing (0)          empty = missing (0)
+
+PATH is a file or a directory of ``day_*`` files (read in name order). The first read parses the
+text ``CHUNK_LINES`` lines at a time (never the whole file as Python objects) into a cache
+directory next to the data (or under ``--cache-dir``)::
+
+    <name>.graphdist-cache/
+        dense.npy   float32 [N, 13]   log(1 + max(x, 0))
+        sparse.npy  uint32  [N, 26]   the raw 32-bit ids (hashing into tables happens per batch)
+        labels.npy  int8    [N]
+        meta.json   source sizes/mtimes, rows, bad_lines
+
+which is the dense / sparse / labels split of torchrec's Criteo preprocessing
+(``torchrec.datasets.criteo.BinaryCriteoUtils``: ``day_X_dense.npy``, ``day_X_sparse.npy``,
+``day_X_labels.npy``) with the raw ids kept un-hashed, so one cache serves any table size.
+Later runs memory-map the arrays; each rank reads only its own rows of each global batch.
+A bad line (wrong field count, non-integer dense value, non-hex categorical value) raises
+:class:`~graphdist.errors.DataFormatError` with file and line, unless ``skip_bad_lines``.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import shutil
+
+import numpy as np
+
+from embeddings.data import NUM_DENSE, NUM_SPARSE, ClickData
+from graphdist.errors import DataFormatError, MissingFileError
+
+CHUNK_LINES = 200_000
+FORMAT_VERSION = 1
+NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE
+
+
+def source_files(path: str) -> list[str]:
+    if os.path.isdir(path):
+        files = sorted(glob.glob(os.path.join(path, "day_*")))
+        files = [f for f in files if not f.endswith((".npy", ".gz")) and os.path.isfile(f)]
+        if not files:
+            raise MissingFileError(f"{path}: directory has no day_* files")
+        return files
+    if not os.path.exists(path):
+        raise MissingFileError(f"{path}: no such Criteo file (download the Kaggle/Terabyte TSV; "
+                               "see datasets/criteo_kaggle/README.md)")
+    return [path]
+
+
+def _signature(files: list[str]) -> list:
+    return [[os.path.abspath(f), os.path.getsize(f), int(os.path.getmtime(f))] for f in files]
+
+
+def cache_path(path: str, cache_dir: str | None) -> str:
+    name = os.path.basename(os.path.normpath(path)) + ".graphdist-cache"
+    return os.path.join(cache_dir, name) if cache_dir else os.path.join(
+        os.path.dirname(os.path.abspath(path)), name)
+
+
+def _count_lines(files: list[str]) -> int:
+    n = 0
+    for f in files:
+        with open(f, "rb") as fh:
+            last = b"\n"
+            while True:
+                block = fh.read(1 << 24)
+                if not block:
+                    break
+                n += block.count(b"\n")
+                last = block[-1:]
+            n += last != b"\n"  # final line without newline
+    return n
+
+
+def parse_lines(lines: list[str], path: str, first_line: int, skip_bad: bool):
+    """Parse text lines; returns ``(dense, sparse, labels, n_bad)`` of the good lines."""
+    dense = np.zeros((len(lines), NUM_DENSE), dtype=np.float32)
+    sparse = np.zeros((len(lines), NUM_SPARSE), dtype=np.uint32)
+    labels = np.zeros(len(lines), dtype=np.int8)
+    k = bad = 0
+    for j, line in enumerate(lines):
+        line = line.rstrip("\r\n")
+        f = line.split("\t")
+        try:
+            if len(f) != NUM_FIELDS:
+                raise ValueError(f"expected {NUM_FIELDS} tab-separated fields, got {len(f)}")
+            lab = f[0]
+            if lab not in ("0", "1"):
+                raise ValueError(f"label must be 0 or 1, got {lab!r}")
+            for i in range(NUM_DENSE):
+                v = f[1 + i]
+                if v:
+                    try:
+                        x = int(v)
+                    except ValueError:
+                        raise ValueError(f"dense field {i + 1} is not an integer: {v!r}") from None
+                    dense[k, i] = np.log1p(max(x, 0))
+            for i in range(NUM_SPARSE):
+                v = f[1 + NUM_DENSE + i]
+                if v:
+                    if len(v) > 8 or not all(c in "0123456789abcdefABCDEF" for c in v):
+                        raise ValueError(f"categorical field {i + 1} is not an 8-digit hex id: {v!r}")
+                    sparse[k, i] = int(v, 16)
+            labels[k] = 1 if lab == "1" else 0
+            k += 1
+        except ValueError as e:
+            if not skip_bad:
+                raise DataFormatError(path, f"{e} (use --skip-bad-lines to skip such lines)",
+                                      line=first_line + j) from None
+            dense[k] = 0
+            sparse[k] = 0
+            bad += 1
+    return dense[:k], sparse[:k], labels[:k], bad
+
+
+def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
+    """Parse the TSV file(s) chunk by chunk into ``out`` (written to a temp dir, then renamed)."""
+    files = source_files(path)
+    total = _count_lines(files)
+    tmp = f"{out}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        d = np.lib.format.open_memmap(os.path.join(tmp, "dense.npy"), "w+", np.float32, (total, NUM_DENSE))
+        s = np.lib.format.open_memmap(os.path.join(tmp, "sparse.npy"), "w+", np.uint32, (total, NUM_SPARSE))
+        y = np.lib.format.open_memmap(os.path.join(tmp, "labels.npy"), "w+", np.int8, (total,))
+        rows = bad = 0
+        for fpath in files:
+            with open(fpath, "r", encoding="utf-8", errors="replace", newline="") as fh:
+                line_no = 1
+                while True:
+                    lines = fh.readlines(CHUNK_LINES * 200)  # ~ CHUNK_LINES lines of ~200 bytes
+                    if not lines:
+                        break
+                    cd, cs, cy, b = parse_lines(lines, fpath, line_no, skip_bad_lines)
+                    line_no += len(lines)
+                    d[rows:rows + len(cy)] = cd
+                    s[rows:rows + len(cy)] = cs
+                    y[rows:rows + len(cy)] = cy
+                    rows += len(cy)
+                    bad += b
+        for a in (d, s, y):
+            a.flush()
+        del d, s, y
+        meta = {"format_version": FORMAT_VERSION, "source": _signature(files), "rows": rows,
+                "lines": total, "bad_lines": bad}
+        with open(os.path.join(tmp, "meta.json"), "w") as fh:
+            json.dump(meta, fh)
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return meta
+
+
+def ensure_cache(path: str, skip_bad_lines: bool = False, cache_dir: str | None = None) -> str:
+    """The cache directory for ``path``, built (or rebuilt when the source changed) if needed."""
+    files = source_files(path)
+    out = cache_path(path, cache_dir)
+    meta_p = os.path.join(out, "meta.json")
+    if os.path.exists(meta_p):
+        with open(meta_p) as fh:
+            meta = json.load(fh)
+        if (meta.get("format_version") == FORMAT_VERSION and meta.get("source") == _signature(files)
+                and (skip_bad_lines or meta.get("bad_lines", 0) == 0)):
+            return out
+    build_cache(path, out, skip_bad_lines)
+    return out
+
+
+def load_criteo(path: str, skip_bad_lines: bool = False, cache_dir: str | None = None,
+                num_embeddings_cap: int = 100_000) -> ClickData:
+    """Memory-map the cache of ``path`` (building it first if needed)."""
+    out = ensure_cache(path, skip_bad_lines, cache_dir)
+    with open(os.path.join(out, "meta.json")) as fh:
+        meta = json.load(fh)
+    n = int(meta["rows"])
+    if n == 0:
+        raise DataFormatError(path, f"no data lines ({meta['lines']} lines, {meta['bad_lines']} bad)")
+    dense = np.load(os.path.join(out, "dense.npy"), mmap_mode="r")[:n]
+    sparse = np.load(os.path.join(out, "sparse.npy"), mmap_mode="r")[:n]
+    labels = np.load(os.path.join(out, "labels.npy"), mmap_mode="r")[:n]
+    return ClickData(dense=dense, cat=sparse[:, :, None], labels=labels,
+                     num_embeddings=[num_embeddings_cap] * NUM_SPARSE, bad_lines=int(meta["bad_lines"]))

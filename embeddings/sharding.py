@@ -1,0 +1,196 @@
+"""Sharding plans for the embedding tables, and the plan report.
+
+``--sharding auto`` asks torchrec's planner (real topology: world size, CPU or GPU, the memory
+of the device); a forced type applies to every table and is built directly with torchrec's
+``construct_module_sharding_plan`` (the planner refuses row-wise on CPU, the kernels do not):
+
+    table_wise      table i whole on rank i % W
+    row_wise        rows split in W contiguous blocks, block r on rank r
+    column_wise     columns split in W blocks (D/W wide), block r on rank r
+    table_row_wise  row-wise inside this host's ranks (= row_wise on one host)
+    data_parallel   every rank holds the whole table; gradients are all-reduced
+
+The report (:func:`describe_plan`) gives per table its type, ranks and kernel, and per rank the
+embedding bytes (weights + optimizer state), the expected lookups per global batch and the
+forward all-to-all bytes per batch (sent + received; backward moves the same amount back),
+estimated from the data's id statistics (:class:`IdStats`).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from graphdist.errors import ConfigError
+
+SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel")
+EBC_PATH = "model.sparse_arch.embedding_bag_collection"
+ID_BYTES = 8  # int64 ids and lengths on the wire
+
+
+def optimizer_state_floats(optimizer: str, rows: int, cols: int) -> int:
+    """Optimizer state of one shard, in floats."""
+    return {"rowwise_adagrad": rows, "adagrad": rows * cols, "adam": 2 * rows * cols,
+            "sgd": 0}[optimizer]
+
+
+def build_plan(module: torch.nn.Module, sharding: str, num_embeddings: list[int], dim: int,
+               world_size: int, local_size: int, device_type: str, local_batch: int,
+               pooling: list[float], pg=None):
+    """A torchrec ``ShardingPlan`` for the EBC at :data:`EBC_PATH` inside ``module``."""
+    from torchrec.distributed.sharding_plan import (column_wise, construct_module_sharding_plan,
+                                                    data_parallel, row_wise, table_row_wise,
+                                                    table_wise)
+    from torchrec.distributed.types import ShardingPlan
+    ebc = module.get_submodule(EBC_PATH)
+    names = [c.name for c in ebc.embedding_bag_configs()]
+    if sharding == "auto":
+        return _planner_plan(module, names, world_size, local_size, device_type, local_batch,
+                             pooling, pg)
+    if sharding not in SHARDING_TYPES:
+        raise ConfigError(f"--sharding must be auto or one of {', '.join(SHARDING_TYPES)}, got {sharding!r}")
+    if sharding == "column_wise" and dim % world_size:
+        raise ConfigError(f"column_wise needs --embedding-dim divisible by the world size: "
+                          f"{dim} % {world_size} != 0")
+    host = int(os.environ.get("GROUP_RANK", os.environ.get("RANK", "0"))) // max(local_size, 1)
+    gens = {"table_wise": lambda i: table_wise(rank=i % world_size),
+            "row_wise": lambda i: row_wise(),
+            "column_wise": lambda i: column_wise(ranks=list(range(world_size))),
+            "table_row_wise": lambda i: table_row_wise(host_index=host),
+            "data_parallel": lambda i: data_parallel()}
+    mp = construct_module_sharding_plan(ebc, {n: gens[sharding](i) for i, n in enumerate(names)},
+                                        local_size=local_size, world_size=world_size,
+                                        device_type=device_type)
+    return ShardingPlan({EBC_PATH: mp})
+
+
+def _planner_plan(module, names, world_size, local_size, device_type, local_batch, pooling, pg):
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
+    from torchrec.distributed.planner.types import ParameterConstraints, PlannerError
+    kw = {}
+    if device_type == "cuda":
+        kw["hbm_cap"] = torch.cuda.get_device_properties(0).total_memory
+    else:
+        kw["ddr_cap"] = _ddr_bytes() // max(local_size, 1)
+    topo = Topology(world_size=world_size, local_world_size=local_size,
+                    compute_device=device_type, **kw)
+    constraints = {n: ParameterConstraints(pooling_factors=[max(float(p), 1e-3)])
+                   for n, p in zip(names, pooling)}
+    planner = EmbeddingShardingPlanner(topology=topo, batch_size=local_batch,
+                                       constraints=constraints)
+    try:
+        if pg is not None:
+            return planner.collective_plan(module, None, pg)
+        return planner.plan(module, None)
+    except PlannerError as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"torchrec's planner found no plan that fits {world_size} rank(s) of "
+                          f"{kw.get('hbm_cap', kw.get('ddr_cap', 0)) / 2**30:.1f} GiB: {first}") from e
+
+
+def _ddr_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # pragma: no cover
+        return 16 * 2**30
+
+
+class IdStats:
+    """Id statistics of the training data: ids per sample and a sample of ids, per feature."""
+
+    def __init__(self, pooling: list[float], ids: list[np.ndarray]):
+        self.pooling = [float(p) for p in pooling]
+        """Mean number of ids per sample, per feature."""
+        self.ids = ids
+        """A sample of (hashed) ids per feature, to estimate how lookups spread over row blocks."""
+
+    def row_fraction(self, f: int, r0: int, r1: int) -> float:
+        a = self.ids[f]
+        return float(((a >= r0) & (a < r1)).mean()) if a.size else 0.0
+
+
+def describe_plan(plan, num_embeddings: list[int], dim: int, world_size: int, global_batch: int,
+                  stats: IdStats, optimizer: str) -> dict:
+    """Per-table and per-rank summary of a ``ShardingPlan`` (JSON-ready)."""
+    mp = plan.plan[EBC_PATH]
+    W, b = world_size, global_batch / world_size
+    per_rank = [{"rank": r, "embedding_bytes": 0, "lookups_per_batch": 0.0, "a2a_bytes_per_batch": 0.0,
+                 "allreduce_bytes_per_batch": 0} for r in range(W)]
+    tables = {}
+    for i, n in enumerate(num_embeddings):
+        name = f"t_{i}"
+        ps = mp[name]
+        st = ps.sharding_type
+        p = stats.pooling[i]
+        shards = ([] if ps.sharding_spec is None else
+                  [(int(str(s.placement).split("rank:")[1].split("/")[0]), s.shard_offsets, s.shard_sizes)
+                   for s in ps.sharding_spec.shards])
+        ranks = sorted({s[0] for s in shards}) if shards else list(range(W))
+        tables[name] = {"type": st, "ranks": ranks, "kernel": ps.compute_kernel, "rows": int(n),
+                        "dim": dim, "pooling": round(p, 3)}
+        if st == "data_parallel":
+            for r in range(W):
+                pr = per_rank[r]
+                pr["embedding_bytes"] += 4 * (n * dim + optimizer_state_floats(optimizer, n, dim) + n * dim)
+                pr["lookups_per_batch"] += b * p
+                pr["allreduce_bytes_per_batch"] += 4 * n * dim
+            continue
+        for (r, off, size) in shards:
+            rows, cols = size
+            per_rank[r]["embedding_bytes"] += 4 * (rows * cols + optimizer_state_floats(optimizer, rows, cols))
+        if st in ("table_wise", "column_wise"):
+            for (o, off, size) in shards:
+                d = size[1]
+                per_rank[o]["lookups_per_batch"] += global_batch * p
+                for r in range(W):
+                    if r == o:
+                        per_rank[r]["a2a_bytes_per_batch"] += (W - 1) * b * ((p + 1) * ID_BYTES + 4 * d)
+                    else:
+                        per_rank[r]["a2a_bytes_per_batch"] += b * ((p + 1) * ID_BYTES + 4 * d)
+        else:  # row_wise, table_row_wise: ids bucketised by row block, pooled partial sums reduce-scattered
+            group = [s[0] for s in shards]
+            frac = {r: stats.row_fraction(i, off[0], off[0] + size[0]) for (r, off, size) in shards}
+            G = len(group)
+            for r in group:
+                per_rank[r]["lookups_per_batch"] += global_batch * p * frac[r]
+                sent = sum(b * (p * frac[q] + 1) * ID_BYTES for q in group if q != r)
+                recv = (G - 1) * b * (p * frac[r] + 1) * ID_BYTES
+                out = 2 * (G - 1) * b * 4 * dim
+                per_rank[r]["a2a_bytes_per_batch"] += sent + recv + out
+    for pr in per_rank:
+        pr["lookups_per_batch"] = round(pr["lookups_per_batch"], 1)
+        pr["a2a_bytes_per_batch"] = int(round(pr["a2a_bytes_per_batch"]))
+    return {"tables": tables, "ranks": per_rank, "global_batch": global_batch, "optimizer": optimizer}
+
+
+def check_memory(desc: dict, budget_bytes: int) -> None:
+    """Raise :class:`ConfigError` when a rank's embedding bytes exceed ``budget_bytes``."""
+    worst = max(desc["ranks"], key=lambda r: r["embedding_bytes"])
+    if worst["embedding_bytes"] > budget_bytes:
+        raise ConfigError(f"sharding plan does not fit: rank {worst['rank']} needs "
+                          f"{worst['embedding_bytes'] / 2**30:.2f} GiB of embeddings and optimizer state, "
+                          f"budget is {budget_bytes / 2**30:.2f} GiB per rank")
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def format_plan(desc: dict) -> str:
+    """The plan as two text tables (tables, then ranks)."""
+    lines = [f"{'table':<6} {'rows':>9} {'dim':>4} {'pool':>5}  {'type':<15} {'kernel':<7} ranks"]
+    for name, t in desc["tables"].items():
+        ranks = ",".join(map(str, t["ranks"]))
+        lines.append(f"{name:<6} {t['rows']:>9} {t['dim']:>4} {t['pooling']:>5.2f}  {t['type']:<15} "
+                     f"{t['kernel']:<7} {ranks}")
+    lines.append(f"{'rank':<5} {'emb+optim':>11} {'lookups/batch':>14} {'a2a/batch':>11} {'allreduce/batch':>16}"
+                 f"   (global batch {desc['global_batch']}, optimizer {desc['optimizer']})")
+    for r in desc["ranks"]:
+        lines.append(f"{r['rank']:<5} {_fmt_bytes(r['embedding_bytes']):>11} {r['lookups_per_batch']:>14.1f} "
+                     f"{_fmt_bytes(r['a2a_bytes_per_batch']):>11} {_fmt_bytes(r['allreduce_bytes_per_batch']):>16}")
+    return "\n".join(lines)

@@ -1,0 +1,155 @@
+"""Criteo TSV parsing, bad lines, cache, batches (KJT layout), metrics, CLI errors (exit 2).
+
+All fixtures are generated here in tmp dirs; no Criteo data is read or committed.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from embeddings.criteo import load_criteo
+from embeddings.data import ClickData, make_batch, split_eval
+from embeddings.metrics import auc, logloss, normalized_entropy
+from graphdist.errors import ConfigError, DataFormatError
+
+
+def line(label="1", dense=None, cats=None):
+    dense = dense if dense is not None else ["1"] * 13
+    cats = cats if cats is not None else ["0000000a"] * 26
+    return "\t".join([label, *dense, *cats]) + "\n"
+
+
+def write(path, lines):
+    path.write_text("".join(lines))
+    return str(path)
+
+
+def test_parse_values(tmp_path):
+    dense = ["0", "5", "", "-3", "100", "1", "2", "3", "4", "5", "6", "7", "8"]
+    cats = ["68fd1e64", "", "FFFFFFFF", *["00000001"] * 23]
+    p = write(tmp_path / "train.txt", [line("0", dense, cats), line("1")])
+    d = load_criteo(p, num_embeddings_cap=1000)
+    assert len(d) == 2
+    np.testing.assert_allclose(d.dense[0, :5], [0, math.log(6), 0, 0, math.log(101)], rtol=1e-6)
+    assert d.cat[0, 0, 0] == 0x68fd1e64 and d.cat[0, 1, 0] == 0 and d.cat[0, 2, 0] == 0xFFFFFFFF
+    assert list(d.labels) == [0, 1]
+    assert os.path.exists(str(tmp_path / "train.txt.graphdist-cache" / "sparse.npy"))
+
+
+@pytest.mark.parametrize("bad,msg", [
+    (line("1", cats=["0000000a"] * 25), "expected 40 tab-separated fields, got 39"),
+    (line("1", dense=["1"] * 12 + ["1.5"]), "dense field 13 is not an integer: '1.5'"),
+    (line("1", cats=["0000000a"] * 25 + ["zz12"]), "categorical field 26 is not an 8-digit hex id: 'zz12'"),
+    (line("2"), "label must be 0 or 1"),
+])
+def test_bad_line_names_file_and_line(tmp_path, bad, msg):
+    p = write(tmp_path / "t.txt", [line(), line(), bad, line()])
+    with pytest.raises(DataFormatError) as e:
+        load_criteo(p)
+    assert f"{p}:3:" in str(e.value) and msg in str(e.value)
+    d = load_criteo(p, skip_bad_lines=True)
+    assert len(d) == 3 and d.bad_lines == 1
+    with pytest.raises(DataFormatError):  # a skip-built cache is not reused without the flag
+        load_criteo(p)
+
+
+def test_empty_file_and_directory(tmp_path):
+    p = write(tmp_path / "empty.txt", [])
+    with pytest.raises(DataFormatError, match="no data lines"):
+        load_criteo(p)
+    dd = tmp_path / "days"
+    dd.mkdir()
+    write(dd / "day_0", [line("0")] * 3)
+    write(dd / "day_1", [line("1")] * 2)
+    d = load_criteo(str(dd))
+    assert list(d.labels) == [0, 0, 0, 1, 1]
+
+
+def test_cache_reused_and_rebuilt(tmp_path):
+    p = write(tmp_path / "t.txt", [line("0")] * 4)
+    load_criteo(p)
+    meta = tmp_path / "t.txt.graphdist-cache" / "meta.json"
+    t0 = meta.stat().st_mtime_ns
+    load_criteo(p)
+    assert meta.stat().st_mtime_ns == t0  # reused
+    write(tmp_path / "t.txt", [line("1")] * 5)
+    os.utime(p, (1, 1))  # a different size/mtime signature
+    assert len(load_criteo(p)) == 5
+
+
+def test_synth_tsv_roundtrip(tmp_path):
+    from embeddings.synth import generate, write_tsv
+    s = generate("criteo-synth:rows=50,scale=0.001,seed=4")
+    p = str(tmp_path / "s.tsv")
+    write_tsv(s, p)
+    d = load_criteo(p)
+    np.testing.assert_allclose(d.dense, s.dense, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(d.cat[:, :, 0], s.cat[:, :, 0])
+    np.testing.assert_array_equal(d.labels, s.labels)
+
+
+def test_batch_layout_hand_checked():
+    """2 samples, 26 features, multi-hot H=2; rank 1 of 2 takes sample 1."""
+    cat = np.zeros((2, 26, 2), dtype=np.int64)
+    lengths = np.ones((2, 26), dtype=np.int64)
+    cat[1, 0] = [7, 3]
+    lengths[1, 0] = 2
+    cat[1, 1] = [12, 0]  # 12 % 10 = 2
+    lengths[1, 2] = 0
+    d = ClickData(dense=np.arange(26, dtype=np.float32).reshape(2, 13), cat=cat,
+                  labels=np.array([0, 1], np.float32), num_embeddings=[10] * 26, lengths=lengths)
+    (dense, kjt, y), n = make_batch(d, 0, 2, 1, 2)
+    assert n == 1 and y.tolist() == [1.0] and dense[0, 0] == 13
+    assert kjt.keys()[:3] == ["f_0", "f_1", "f_2"]
+    assert kjt.lengths().tolist()[:3] == [2, 1, 0]
+    assert kjt.values().tolist()[:3] == [7, 3, 2]
+    assert kjt.values().numel() == 2 + 1 + 23
+    with pytest.raises(ConfigError, match="not divisible"):
+        make_batch(d, 0, 3, 0, 2)
+
+
+def test_split_eval_bounds():
+    d = ClickData(np.zeros((10, 13), np.float32), np.zeros((10, 26, 1), np.int64),
+                  np.zeros(10, np.float32), [4] * 26)
+    tr, ev = split_eval(d, 0.2)
+    assert len(tr) == 8 and len(ev) == 2
+    for f in (0.0, 1.0, -0.5, 1.5):
+        with pytest.raises(ConfigError, match=r"\(0, 1\)"):
+            split_eval(d, f)
+
+
+def test_metrics_hand_checked():
+    y = np.array([0, 0, 1, 1, 0, 1])
+    s = np.array([0.1, 0.4, 0.35, 0.8, 0.35, 0.9])
+    # pairs (pos, neg): 3 pos x 3 neg = 9; pos 0.35 vs neg {0.1 win, 0.4 loss, 0.35 tie}
+    assert auc(y, s) == pytest.approx((1 + 0 + 0.5 + 3 + 3) / 9)
+    tm = pytest.importorskip("torchmetrics.functional")
+    assert auc(y, s) == pytest.approx(float(tm.auroc(torch.tensor(s), torch.tensor(y), task="binary")))
+    p = np.full(6, 0.5)
+    assert logloss(y, p) == pytest.approx(math.log(2))
+    assert normalized_entropy(y, p) == pytest.approx(1.0)
+
+
+def _cli(argv):
+    from graphdist.cli import main
+    return main(argv)
+
+
+def test_cli_errors_one_line_exit_2(tmp_path, capsys):
+    bad = write(tmp_path / "bad.txt", [line()] * 5 + [line("1", cats=["xyz"] * 26)])
+    assert _cli(["train-dlrm", f"criteo:{bad}", "--steps", "1", "--batch-size", "2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{bad}:6:" in err[0] and "not an 8-digit hex" in err[0]
+    assert _cli(["train-dlrm", "criteo-synth:rows=100", "--eval-fraction", "1.5"]) == 2
+    assert "--eval-fraction must be in (0, 1), got 1.5" in capsys.readouterr().err
+    empty = write(tmp_path / "empty.txt", [])
+    assert _cli(["train-dlrm", f"criteo:{empty}", "--steps", "1"]) == 2
+    assert "no data lines" in capsys.readouterr().err
+    assert _cli(["train-dlrm", "criteo-synth:rows=400,scale=0.001", "--steps", "1", "--batch-size", "8",
+                 "--sharding", "row_wise", "--memory-budget-gb", "0.00001", "--no-progress"]) == 2
+    e = capsys.readouterr().err.strip().splitlines()
+    assert "sharding plan does not fit: rank 0 needs" in e[-1]

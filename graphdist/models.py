@@ -34,9 +34,10 @@ class SparseAdj:
         self.shape = (n_rows, n_cols)
         self.nnz = int(indices.numel())
         self.A = torch.sparse_csr_tensor(indptr, indices, values, size=self.shape, check_invariants=False).to(device)
-        rows = torch.repeat_interleave(torch.arange(n_rows), indptr[1:] - indptr[:-1])
+        dev = indices.device  # the transpose is built where the inputs live (CPU or GPU)
+        rows = torch.repeat_interleave(torch.arange(n_rows, device=dev), indptr[1:] - indptr[:-1])
         order = torch.argsort(indices * max(n_rows, 1) + rows)
-        t_ptr = torch.zeros(n_cols + 1, dtype=torch.int64)
+        t_ptr = torch.zeros(n_cols + 1, dtype=torch.int64, device=dev)
         torch.cumsum(torch.bincount(indices, minlength=n_cols), 0, out=t_ptr[1:])
         self.AT = torch.sparse_csr_tensor(t_ptr, rows[order], values[order],
                                           size=(n_cols, n_rows), check_invariants=False).to(device)

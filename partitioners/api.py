@@ -8,10 +8,11 @@
     metis      undirected edge cut  one weight                 pymetis
     kaminpar   undirected edge cut  one weight                 kaminpar
     mtkahypar  halo volume (km1)    one weight                 mtkahypar
-    auto       halo volume          nodes AND edges (caps)     pymetis (falls back to ldg)
+    auto       halo volume          nodes AND edges (caps)     pymetis (else restreamed ldg)
 
-``auto`` = METIS k-way on the blended node+edge weight, then :mod:`partitioners.refine`
-(rebalance into both caps, then vectorised boundary moves on the volume objective).
+``auto`` = multi-constraint METIS k-way (nodes and in-edges balanced at once; volume and cut
+objectives, a small portfolio), each refined by :mod:`partitioners.refine` (rebalance into both
+caps, then vectorised boundary moves on the halo-volume objective); the lowest volume wins.
 """
 from __future__ import annotations
 
@@ -99,23 +100,28 @@ def _run(graph, k, method, imbalance, seed, weights, options) -> np.ndarray:
 def _auto(graph, k, imbalance, seed, weights, options) -> np.ndarray:
     """Portfolio: each initial partition is rebalanced into every cap and refined on the
     volume objective; the lowest volume among those within all caps wins (else the least
-    overloaded). Initials: multi-constraint METIS (volume and cut objectives, balancing the
-    constraints of ``weights`` at once), or restreamed LDG when pymetis is missing."""
+    overloaded). Initials ``name@slack``: multi-constraint METIS (``metis-vol`` /
+    ``metis-cut`` objective) balancing every constraint of ``weights`` at once to
+    ``slack * imbalance`` (the rest is room for the refinement), ``mtkahypar``, or ``ldg`` /
+    ``fennel`` (the fallback without pymetis). Graphs over 8M edges use one METIS run."""
     from partitioners import backends, streaming
     from partitioners.refine import VolumeRefiner
-    initials = options.get("initial", ("metis-vol", "metis-cut"))
+    default = (("metis-vol@0.3", "metis-vol@0.1", "metis-cut@0.3")
+               if graph.num_edges <= 8_000_000 else ("metis-vol@0.3",))
+    initials = options.get("initial", default)
     if isinstance(initials, str):
         initials = tuple(initials.split(","))
     refiner = VolumeRefiner(graph, k, weights)
     best, best_key = None, None
-    for name in initials:
+    for spec in initials:
+        name, _, slack = spec.partition("@")
+        slack = float(slack) if slack else 0.3
         try:
             if name in ("metis-vol", "metis-cut", "metis"):
-                a0 = backends.metis_partition(graph, k, weights, seed=seed,
-                                              imbalance=imbalance * float(options.get("slack", 0.3)),
+                a0 = backends.metis_partition(graph, k, weights, seed=seed, imbalance=imbalance * slack,
                                               objective="vol" if name == "metis-vol" else "cut")
             elif name == "mtkahypar":
-                a0 = backends.mtkahypar_partition(graph, k, weights, imbalance=imbalance, seed=seed)
+                a0 = backends.mtkahypar_partition(graph, k, weights, imbalance=imbalance * slack, seed=seed)
             elif name in ("ldg", "fennel"):
                 a0 = streaming.stream_partition(graph, k, weights, seed=seed, method=name, passes=3)
             else:
@@ -123,12 +129,12 @@ def _auto(graph, k, imbalance, seed, weights, options) -> np.ndarray:
                                      "(metis-vol, metis-cut, mtkahypar, ldg, fennel)")
         except MissingBackendError:
             continue
-        a = refiner.run(a0, rounds=int(options.get("rounds", 30)))
+        a = refiner.run(a0, rounds=int(options.get("rounds", 50)), seed=seed)
         over = float((refiner.loads(a) / refiner.caps[:, None]).max())
         key = (max(over, 1.0), refiner.volume(a))
         if best_key is None or key < best_key:
             best, best_key = a, key
     if best is None:  # no backend at all: streaming start
         a0 = streaming.stream_partition(graph, k, weights, seed=seed, method="ldg", passes=3)
-        best = refiner.run(a0, rounds=int(options.get("rounds", 30)))
+        best = refiner.run(a0, rounds=int(options.get("rounds", 50)), seed=seed)
     return best

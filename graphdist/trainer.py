@@ -196,9 +196,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
         comm.raise_peer_failure(e, f"epoch {epoch}")
     bar.close()
 
-    stats = torch.tensor([halo["rows"], halo["bytes"]], dtype=torch.float64)
+    stats = torch.tensor([halo["rows"], halo["bytes"]], dtype=torch.float64, device=dev)  # nccl: on device
     comm.all_reduce_sum(stats)
-    peak = comm.all_reduce_max(torch.tensor([float(peak_memory_bytes(dev))], dtype=torch.float64))
+    peak = comm.all_reduce_max(torch.tensor([float(peak_memory_bytes(dev))], dtype=torch.float64, device=dev))
     peaks = comm.all_gather_object(peak_memory_bytes(dev))
     best = _best(hist["val_acc"])
     report = {

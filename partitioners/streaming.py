@@ -1,8 +1,8 @@
 """Baselines (``random``, ``block``) and vectorised streaming partitioners (``ldg``, ``fennel``).
 
-Streaming, batched: nodes arrive in a seeded random order, ``batch_size`` at a time. Every node
-of a batch is scored against the state *before* the batch (parts of already-placed undirected
-neighbours, current part loads), then capacities are repaired: per part, the batch's nodes
+Streaming, batched: nodes arrive in a seeded random order, ``batch_size`` at a time (default
+N/128). Every node of a batch is scored against the state *before* the batch (parts of its
+already-placed in-neighbours - all neighbours for the usual symmetrised graphs -, part loads), then capacities are repaired: per part, the batch's nodes
 that chose it are accepted in score order while every balance constraint stays under its cap;
 rejected nodes fall back to their next-best part (at most ``k`` rounds)::
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioners._graph import Weights, sym_csr
+from partitioners._graph import Weights, in_csr
 
 __all__ = ["random_partition", "block_partition", "stream_partition"]
 
@@ -96,14 +96,16 @@ def stream_partition(graph, k: int, weights: Weights, *, seed: int = 0, method: 
     if n == 0:
         return np.zeros(0, dtype=np.int64)
     rng = np.random.default_rng(seed)
-    s = sym_csr(graph)
+    indptr, indices = in_csr(graph)
     order = rng.permutation(n)
-    p = s[order]  # rows in stream order
-    pptr, pind = p.indptr.astype(np.int64), p.indices.astype(np.int64)
-    bs = int(batch_size or max(32, n // 256))
+    deg = np.diff(indptr)[order]  # rows in stream order, gathered without copying the CSR
+    pptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(deg, out=pptr[1:])
+    pind = indices[np.repeat(indptr[order] - pptr[:-1], deg) + np.arange(pptr[-1])]
+    bs = int(batch_size or max(32, n // 128))
     caps = np.asarray(weights.caps, dtype=np.float64)
     w = np.stack(weights.w)  # [C, N]
-    m_undirected = max(s.nnz / 2, 1.0)
+    m_undirected = max(indices.size / 2, 1.0)
     alpha = np.sqrt(k) * m_undirected / n ** 1.5
     a = np.full(n, -1, dtype=np.int64) if init is None else np.asarray(init, dtype=np.int64).copy()
     noise = rng.random((min(bs, n), k)) * 1e-6  # deterministic tie-breaking

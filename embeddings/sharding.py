@@ -79,10 +79,12 @@ def _planner_plan(module, names, world_size, local_size, device_type, local_batc
                    for n, p in zip(names, pooling)}
     planner = EmbeddingShardingPlanner(topology=topo, batch_size=local_batch,
                                        constraints=constraints)
+    from torchrec.distributed.sharding_plan import get_default_sharders
+    sharders = get_default_sharders()
     try:
         if pg is not None:
-            return planner.collective_plan(module, None, pg)
-        return planner.plan(module, None)
+            return planner.collective_plan(module, sharders, pg)
+        return planner.plan(module, sharders)
     except PlannerError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"torchrec's planner found no plan that fits {world_size} rank(s) of "

@@ -130,6 +130,15 @@ def quiet_torchrec() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)
     for name in ("torchrec", "fbgemm_gpu", "torch.distributed", "torch.fx", "torch.fx._symbolic_trace"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    root = logging.getLogger()
+    if not any(isinstance(f, _DropTorchrec) for f in root.filters):
+        root.addFilter(_DropTorchrec())  # torchrec also warns through the root logger
+
+
+class _DropTorchrec(logging.Filter):
+    def filter(self, record):
+        return record.levelno >= logging.ERROR or not any(
+            s in record.pathname for s in ("torchrec", "fbgemm_gpu"))
 
 
 def precheck(cfg, world: int, device_type: str) -> None:

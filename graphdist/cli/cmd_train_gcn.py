@@ -65,6 +65,11 @@ def config_to_argv(cfg: GCNConfig) -> list[str]:
     return argv
 
 
+def torch_cuda_count() -> int:
+    import torch
+    return torch.cuda.device_count()
+
+
 def _artifact_k(directory) -> int:
     from graphdist.artifact import read_meta
     return int(read_meta(directory)["k"])
@@ -82,6 +87,9 @@ def _handler(args) -> int:
         if k is not None and nproc != k:
             raise ConfigError(f"--nproc {nproc} does not match the {k} parts of the partition "
                               f"(world size must equal k)")
+        _, dev_type = pick_backend(cfg.device)
+        if dev_type == "cuda" and nproc > torch_cuda_count():
+            raise ConfigError(f"--nproc {nproc} needs {nproc} GPUs on this node but {torch_cuda_count()} are visible")
         if nproc > 1:
             return launch(nproc, config_to_argv(cfg))
     rank, ws, _ = env_world()

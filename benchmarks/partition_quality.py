@@ -1,0 +1,148 @@
+"""Partitioners side by side: halo volume, balance and time on real and synthetic graphs.
+
+    python benchmarks/partition_quality.py                    # all methods, k=4,16, 4 graphs
+    python benchmarks/partition_quality.py --graphs snap      # just the SNAP graphs
+    python benchmarks/partition_quality.py --scale            # rmat scale 20 -> 16 parts, metis + auto
+
+Every (graph, method, k) runs in a fresh child process, so its time and peak memory
+(``ru_maxrss``, which includes loading the graph) are its own. Prints a table per graph with
+``auto / metis`` volume ratios and the ``metis / ldg`` time ratio; ``--json FILE`` keeps it all.
+Targets (issue 3): auto volume <= 0.95 x METIS k-way with node and edge imbalance <= 5%;
+ldg >= 10x faster than METIS; scale: metis and auto each < 5 minutes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SNAP = os.environ.get("GRAPHDIST_SNAP", "../shared/datasets/snap")
+GRAPHS = {
+    "gnutella": f"edgelist:{SNAP}/p2p-Gnutella24.txt",
+    "facebook": f"edgelist:{SNAP}/facebook_combined.txt",
+    "sbm-2M": "sbm:nodes=100000,classes=8,avg_degree=20,features=0,seed=0",
+    "rmat-2M": "rmat:scale=16,edge_factor=16,seed=0",
+}
+GROUPS = {"snap": ["gnutella", "facebook"], "synthetic": ["sbm-2M", "rmat-2M"], "all": list(GRAPHS)}
+METHODS = ["random", "block", "ldg", "fennel", "metis", "metis:both", "kaminpar", "mtkahypar", "auto"]
+SCALE = "rmat:scale=20,edge_factor=16,seed=0"
+
+
+def one(spec: str, method: str, k: int, imbalance: float) -> dict:
+    """Child process body: load, partition, measure."""
+    from graphdist.data import load_graph
+    from partitioners import partition, quality
+    t0 = time.perf_counter()
+    g = load_graph(spec)
+    load_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    name, _, balance = method.partition(":")  # e.g. metis:both = multi-constraint METIS
+    a = partition(g, k, method=name, imbalance=imbalance, seed=0, balance=balance or None)
+    sec = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    q = quality(g, a, feature_dim=128, k=k)
+    q_s = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"spec": spec, "method": method, "k": k, "nodes": g.num_nodes, "edges": g.num_edges,
+            "time_s": sec, "load_s": load_s, "quality_s": q_s, "peak_rss_bytes": rss, **q}
+
+
+def run_child(spec, method, k, imbalance, timeout) -> dict:
+    cmd = [sys.executable, __file__, "--one", spec, method, str(k), "--imbalance", str(imbalance)]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    except subprocess.TimeoutExpired:
+        return {"spec": spec, "method": method, "k": k, "error": f"timeout after {timeout} s"}
+    if r.returncode != 0:
+        return {"spec": spec, "method": method, "k": k, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def table(rows: list[dict]) -> str:
+    hdr = f"{'k':>3} {'method':<11} {'volume':>10} {'/metis':>7} {'max recv':>9} {'edge cut':>10} " \
+          f"{'node imb':>8} {'edge imb':>8} {'time s':>8} {'peak MiB':>8}"
+    out = [hdr, "-" * len(hdr)]  # metis:both = METIS balancing nodes and edges (multi-constraint)
+    metis = {r["k"]: r for r in rows if r["method"] == "metis" and "error" not in r}
+    for r in rows:
+        if "error" in r:
+            out.append(f"{r['k']:>3} {r['method']:<11} error: {r['error'][:70]}")
+            continue
+        ratio = r["comm_volume"] / metis[r["k"]]["comm_volume"] if r["k"] in metis else float("nan")
+        out.append(f"{r['k']:>3} {r['method']:<11} {r['comm_volume']:>10,} {ratio:>7.3f} {r['max_recv']:>9,} "
+                   f"{r['edge_cut']:>10,} {r['node_imbalance']:>8.1%} {r['edge_imbalance']:>8.1%} "
+                   f"{r['time_s']:>8.2f} {r['peak_rss_bytes'] / 2**20:>8.0f}")
+    return "\n".join(out)
+
+
+def verdicts(rows: list[dict]) -> list[str]:
+    out = []
+    by = {(r["k"], r["method"]): r for r in rows if "error" not in r}
+    for k in sorted({r["k"] for r in rows}):
+        a, m, l_ = by.get((k, "auto")), by.get((k, "metis")), by.get((k, "ldg"))
+        if a and m:
+            ratio = a["comm_volume"] / m["comm_volume"]
+            ok = ratio <= 0.95 and a["node_imbalance"] <= 0.05 and a["edge_imbalance"] <= 0.05
+            out.append(f"k={k}: auto/metis volume {ratio:.3f} (node {a['node_imbalance']:.1%}, edge "
+                       f"{a['edge_imbalance']:.1%}; metis edge {m['edge_imbalance']:.1%}) -> "
+                       f"{'MET' if ok else 'NOT MET'} (target <= 0.95, both <= 5%)")
+        if l_ and m:
+            sp = m["time_s"] / max(l_["time_s"], 1e-9)
+            out.append(f"k={k}: metis/ldg time {sp:.1f}x -> {'MET' if sp >= 10 else 'NOT MET'} (target >= 10x)")
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--graphs", default="all", help="all, snap, synthetic or names: " + ",".join(GRAPHS))
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--parts", default="4,16")
+    p.add_argument("--imbalance", type=float, default=0.03)
+    p.add_argument("--timeout", type=int, default=900, help="seconds per run")
+    p.add_argument("--scale", action="store_true", help=f"only the scale run: {SCALE}, k=16, metis and auto")
+    p.add_argument("--json", default=None, help="write all rows here")
+    p.add_argument("--one", nargs=3, metavar=("SPEC", "METHOD", "K"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.one:
+        spec, method, k = args.one
+        print(json.dumps(one(spec, method, int(k), args.imbalance)))
+        return 0
+    if args.scale:
+        plan = {"rmat-scale20": SCALE}
+        methods, ks = ["metis", "auto"], [16]
+    else:
+        names = GROUPS.get(args.graphs, args.graphs.split(","))
+        plan = {n: GRAPHS[n] for n in names}
+        methods, ks = args.methods.split(","), [int(x) for x in args.parts.split(",")]
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
+          f"python {platform.python_version()}; imbalance limit {args.imbalance:.0%}", flush=True)
+    report = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "graphs": {}}
+    for name, spec in plan.items():
+        rows = []
+        for k in ks:
+            for m in methods:
+                r = run_child(spec, m, k, args.imbalance, args.timeout)
+                rows.append(r)
+                msg = r.get("error") or f"vol={r['comm_volume']:,} t={r['time_s']:.2f}s"
+                print(f"  {name} k={k} {m}: {msg}", file=sys.stderr, flush=True)
+        ok = [r for r in rows if "error" not in r]
+        head = f"{name}: {spec}" + (f" ({ok[0]['nodes']:,} nodes, {ok[0]['edges']:,} directed edges)" if ok else "")
+        print("\n" + head + "\n" + table(rows) + "\n" + "\n".join(verdicts(rows)), flush=True)
+        report["graphs"][name] = {"spec": spec, "rows": rows}
+        if args.json:
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(args.json + ".tmp")
+            tmp.write_text(json.dumps(report, indent=2) + "\n")
+            os.replace(tmp, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    raise SystemExit(main())

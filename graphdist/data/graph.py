@@ -28,6 +28,8 @@ from graphdist.errors import DataFormatError
 def _as_long(a) -> torch.Tensor:
     if isinstance(a, np.ndarray):
         a = torch.from_numpy(np.ascontiguousarray(a))
+    elif not isinstance(a, torch.Tensor):
+        a = torch.as_tensor(a)
     return a.to(torch.int64).contiguous()
 
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Install graphdist and everything it needs, on a fresh Linux machine with Python >= 3.10 and pip.
+#
+#   bash scripts/install.sh          # CPU stack (torch 2.13.0 CPU wheel, torchrec on fbgemm-gpu-cpu)
+#   bash scripts/install.sh --test   # ... plus the test extras (pytest)
+#   GRAPHDIST_GPU=1 bash scripts/install.sh   # keep an already-installed CUDA torch; fbgemm-gpu (CUDA)
+#
+# torchrec 1.9.2 declares the CUDA-only package fbgemm-gpu as a dependency, so it is installed with
+# --no-deps and its real needs are listed here. The pins below are the combination known to work.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY="${PYTHON:-python3}"
+PIP=("$PY" -m pip install --disable-pip-version-check --progress-bar off -q)
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test]"
+
+if [ "${GRAPHDIST_GPU:-0}" = "1" ]; then
+  "$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA torch'" \
+    || { echo "install.sh: GRAPHDIST_GPU=1 needs a CUDA build of torch installed first" >&2; exit 2; }
+  FBGEMM="fbgemm-gpu==1.8.0"
+else
+  "${PIP[@]}" "torch==2.13.0"
+  FBGEMM="fbgemm-gpu-cpu==1.8.0"
+fi
+"${PIP[@]}" --no-deps "torchrec==1.9.2" "$FBGEMM"
+"${PIP[@]}" "tensordict==0.15.3" "torchmetrics==1.0.3" "pyre-extensions==0.0.32" "iopath==0.1.10" \
+  "tqdm>=4.60" "kaminpar==3.7.3" "mtkahypar==1.7.post1"
+"${PIP[@]}" -e ".${extras}"
+"$PY" -c "import torch, torchrec, torch_geometric, pymetis; print(f'graphdist install ok: torch {torch.__version__}, torchrec {torchrec.__version__}, torch_geometric {torch_geometric.__version__}')"

@@ -1,0 +1,107 @@
+"""Bad input: one GraphdistError with the file and line; the CLI says one line and exits 2."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from graphdist.cli import main
+from graphdist.data import load_graph
+from graphdist.errors import DataFormatError, GraphdistError, MissingFileError, SpecError
+
+
+def test_malformed_line_reports_file_and_line(tmp_path):
+    f = tmp_path / "bad.txt"
+    f.write_text("# c\n0 1\n1 x\n2 3\n")
+    with pytest.raises(DataFormatError, match=r"bad.txt:3: 'x' is not an integer"):
+        load_graph(f"edgelist:{f}")
+
+
+def test_too_few_fields(tmp_path):
+    f = tmp_path / "bad.txt"
+    f.write_text("0 1\n\n7\n")
+    with pytest.raises(DataFormatError, match=r"bad.txt:3: expected at least 2 fields, got 1"):
+        load_graph(f"edgelist:{f}")
+
+
+def test_negative_id(tmp_path):
+    f = tmp_path / "neg.txt"
+    f.write_text("0 1\r\n1 -4\r\n")
+    with pytest.raises(DataFormatError, match=r"neg.txt:2: negative node id -4"):
+        load_graph(f"edgelist:{f}")
+
+
+def test_npz_out_of_range(tmp_path):
+    p = tmp_path / "g.npz"
+    np.savez(p, edge_index=np.array([[0, 1], [1, 5]]), x=np.zeros((3, 2), np.float32))
+    with pytest.raises(DataFormatError, match="target node id 5 out of range for 3 nodes"):
+        load_graph(f"npz:{p}")
+    np.savez(p, edge_index=np.array([[0, -1], [1, 2]]), num_nodes=3)
+    with pytest.raises(DataFormatError, match="source node id -1 out of range"):
+        load_graph(f"npz:{p}")
+
+
+def test_feature_and_label_count_mismatch(tmp_path):
+    f = tmp_path / "g.txt"
+    f.write_text("0 1\n1 2\n")
+    np.save(tmp_path / "x.npy", np.zeros((4, 2), np.float32))
+    np.save(tmp_path / "y.npy", np.zeros(2, np.int64))
+    with pytest.raises(DataFormatError, match="x.npy: has 4 rows but g.txt has 3 distinct nodes"):
+        load_graph(f"edgelist:{f},features={tmp_path / 'x.npy'}")
+    with pytest.raises(DataFormatError, match="has 2 labels but g.txt has 3"):
+        load_graph(f"edgelist:{f},labels={tmp_path / 'y.npy'}")
+    p = tmp_path / "g.npz"
+    np.savez(p, edge_index=np.array([[0], [1]]), x=np.zeros((2, 2), np.float32), y=np.zeros(5))
+    with pytest.raises(DataFormatError, match="y has 5 rows but the graph has 2 nodes"):
+        load_graph(f"npz:{p}")
+
+
+def test_missing_files(tmp_path):
+    with pytest.raises(MissingFileError, match="edge list .*nope.txt.* not found"):
+        load_graph(f"edgelist:{tmp_path / 'nope.txt'}")
+    (tmp_path / "Cora" / "raw").mkdir(parents=True)
+    (tmp_path / "Cora" / "raw" / "ind.cora.x").write_bytes(b"")
+    with pytest.raises(MissingFileError, match=r"lacks ind.cora.tx, .*ind.cora.test.index; copy the raw files"):
+        load_graph(f"planetoid:{tmp_path / 'Cora'}")
+    (tmp_path / "ogb" / "raw").mkdir(parents=True)
+    with pytest.raises(MissingFileError, match="edge.csv.gz is missing"):
+        load_graph(f"ogb:{tmp_path / 'ogb'}")
+
+
+@pytest.mark.parametrize("spec,msg", [
+    ("sbm", "must look like KIND:ARGS"),
+    ("graphml:foo.xml", "unknown dataset kind 'graphml'"),
+    ("sbm:nodes=10,colour=3", r"unknown argument 'colour' \(allowed: .*avg_degree"),
+    ("sbm:nodes=ten", "nodes='ten' is not a valid int"),
+    ("sbm:nodes=10,homophily=1.5", "homophily=1.5 must be in"),
+    ("rmat:scale=0", "scale=0 must be in 1..32"),
+    ("edgelist:", "needs a path"),
+])
+def test_bad_specs(spec, msg):
+    with pytest.raises(SpecError, match=msg):
+        load_graph(spec)
+
+
+def test_errors_are_one_family():
+    for cls in (SpecError, DataFormatError, MissingFileError):
+        assert issubclass(cls, GraphdistError)
+
+
+def test_cli_bad_input_exit_2_one_line(tmp_path, capsys):
+    f = tmp_path / "bad.txt"
+    f.write_text("0 1\n1 2 \n3 q\n")
+    assert main(["data", "info", f"edgelist:{f}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.txt:3" in err and "Traceback" not in err
+
+
+def test_cli_subprocess_no_traceback():
+    r = subprocess.run([sys.executable, "-m", "graphdist", "data", "info", "nosuchkind:x"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().count("\n") == 0 and "unknown dataset kind" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "graphdist", "data", "info", "--bogus"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0

@@ -112,6 +112,7 @@ def _auto(graph, k, imbalance, seed, weights, options) -> np.ndarray:
     if isinstance(initials, str):
         initials = tuple(initials.split(","))
     refiner = VolumeRefiner(graph, k, weights)
+    rounds = int(options.get("rounds", 50 if graph.num_edges <= 8_000_000 else 10))
     best, best_key = None, None
     for spec in initials:
         name, _, slack = spec.partition("@")
@@ -129,12 +130,12 @@ def _auto(graph, k, imbalance, seed, weights, options) -> np.ndarray:
                                      "(metis-vol, metis-cut, mtkahypar, ldg, fennel)")
         except MissingBackendError:
             continue
-        a = refiner.run(a0, rounds=int(options.get("rounds", 50)), seed=seed)
+        a = refiner.run(a0, rounds=rounds, seed=seed)
         over = float((refiner.loads(a) / refiner.caps[:, None]).max())
         key = (max(over, 1.0), refiner.volume(a))
         if best_key is None or key < best_key:
             best, best_key = a, key
     if best is None:  # no backend at all: streaming start
         a0 = streaming.stream_partition(graph, k, weights, seed=seed, method="ldg", passes=3)
-        best = refiner.run(a0, rounds=int(options.get("rounds", 50)), seed=seed)
+        best = refiner.run(a0, rounds=rounds, seed=seed)
     return best

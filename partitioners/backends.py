@@ -1,14 +1,15 @@
 """Optional partitioning libraries, imported lazily: METIS (pymetis), KaMinPar, Mt-KaHyPar.
 
     metis      k-way multilevel (forced: pymetis would use recursive bisection for k <= 8),
-               minimises the undirected edge cut, balances one vertex weight.
+               minimises the undirected edge cut (or volume). Called through the
+               ``METIS_PartGraphKway`` symbol of pymetis' own extension, so several
+               constraints (nodes AND in-edges) are balanced at once, which pymetis' API lacks.
     kaminpar   shared-memory multilevel graph partitioner (fast, large k), edge cut.
     mtkahypar  hypergraph partitioner on the *column-net* model: net j = {j} ∪ {i : j -> i}.
                Its km1 objective, sum_j (lambda_j - 1), is exactly the halo volume.
 
-None of the bindings balances two constraints at once; for ``balance="both"`` they balance the
-blend ``node_w / mean(node_w) + edge_w / mean(edge_w)`` (``partitioners.refine`` then enforces
-both caps). A missing library raises :class:`MissingBackendError` with the pip command.
+KaMinPar and Mt-KaHyPar balance one weight; for ``balance="both"`` they balance the blend
+``node_w / mean(node_w) + edge_w / mean(edge_w)``, which bounds neither. A missing library raises :class:`MissingBackendError` with the pip command.
 """
 from __future__ import annotations
 
@@ -55,6 +56,9 @@ _OBJ = {"cut": 0, "vol": 1}
 _METIS_NOPTIONS, _OPT_OBJTYPE, _OPT_SEED, _OPT_UFACTOR = 40, 1, 8, 16
 
 
+_METIS: dict = {}
+
+
 def _metis_lib():
     """``METIS_PartGraphKway`` from pymetis' own extension (64-bit idx_t, 32-bit real_t), or
     None when the symbol is not reachable (then the pymetis API is used: one constraint)."""
@@ -74,9 +78,6 @@ def _metis_lib():
                 lib = None
         _METIS["lib"] = lib
     return _METIS["lib"]
-
-
-_METIS: dict = {}
 
 
 def metis_kway(s, k: int, vwgt: np.ndarray, *, imbalance: float, seed: int,

@@ -77,17 +77,6 @@ class VolumeRefiner:
         return np.flatnonzero(np.bincount(self.rows, weights=cut_net[self.cols], minlength=self.n) > 0)
 
     # ------------------------------------------------------------------ moves
-    def _admit(self, cand, target, prio, load) -> np.ndarray:
-        """Indices into ``cand`` of moves admitted: per target part in ``prio`` order while
-        every constraint stays under its cap (leaving nodes are not credited: conservative)."""
-        order = np.lexsort((-prio, target))
-        t = target[order]
-        ok = np.ones(order.size, dtype=bool)
-        for c in range(self.w.shape[0]):
-            cum = _group_cumsum(t, self.w[c, cand[order]])
-            ok &= load[c, t] + cum <= self.caps[c]
-        return order[ok]
-
     def rebalance(self, a: np.ndarray, passes: int = 3) -> bool:
         """Move nodes out of over-cap parts (in place); True when every cap holds at the end.
 
@@ -97,7 +86,6 @@ class VolumeRefiner:
         Candidates come in order of volume cost per unit of overload removed (gains computed
         once per pass); the loop is sequential over the few nodes that must move."""
         caps = self.caps
-        cw = self.w.shape[0]
         for _ in range(passes):
             load = self.loads(a)
             over = load > caps[:, None] + 1e-9

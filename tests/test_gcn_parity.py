@@ -204,3 +204,12 @@ def test_parity_with_pyg(graph, k):
     for r in range(k):
         got = results[r]["train_bn"]
         assert max(abs(g_ - w_) / abs(w_) for g_, w_ in zip(got, want)) <= 1e-5, (r, got, want)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny graphs: extra intra-op threads only add synchronisation on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -153,7 +153,11 @@ def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
         with open(os.path.join(tmp, "meta.json"), "w") as fh:
             json.dump(meta, fh)
         shutil.rmtree(out, ignore_errors=True)
-        os.replace(tmp, out)
+        try:
+            os.replace(tmp, out)
+        except OSError:  # another process (rank) finished the same cache first
+            if not os.path.exists(os.path.join(out, "meta.json")):
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return meta

@@ -155,6 +155,40 @@ def step_batches(data: ClickData, cfg: DLRMTrainConfig, steps: range, rank: int,
         yield make_batch(data, (t % per_epoch) * cfg.batch_size, cfg.batch_size, rank, world)[0]
 
 
+def run_steps(dmp, opt, pipe, data: ClickData, cfg: DLRMTrainConfig, steps: range,
+              device: torch.device, bar=None) -> list[float]:
+    """Train on the given global steps; returns this rank's local losses.
+
+    With a pipeline (``TrainPipelineSparseDist``) the input all-to-all of batch i+1 is started
+    before the forward of batch i; the pipeline is drained and detached at the end, so the
+    plain model is usable (eval, checkpoint) afterwards.
+    """
+    rank, world = dist.get_rank(), dist.get_world_size()
+    it = step_batches(data, cfg, steps, rank, world)
+    out_losses: list[float] = []
+    if pipe is not None:
+        pipe.reset()
+        while True:
+            try:
+                out = pipe.progress(it)
+            except StopIteration:
+                break
+            out_losses.append(float(out[0]))
+            if bar is not None:
+                bar.update(1)
+        pipe.detach()
+    else:
+        for batch in it:
+            opt.zero_grad()
+            loss, _ = dmp(batch.to(device))
+            loss.backward()
+            opt.step()
+            out_losses.append(float(loss.detach()))
+            if bar is not None:
+                bar.update(1)
+    return out_losses
+
+
 @torch.no_grad()
 def evaluate(dmp, data: ClickData, cfg: DLRMTrainConfig, device: torch.device) -> dict:
     """AUC / log loss / NE over the whole eval set: every rank's logits are gathered first."""
@@ -191,6 +225,9 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None) -> dict:
     log = get_logger("graphdist.dlrm")
     rank, world = dist.get_rank(), dist.get_world_size()
     device = device or torch.device("cpu")
+    if rank == 0 and any(s and s.startswith("criteo:") for s in (cfg.spec, cfg.eval_data)):
+        load_splits(cfg)  # rank 0 builds the binary cache once, the others then map it
+    dist.barrier()
     train_data, eval_data = load_splits(cfg)
     validate(cfg, train_data, world)
     T = total_steps(cfg, len(train_data))
@@ -224,30 +261,9 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None) -> dict:
     for seg_end in bounds:
         if seg_end <= seg_start:
             continue
-        it = step_batches(train_data, cfg, range(seg_start, seg_end), rank, world)
         t0 = time.perf_counter()
-        if pipe is not None:
-            pipe.reset()
-            while True:
-                try:
-                    out = pipe.progress(it)
-                except StopIteration:
-                    break
-                local_losses.append(float(out[0]))
-                if bar is not None:
-                    bar.update(1)
-        else:
-            for batch in it:
-                opt.zero_grad()
-                loss, _ = dmp(batch.to(device))
-                loss.backward()
-                opt.step()
-                local_losses.append(float(loss.detach()))
-                if bar is not None:
-                    bar.update(1)
+        local_losses += run_steps(dmp, opt, pipe, train_data, cfg, range(seg_start, seg_end), device, bar)
         t_train += time.perf_counter() - t0
-        if pipe is not None:
-            pipe.detach()
         seg_start = seg_end
         if cfg.checkpoint_dir and (cfg.checkpoint_every > 0 or seg_end == T):
             save_checkpoint(cfg.checkpoint_dir, seg_end, dmp, opt,

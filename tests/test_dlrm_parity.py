@@ -11,6 +11,8 @@ per (row, column block). Every other type matches the textbook unsharded row-wis
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -141,6 +143,24 @@ def ref_step(model, eopt, dopt, batch):
     return float(loss.detach()), logits.detach(), grads
 
 
+@functools.lru_cache(maxsize=None)
+def ref_run(emb_opt: str, blocks: int):
+    """One unsharded run of STEPS steps: step-1 logits, dense grads, weights after step 1; losses."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny ops: threads only add contention on a shared box
+    try:
+        model, eopt, dopt, batches = reference(emb_opt, blocks)
+        losses = []
+        for t, bt in enumerate(batches):
+            loss, logits, grads = ref_step(model, eopt, dopt, bt)
+            losses.append(loss)
+            if t == 0:
+                first = (logits, grads, {k: v.clone() for k, v in model.state_dict().items()})
+    finally:
+        torch.set_num_threads(threads)
+    return (*first, losses)
+
+
 @pytest.fixture(scope="module")
 def sharded():
     return run_ranks(_job, 2, timeout=170)
@@ -157,9 +177,7 @@ def _close(a, b, what):
 @pytest.mark.parametrize("sharding", TYPES)
 def test_one_step_matches_unsharded(sharded, sharding, emb_opt):
     blocks = 2 if (sharding == "column_wise" and emb_opt == "rowwise_adagrad") else 1
-    model, eopt, dopt, batches = reference(emb_opt, blocks)
-    _, logits, grads = ref_step(model, eopt, dopt, batches[0])
-    ref_sd = model.state_dict()
+    logits, grads, ref_sd, _ = ref_run(emb_opt, blocks)
     b = B // 2
     n_checked = 0
     for rank, res in enumerate(sharded):
@@ -181,8 +199,7 @@ def test_one_step_matches_unsharded(sharded, sharding, emb_opt):
 
 @pytest.mark.parametrize("sharding", TYPES)
 def test_twenty_steps_same_losses(sharded, sharding):
-    model, eopt, dopt, batches = reference("rowwise_adagrad", 2 if sharding == "column_wise" else 1)
-    ref = [ref_step(model, eopt, dopt, bt)[0] for bt in batches]
+    ref = ref_run("rowwise_adagrad", 2 if sharding == "column_wise" else 1)[3]
     for rank, res in enumerate(sharded):
         got = res[(sharding, "losses")]
         assert len(got) == STEPS

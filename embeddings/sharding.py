@@ -50,9 +50,10 @@ def build_plan(module: torch.nn.Module, sharding: str, num_embeddings: list[int]
                              pooling, pg)
     if sharding not in SHARDING_TYPES:
         raise ConfigError(f"--sharding must be auto or one of {', '.join(SHARDING_TYPES)}, got {sharding!r}")
-    if sharding == "column_wise" and dim % world_size:
-        raise ConfigError(f"column_wise needs --embedding-dim divisible by the world size: "
-                          f"{dim} % {world_size} != 0")
+    if sharding == "column_wise" and (dim % world_size or (dim // world_size) % 4):
+        raise ConfigError(f"column_wise splits each table into {world_size} column blocks of a multiple "
+                          f"of 4 columns (torchrec): --embedding-dim {dim} does not; use a multiple of "
+                          f"{4 * world_size}")
     host = int(os.environ.get("GROUP_RANK", os.environ.get("RANK", "0"))) // max(local_size, 1)
     gens = {"table_wise": lambda i: table_wise(rank=i % world_size),
             "row_wise": lambda i: row_wise(),

@@ -51,8 +51,8 @@ def validate(cfg: DLRMTrainConfig, train: ClickData, world_size: int) -> None:
         raise ConfigError(f"--dense-optimizer must be one of {', '.join(DENSE_OPTIMIZERS)}, got {cfg.dense_optimizer!r}")
     if cfg.batch_size < 1 or cfg.batch_size % world_size:
         raise ConfigError(f"--batch-size {cfg.batch_size} must be a positive multiple of the world size {world_size}")
-    if cfg.eval_batch_size % world_size:
-        raise ConfigError(f"--eval-batch-size {cfg.eval_batch_size} must be a multiple of the world size {world_size}")
+    if cfg.eval_batch_size < 1:
+        raise ConfigError(f"--eval-batch-size must be >= 1, got {cfg.eval_batch_size}")
     if len(train) < cfg.batch_size:
         raise ConfigError(f"{len(train)} training rows are fewer than one global batch of {cfg.batch_size}")
     if cfg.steps is None and cfg.epochs < 1:
@@ -194,8 +194,8 @@ def evaluate(dmp, data: ClickData, cfg: DLRMTrainConfig, device: torch.device) -
     """AUC / log loss / NE over the whole eval set: every rank's logits are gathered first."""
     from embeddings.metrics import click_metrics
     rank, world = dist.get_rank(), dist.get_world_size()
-    E = cfg.eval_batch_size
-    e = E // world
+    e = -(-cfg.eval_batch_size // world)  # per rank, rounded up
+    E = e * world
     was = dmp.training
     dmp.eval()
     logits, labels = [], []

@@ -48,7 +48,9 @@ def launch(nproc: int, argv: list[str], *, monitor_interval: float = 0.2) -> int
         codes = {int(r): f.exitcode for r, f in e.failures.items()}
         if any(c == 2 for c in codes.values()):
             return 2
-        r = min(codes)
+        # the first worker to fail is the cause; the agent SIGTERMs (-15) the rest afterwards
+        first = sorted(e.failures.items(), key=lambda kv: (kv[1].exitcode == -15, kv[1].timestamp, int(kv[0])))
+        r = int(first[0][0])
         raise DistributedError(f"worker rank {r} failed with exit code {codes[r]}; "
                                f"the launcher stopped the other {nproc - 1} worker(s)") from None
     finally:

@@ -28,6 +28,8 @@ _FLAGS = {  # GCNConfig field -> (flag, type, help)
     "device": ("--device", str, "auto, cpu or cuda (default auto)"),
     "patience": ("--patience", int, "early stopping: epochs without a better val accuracy (0 = off)"),
     "timeout_s": ("--timeout", float, "collective timeout in seconds (default 300)"),
+    "malloc_mmap_mb": ("--malloc-mmap-mb", int, "CPU: give tensors above N MiB their own mmap so freed memory "
+                                                "returns to the OS at once (lower peak RSS, more page faults)"),
     "stop_after": ("--stop-after", int, None),  # testing aid, hidden
 }
 _SWITCHES = {

@@ -169,3 +169,10 @@ def test_demo_single_worker(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "test accuracy" in out and "halo exchange 0 rows" in out and "report:" in out
     assert 0.0 <= s["test_acc"] <= 1.0 and (tmp_path / "gcn_report.json").exists()
+
+
+def test_best_epoch_and_early_stopping_rule():
+    from graphdist.trainer import _best, _early_stop
+    val = [0.1, 0.5, 0.4, 0.5, 0.3]
+    assert _best(val) == 1  # first epoch with the highest validation accuracy
+    assert not _early_stop(val[:3], 2) and _early_stop(val[:4], 2) and not _early_stop(val, 0)

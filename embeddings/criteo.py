@@ -19,7 +19,10 @@ directory next to the data (or under ``--cache-dir``)::
 which is the dense / sparse / labels split of torchrec's Criteo preprocessing
 (``torchrec.datasets.criteo.BinaryCriteoUtils``: ``day_X_dense.npy``, ``day_X_sparse.npy``,
 ``day_X_labels.npy``) with the raw ids kept un-hashed, so one cache serves any table size.
-Later runs memory-map the arrays; each rank reads only its own rows of each global batch.
+Each chunk is parsed vectorised (:func:`parse_lines_fast`, about 44k lines/s on one busy core,
+so the 45M-line Kaggle file takes about 17 minutes once); a chunk with a malformed line is re-parsed
+line by line to name it. Later runs memory-map the arrays; each rank reads only its own rows of
+each global batch.
 A bad line (wrong field count, non-integer dense value, non-hex categorical value) raises
 :class:`~graphdist.errors.DataFormatError` with file and line, unless ``skip_bad_lines``.
 """
@@ -119,6 +122,53 @@ def parse_lines(lines: list[str], path: str, first_line: int, skip_bad: bool):
     return dense[:k], sparse[:k], labels[:k], bad
 
 
+_HEX = np.full(256, -1, dtype=np.int8)
+_HEX[0] = -2  # padding of ids shorter than 8 characters in an S8 array
+for _i, _c in enumerate(b"0123456789abcdef"):
+    _HEX[_c] = _i
+for _i, _c in enumerate(b"ABCDEF"):
+    _HEX[_c] = 10 + _i
+
+
+def parse_lines_fast(lines: list[bytes]):
+    """Vectorised parse of raw (bytes) lines; ``None`` if anything is off, and then
+    :func:`parse_lines` finds and names the bad line. Several times faster than line by line."""
+    n = len(lines)
+    if n == 0:
+        return None
+    text = b"".join(lines)
+    if b"\r" in text:
+        text = text.replace(b"\r\n", b"\n")
+    if text.endswith(b"\n"):
+        text = text[:-1]
+    fields = text.replace(b"\n", b"\t").split(b"\t")
+    if len(fields) != n * NUM_FIELDS:
+        return None
+    a = np.array(fields, dtype=object).reshape(n, NUM_FIELDS)
+    lab = a[:, 0].astype("S")
+    if lab.dtype.itemsize != 1 or not ((lab == b"0") | (lab == b"1")).all():
+        return None
+    ds = a[:, 1:1 + NUM_DENSE].astype("S")
+    try:
+        di = np.where(ds == b"", b"0", ds).astype(np.int64)
+    except (ValueError, OverflowError):
+        return None
+    cs = a[:, 1 + NUM_DENSE:].astype("S")
+    if cs.dtype.itemsize > 8:  # some id longer than 8 hex digits
+        return None
+    raw = np.frombuffer(cs.astype("S8").tobytes(), dtype=np.uint8).reshape(n, NUM_SPARSE, 8)
+    dig = _HEX[raw]
+    if (dig == -1).any():
+        return None
+    vals = np.zeros((n, NUM_SPARSE), dtype=np.uint32)
+    for k in range(8):  # Horner over the (left-aligned, zero-padded) hex digits
+        dk = dig[:, :, k]
+        m = dk >= 0
+        vals = np.where(m, (vals << np.uint32(4)) | dk.astype(np.uint32), vals)
+    dense = np.log1p(np.maximum(di, 0)).astype(np.float32)
+    return dense, vals, (lab == b"1").astype(np.int8), 0
+
+
 def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
     """Parse the TSV file(s) chunk by chunk into ``out`` (written to a temp dir, then renamed)."""
     files = source_files(path)
@@ -132,13 +182,17 @@ def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
         y = np.lib.format.open_memmap(os.path.join(tmp, "labels.npy"), "w+", np.int8, (total,))
         rows = bad = 0
         for fpath in files:
-            with open(fpath, "r", encoding="utf-8", errors="replace", newline="") as fh:
+            with open(fpath, "rb") as fh:
                 line_no = 1
                 while True:
                     lines = fh.readlines(CHUNK_LINES * 200)  # ~ CHUNK_LINES lines of ~200 bytes
                     if not lines:
                         break
-                    cd, cs, cy, b = parse_lines(lines, fpath, line_no, skip_bad_lines)
+                    parsed = parse_lines_fast(lines)
+                    if parsed is None:  # some line is malformed: find it (or skip it) line by line
+                        parsed = parse_lines([x.decode("utf-8", "replace") for x in lines], fpath,
+                                             line_no, skip_bad_lines)
+                    cd, cs, cy, b = parsed
                     line_no += len(lines)
                     d[rows:rows + len(cy)] = cd
                     s[rows:rows + len(cy)] = cs

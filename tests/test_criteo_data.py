@@ -139,7 +139,20 @@ def _cli(argv):
     return main(argv)
 
 
-def test_cli_errors_one_line_exit_2(tmp_path, capsys):
+@pytest.fixture
+def _restore_dist_env():
+    """The in-process (world size 1) path sets MASTER_ADDR/PORT; do not leak them to other tests."""
+    keys = ("MASTER_ADDR", "MASTER_PORT")
+    before = {k: os.environ.get(k) for k in keys}
+    yield
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def test_cli_errors_one_line_exit_2(tmp_path, capsys, _restore_dist_env):
     bad = write(tmp_path / "bad.txt", [line()] * 5 + [line("1", cats=["xyz"] * 26)])
     assert _cli(["train-dlrm", f"criteo:{bad}", "--steps", "1", "--batch-size", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -153,3 +166,23 @@ def test_cli_errors_one_line_exit_2(tmp_path, capsys):
                  "--sharding", "row_wise", "--memory-budget-gb", "0.00001", "--no-progress"]) == 2
     e = capsys.readouterr().err.strip().splitlines()
     assert "sharding plan does not fit: rank 0 needs" in e[-1]
+
+
+def test_fast_parser_matches_line_by_line():
+    from embeddings.criteo import parse_lines, parse_lines_fast
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(300):
+        dense = [str(int(v)) for v in rng.integers(-5, 10**6, 13)]
+        cats = [format(int(v), "08x") for v in rng.integers(0, 2**32, 26)]
+        for j in rng.integers(0, 39, 4):  # some missing values
+            (dense if j < 13 else cats)[j % 13 if j < 13 else j - 13] = ""
+        cats[int(rng.integers(0, 26))] = "AbC1"  # short, mixed-case hex
+        lines.append("\t".join([str(i % 2), *dense, *cats]) + ("\r\n" if i % 7 == 0 else "\n"))
+    fast = parse_lines_fast([x.encode() for x in lines])
+    slow = parse_lines(lines, "x", 1, False)
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a, b)
+    for bad in (line("1", cats=["0000000g"] * 26), line("10"), line("1", dense=["1.5"] * 13),
+                line("1", cats=["0a0a0a0a0"] * 26), line("1", cats=["0a"] * 25)):
+        assert parse_lines_fast([lines[0].encode(), bad.encode()]) is None

@@ -9,6 +9,10 @@ Halo exchange, for rank r with plan (send_idx, send_counts, recv_counts)::
               all_to_all_single(back, g_halo, send_counts, recv_counts)   (reverse direction)
               g_owned = g_full[:n_own] + index_add(send_idx, back)
 
+The training path fuses this with the SpMM (:class:`graphdist.models.SparseAdj`): it calls
+:meth:`HaloExchanger.post_forward` / :meth:`~HaloExchanger.post_backward` (async
+``all_to_all_single``), multiplies the owned block while rows travel, then ``wait()``s.
+
 Everything here is a no-op at world size 1 (or without a process group), so the model code
 is plain single-device code with the exchange injected.
 """
@@ -102,9 +106,42 @@ class HaloExchanger:
         return full
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        """``[h ; halo rows]`` as one tensor (the fused :meth:`post_forward` path avoids it)."""
         if not self.active:
             return h
         return _HaloExchangeFn.apply(h.contiguous(), self)
+
+    def post_forward(self, h: torch.Tensor) -> "Pending":
+        """Start sending the rows peers need from ``h [n_own, F]``; ``.wait()`` gives the halo
+        rows ``[n_halo, F]`` (peer order). Runs in the background (gloo thread / NCCL stream)."""
+        send = h.index_select(0, self.send_idx)
+        recv = h.new_empty((self.n_recv,) + tuple(h.shape[1:]))
+        self.stats.add(send)
+        work = dist.all_to_all_single(recv, send, output_split_sizes=self.recv_counts,
+                                      input_split_sizes=self.send_counts, group=self.group, async_op=True)
+        return Pending(work, recv, send)
+
+    def post_backward(self, g_halo: torch.Tensor) -> "Pending":
+        """Start returning halo-row gradients ``[n_halo, F]`` to their owners; ``.wait()`` gives
+        ``[n_send, F]`` rows to ``index_add`` at ``send_idx``."""
+        g_halo = g_halo.contiguous()
+        back = g_halo.new_empty((self.n_send,) + tuple(g_halo.shape[1:]))
+        self.stats.add(g_halo)
+        work = dist.all_to_all_single(back, g_halo, output_split_sizes=self.send_counts,
+                                      input_split_sizes=self.recv_counts, group=self.group, async_op=True)
+        return Pending(work, back, g_halo)
+
+
+class Pending:
+    """An exchange in flight; keeps its send buffer alive until ``wait()``."""
+
+    def __init__(self, work, out: torch.Tensor, keep: torch.Tensor):
+        self.work, self.out, self.keep = work, out, keep
+
+    def wait(self) -> torch.Tensor:
+        self.work.wait()
+        self.keep = None
+        return self.out
 
 
 class _AllReduceSumFn(torch.autograd.Function):

@@ -1,14 +1,14 @@
 """GCN and GraphSAGE written for one device, with the halo exchange injected.
 
 A layer sees ``h`` = rows of the nodes this rank owns ``[n_own, F_in]``, a sparse adjacency
-over local columns ``[owned | halo]`` (``[n_own, n_own + n_halo]``) and ``exchange``, a
-callable that returns ``[n_own + n_halo, F]`` (owned rows followed by halo rows). At world
-size 1 ``exchange`` is the identity and this is plain single-device code.
+over local columns ``[owned | halo]`` (``[n_own, n_own + n_halo]``) and ``exchange``, the
+rank's :class:`~graphdist.comm.HaloExchanger` (None at world size 1: then this is plain
+single-device code). ``adj.propagate(z, exchange)`` = ``A @ [z ; halo rows of z]``.
 
 Where the linear goes (each layer moves ``min(F_in, F_out)`` columns per halo row)::
 
-    F_out <= F_in :  z = h W^T  ->  exchange(z)  ->  A z + b        (PyG GCNConv order)
-    F_out >  F_in :  exchange(h)  ->  A h  ->  (A h) W^T + b
+    F_out <= F_in :  z = h W^T  ->  propagate(z)  ->  A z + b        (PyG GCNConv order)
+    F_out >  F_in :  propagate(h)  ->  A h  ->  (A h) W^T + b
 
 Both orders are the same math: ``A (h W^T) = (A h) W^T``.
 """
@@ -26,21 +26,58 @@ from graphdist import comm
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
 
 
-class SparseAdj:
-    """A local sparse matrix ``A [n_rows, n_cols]`` stored twice (CSR of A and of A^T) so the
+class CSRPair:
+    """A sparse matrix ``A [n_rows, n_cols]`` kept twice, as CSR of ``A`` and of ``A^T``, so the
     backward of ``A @ X`` is a forward SpMM with ``A^T`` instead of a transposition per step."""
+
+    def __init__(self, rows, cols, vals, n_rows: int, n_cols: int, device="cpu"):
+        """``rows``/``cols``/``vals``: COO entries sorted by (row, col)."""
+        self.shape = (n_rows, n_cols)
+        self.nnz = int(rows.numel())
+        self.A = torch.sparse_csr_tensor(_indptr(rows, n_rows), cols, vals, size=self.shape,
+                                         check_invariants=False).to(device)
+        order = torch.argsort(cols * max(n_rows, 1) + rows)
+        t_cols = cols[order]
+        self.AT = torch.sparse_csr_tensor(_indptr(t_cols, n_cols), rows[order], vals[order],
+                                          size=(n_cols, n_rows), check_invariants=False).to(device)
+
+    def mm(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sparse.mm(self.A, x)
+
+    def mm_t(self, g: torch.Tensor) -> torch.Tensor:
+        return torch.sparse.mm(self.AT, g.contiguous())
+
+
+def _indptr(sorted_rows: torch.Tensor, n: int) -> torch.Tensor:
+    ptr = torch.zeros(n + 1, dtype=torch.int64, device=sorted_rows.device)
+    torch.cumsum(torch.bincount(sorted_rows, minlength=n), 0, out=ptr[1:])
+    return ptr
+
+
+class SparseAdj:
+    """A rank's normalised adjacency, split by column block::
+
+        A = [ A_own | A_halo ]     A_own  [n_own, n_own]   columns = owned rows
+                                   A_halo [n_own, n_halo]  columns = halo rows (peer order)
+
+    ``propagate(h, exchanger)`` computes ``A @ [h ; halo(h)]`` without building the
+    concatenation: it posts the halo exchange, multiplies ``A_own @ h`` while the rows travel,
+    then adds ``A_halo @ recv``. Backward mirrors it (``A_halo^T @ g`` is sent home while
+    ``A_own^T @ g`` is computed). At world size 1 there is no halo block.
+    """
 
     def __init__(self, indptr, indices, values, n_rows: int, n_cols: int, device="cpu"):
         self.shape = (n_rows, n_cols)
         self.nnz = int(indices.numel())
-        self.A = torch.sparse_csr_tensor(indptr, indices, values, size=self.shape, check_invariants=False).to(device)
-        dev = indices.device  # the transpose is built where the inputs live (CPU or GPU)
+        dev = indices.device
         rows = torch.repeat_interleave(torch.arange(n_rows, device=dev), indptr[1:] - indptr[:-1])
-        order = torch.argsort(indices * max(n_rows, 1) + rows)
-        t_ptr = torch.zeros(n_cols + 1, dtype=torch.int64, device=dev)
-        torch.cumsum(torch.bincount(indices, minlength=n_cols), 0, out=t_ptr[1:])
-        self.AT = torch.sparse_csr_tensor(t_ptr, rows[order], values[order],
-                                          size=(n_cols, n_rows), check_invariants=False).to(device)
+        own = indices < n_rows
+        if bool(own.all()):
+            self.own, self.halo = CSRPair(rows, indices, values, n_rows, n_rows, device), None
+        else:
+            self.own = CSRPair(rows[own], indices[own], values[own], n_rows, n_rows, device)
+            h = ~own
+            self.halo = CSRPair(rows[h], indices[h] - n_rows, values[h], n_rows, n_cols - n_rows, device)
 
     @classmethod
     def for_model(cls, lg, model: str, device="cpu") -> "SparseAdj":
@@ -48,21 +85,61 @@ class SparseAdj:
         ip, ix, v = lg.gcn_adjacency() if model == "gcn" else lg.mean_adjacency()
         return cls(ip, ix, v, lg.num_owned, lg.num_cols, device)
 
-    def __matmul__(self, x: torch.Tensor) -> torch.Tensor:
-        return _SpMM.apply(x, self)
+    def propagate(self, h: torch.Tensor, exchanger=None) -> torch.Tensor:
+        """``A @ [h ; halo rows of h]`` for owned rows ``h [n_own, F]`` (autograd-aware)."""
+        if exchanger is None or not exchanger.active:
+            if self.halo is not None:
+                raise ValueError("this adjacency has halo columns but no active halo exchanger was given")
+            return _SpMM.apply(h, self.own)
+        return _HaloSpMM.apply(h, self, exchanger)
+
+    def __matmul__(self, h: torch.Tensor) -> torch.Tensor:
+        return self.propagate(h)
 
 
 class _SpMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, adj):
-        ctx.adj = adj
-        return torch.sparse.mm(adj.A, x)
+    def forward(ctx, x, pair):
+        ctx.pair = pair
+        return pair.mm(x)
 
     @staticmethod
     def backward(ctx, g):
         if not ctx.needs_input_grad[0]:
             return None, None
-        return torch.sparse.mm(ctx.adj.AT, g.contiguous()), None
+        return ctx.pair.mm_t(g), None
+
+
+class _HaloSpMM(torch.autograd.Function):
+    """Halo exchange fused with the SpMM so communication overlaps the local product."""
+
+    @staticmethod
+    def forward(ctx, h, adj, ex):
+        ctx.adj, ctx.ex = adj, ex
+        h = h.contiguous()
+        pending = ex.post_forward(h)
+        out = adj.own.mm(h)
+        recv = pending.wait()
+        if adj.halo is not None and recv.shape[0]:
+            out = out + adj.halo.mm(recv)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        adj, ex = ctx.adj, ctx.ex
+        g = g.contiguous()
+        if adj.halo is not None:
+            g_halo = adj.halo.mm_t(g)
+        else:
+            g_halo = g.new_zeros((0, g.shape[1]))
+        pending = ex.post_backward(g_halo)
+        g_h = adj.own.mm_t(g)
+        back = pending.wait()
+        if back.shape[0]:
+            g_h.index_add_(0, ex.send_idx, back)
+        return g_h, None, None
 
 
 def _glorot(w: torch.Tensor) -> None:
@@ -81,10 +158,10 @@ class GCNLayer(nn.Module):
         self.bias = nn.Parameter(torch.zeros(f_out))
         _glorot(self.weight)
 
-    def forward(self, h, adj: SparseAdj, exchange):
+    def forward(self, h, adj: SparseAdj, exchange=None):
         if self.f_out <= self.f_in:
-            return adj @ exchange(h @ self.weight.t()) + self.bias
-        return (adj @ exchange(h)) @ self.weight.t() + self.bias
+            return adj.propagate(h @ self.weight.t(), exchange) + self.bias
+        return adj.propagate(h, exchange) @ self.weight.t() + self.bias
 
 
 class SAGELayer(nn.Module):
@@ -100,11 +177,11 @@ class SAGELayer(nn.Module):
         _glorot(self.weight_l)
         _glorot(self.weight_r)
 
-    def forward(self, h, adj: SparseAdj, exchange):
+    def forward(self, h, adj: SparseAdj, exchange=None):
         root = h @ self.weight_r.t()
         if self.f_out <= self.f_in:
-            return adj @ exchange(h @ self.weight_l.t()) + self.bias + root
-        return (adj @ exchange(h)) @ self.weight_l.t() + self.bias + root
+            return adj.propagate(h @ self.weight_l.t(), exchange) + self.bias + root
+        return adj.propagate(h, exchange) @ self.weight_l.t() + self.bias + root
 
 
 class GlobalBatchNorm(nn.Module):
@@ -150,7 +227,7 @@ class GNN(nn.Module):
         self.convs = nn.ModuleList(layer(a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.norms = nn.ModuleList(GlobalBatchNorm(hidden) for _ in range(layers - 1)) if batch_norm else None
 
-    def forward(self, x, adj: SparseAdj, exchange=lambda h: h):
+    def forward(self, x, adj: SparseAdj, exchange=None):
         h = x
         last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):

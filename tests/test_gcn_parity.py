@@ -145,8 +145,21 @@ def _dist_train(rank, ws, graph, a, kind, batch_norm=False):
     return fit(cfg, lg, {}, ctx)["losses"]
 
 
+def _exchange_check(rank, ws, graph, a):
+    """Plain exchange: halo rows arrive with their owners' values; each owned row's gradient
+    is 1 + the number of peers that received it."""
+    from graphdist import comm
+    lg = build_plan(graph, a, rank, ws)
+    h = lg.owned.double()[:, None].requires_grad_()
+    full = comm.HaloExchanger.from_local_graph(lg)(h)
+    ok_fwd = torch.equal(full[:, 0].detach().long(), torch.cat([lg.owned, lg.halo]))
+    full.sum().backward()
+    want = 1 + torch.bincount(lg.send_idx, minlength=lg.num_owned)
+    return ok_fwd and torch.equal(h.grad[:, 0].long(), want)
+
+
 def _rank_job(rank, ws, graph, assignments, states, train_states):
-    res = {}
+    res = {"exchange_ok": all(_exchange_check(rank, ws, graph, a) for a in assignments.values())}
     for method, a in assignments.items():
         for kind in MODELS:
             res[(method, kind)] = _dist_case(rank, ws, graph, a, kind, states[kind])
@@ -174,6 +187,7 @@ def test_parity_with_pyg(graph, k):
         results = [_rank_job(0, 1, graph, assignments, states, None)]
     else:
         results = run_ranks(_rank_job, k, args=(graph, assignments, states, None), timeout=180)
+    assert all(r["exchange_ok"] for r in results)
     ei = graph.edge_index
     for kind in MODELS:
         convs = pyg_model(kind, states[kind])

@@ -2,7 +2,7 @@
 
 Per epoch on every rank::
 
-    train:  logits = GNN(x_owned, A_local, halo_exchange)      [n_own, C]
+    train:  logits = GNN(x_owned, A_local, halo_exchanger)     [n_own, C]
             loss   = Σ_{owned train} CE / N_train(global)       (so Σ_ranks loss = 1-device loss)
             backward (halo grads go home), all-reduce weight grads, Adam step
     eval:   no dropout forward; (loss_sum, correct train/val/test) all-reduced in one tensor
@@ -87,7 +87,7 @@ class GCNConfig:
     of more page faults per epoch). glibc only."""
 
     def validate(self) -> None:
-        if (self.spec is None) == (self.partition is None) and self.spec is None:
+        if self.spec is None and self.partition is None:
             raise ConfigError("give a dataset SPEC or --partition DIR")
         if self.model not in ("gcn", "sage"):
             raise ConfigError(f"--model must be gcn or sage, got {self.model!r}")

@@ -32,7 +32,8 @@ class DLRMTrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     """Model shape."""
     embedding_optimizer: str = "rowwise_adagrad"
-    """Fused optimizer of the embedding tables: rowwise_adagrad, adagrad, adam or sgd."""
+    """Fused optimizer of the embedding tables: rowwise_adagrad, adagrad, sgd, or adam (GPU only:
+    FBGEMM's CPU kernels have no Adam)."""
     embedding_lr: float = 0.05
     """Learning rate of the embedding optimizer."""
     dense_optimizer: str = "adagrad"

@@ -96,6 +96,12 @@ def plan_for(cfg: DLRMTrainConfig, train: ClickData, world_size: int, local_size
                       stats.pooling, pg)
     desc = describe_plan(plan, train.num_embeddings, cfg.model.embedding_dim, world_size,
                          cfg.batch_size, stats, cfg.embedding_optimizer)
+    fused = [n for n, t in desc["tables"].items() if t["kernel"] == "fused"]
+    if device_type == "cpu" and cfg.embedding_optimizer == "adam" and fused:
+        # FBGEMM's CPU kernels assert "Optimizer adam is not supported in CPU mode"
+        raise ConfigError(f"--embedding-optimizer adam has no fused CPU kernel in FBGEMM ({len(fused)} "
+                          "sharded tables); use rowwise_adagrad, adagrad or sgd on CPU, "
+                          "or --sharding data_parallel, or a GPU")
     return module, plan, desc
 
 

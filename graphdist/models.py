@@ -121,7 +121,7 @@ class _HaloSpMM(torch.autograd.Function):
         out = adj.own.mm(h)
         recv = pending.wait()
         if adj.halo is not None and recv.shape[0]:
-            out = out + adj.halo.mm(recv)
+            out.add_(adj.halo.mm(recv))
         return out
 
     @staticmethod

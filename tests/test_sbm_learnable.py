@@ -20,7 +20,7 @@ def _norm_adj(g) -> torch.Tensor:
     return torch.sparse_coo_tensor(torch.stack([row, col]), val, (n, n)).coalesce().to_sparse_csr()
 
 
-def _fit(g, gcn: bool, epochs: int = 100) -> float:
+def _fit(g, gcn: bool, epochs: int = 60) -> float:
     torch.manual_seed(0)
     a = _norm_adj(g) if gcn else None
     l1, l2 = torch.nn.Linear(g.num_features, 32), torch.nn.Linear(32, g.num_classes)

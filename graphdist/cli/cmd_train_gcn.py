@@ -29,7 +29,8 @@ _FLAGS = {  # GCNConfig field -> (flag, type, help)
     "patience": ("--patience", int, "early stopping: epochs without a better val accuracy (0 = off)"),
     "timeout_s": ("--timeout", float, "collective timeout in seconds (default 300)"),
     "malloc_mmap_mb": ("--malloc-mmap-mb", int, "CPU: give tensors above N MiB their own mmap so freed memory "
-                                                "returns to the OS at once (lower peak RSS, more page faults)"),
+                                                "returns to the OS at once (lower peak RSS, more page faults; "
+                                                "default 4, 0 = glibc default)"),
     "stop_after": ("--stop-after", int, None),  # testing aid, hidden
 }
 _SWITCHES = {

@@ -48,8 +48,10 @@ class DLRMTrainConfig:
     """Skip (and count) malformed Criteo lines instead of stopping at the first one."""
     cache_dir: str | None = None
     """Where the Criteo binary cache goes (default: next to the data)."""
-    pipeline: bool = True
-    """Use torchrec's TrainPipelineSparseDist (input all-to-all of batch i+1 overlaps batch i)."""
+    pipeline: bool | None = None
+    """Use torchrec's TrainPipelineSparseDist (input all-to-all of batch i+1 overlaps batch i).
+    None = auto: on with CUDA (streams overlap the all-to-all), off on CPU, where there is nothing
+    to overlap with and it measured about 10 % more CPU time per step (docs/benchmarks/dlrm.md)."""
     memory_budget_gb: float | None = None
     """Per-rank memory for embeddings + optimizer state; a plan that needs more stops (exit 2).
     Default: device memory (GPU) or host RAM / local ranks (CPU)."""

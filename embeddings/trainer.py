@@ -161,6 +161,18 @@ def step_batches(data: ClickData, cfg: DLRMTrainConfig, steps: range, rank: int,
         yield make_batch(data, (t % per_epoch) * cfg.batch_size, cfg.batch_size, rank, world)[0]
 
 
+def use_pipeline(cfg: DLRMTrainConfig, device: torch.device) -> bool:
+    return cfg.pipeline if cfg.pipeline is not None else device.type == "cuda"
+
+
+def make_pipeline(cfg: DLRMTrainConfig, dmp, opt, device: torch.device):
+    """``TrainPipelineSparseDist`` over ``dmp`` when :func:`use_pipeline`, else None."""
+    if not use_pipeline(cfg, device):
+        return None
+    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+    return TrainPipelineSparseDist(dmp, opt, device, execute_all_batches=True)
+
+
 def run_steps(dmp, opt, pipe, data: ClickData, cfg: DLRMTrainConfig, steps: range,
               device: torch.device, bar=None) -> list[float]:
     """Train on the given global steps; returns this rank's local losses.
@@ -252,10 +264,7 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None) -> dict:
             log.info(f"resumed from {ck} at step {start}")
     every = cfg.checkpoint_every if cfg.checkpoint_every > 0 else T
     bounds = sorted({min(s, T) for s in range(start, T, every)} | {T})
-    pipe = None
-    if cfg.pipeline:
-        from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
-        pipe = TrainPipelineSparseDist(dmp, opt, device, execute_all_batches=True)
+    pipe = make_pipeline(cfg, dmp, opt, device)
     bar = None
     if cfg.progress and rank == 0:
         from tqdm import tqdm
@@ -288,7 +297,7 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None) -> dict:
               "plan": desc, "eval_samples": metrics["eval_samples"],
               "eval_click_rate": metrics["eval_click_rate"], "train_samples": len(train_data),
               "bad_lines": int(train_data.bad_lines + (eval_data.bad_lines if cfg.eval_data else 0)),
-              "time/train_s": t_train, "config": _cfg_dict(cfg)}
+              "time/train_s": t_train, "pipeline": pipe is not None, "config": _cfg_dict(cfg)}
     return report
 
 

@@ -31,7 +31,7 @@ def make_cfg(sharding: str, emb_opt: str):
     from embeddings.model import ModelConfig
     return DLRMTrainConfig(spec=SPEC, sharding=sharding, batch_size=B, eval_batch_size=256,
                            steps=STEPS, seed=5, embedding_optimizer=emb_opt, embedding_lr=0.1,
-                           dense_lr=0.05, progress=False, print_plan=False,
+                           dense_lr=0.05, progress=False, print_plan=False, pipeline=True,
                            model=ModelConfig(embedding_dim=8, dense_arch=[16], over_arch=[16]))
 
 

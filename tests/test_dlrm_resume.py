@@ -14,7 +14,7 @@ def _cfg(**kw):
     from embeddings.config import DLRMTrainConfig
     from embeddings.model import ModelConfig
     base = dict(spec=SPEC, sharding="row_wise", batch_size=64, eval_batch_size=512, seed=2,
-                progress=False, print_plan=False,
+                progress=False, print_plan=False, pipeline=True,
                 model=ModelConfig(embedding_dim=8, dense_arch=[16], over_arch=[16]))
     base.update(kw)
     return DLRMTrainConfig(**base)

@@ -66,7 +66,10 @@ def register(sub) -> None:
                    help="one table size (criteo: hash size, default 100000; synth: a cap)")
     p.add_argument("--skip-bad-lines", action="store_true", help="skip and count malformed lines")
     p.add_argument("--cache-dir", default=None, help="where the criteo binary cache goes")
-    p.add_argument("--no-pipeline", action="store_true", help="plain loop instead of TrainPipelineSparseDist")
+    g3 = p.add_mutually_exclusive_group()
+    g3.add_argument("--pipeline", action="store_true",
+                    help="force TrainPipelineSparseDist (default: on with CUDA, off on CPU)")
+    g3.add_argument("--no-pipeline", action="store_true", help="force the plain loop")
     p.add_argument("--memory-budget-gb", type=float, default=None,
                    help="per-rank memory for embeddings + optimizer state (default: device/host memory)")
     p.add_argument("--report", default=None, help="write the JSON report here")
@@ -102,7 +105,7 @@ def config_from_args(args):
         model=model, embedding_optimizer=args.embedding_optimizer, embedding_lr=args.embedding_lr,
         dense_optimizer=args.dense_optimizer, dense_lr=args.dense_lr,
         num_embeddings_per_feature=nepf, num_embeddings=args.num_embeddings,
-        skip_bad_lines=args.skip_bad_lines, cache_dir=args.cache_dir, pipeline=not args.no_pipeline,
+        skip_bad_lines=args.skip_bad_lines, cache_dir=args.cache_dir, pipeline=True if args.pipeline else (False if args.no_pipeline else None),
         memory_budget_gb=args.memory_budget_gb, report=args.report,
         checkpoint_dir=args.checkpoint_dir, checkpoint_every=args.checkpoint_every,
         resume=args.resume, progress=not args.no_progress)

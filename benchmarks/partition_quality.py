@@ -98,6 +98,38 @@ def verdicts(rows: list[dict]) -> list[str]:
     return out
 
 
+def render(paths: list[str]) -> str:
+    """Markdown tables from ``--json`` files; rows of later files replace earlier ones."""
+    graphs: dict = {}
+    for path in paths:
+        for name, gr in json.loads(Path(path).read_text())["graphs"].items():
+            d = graphs.setdefault(name, {"spec": gr["spec"], "rows": {}})
+            for r in gr["rows"]:
+                d["rows"][(r["k"], r["method"])] = r
+    out = []
+    for name, d in graphs.items():
+        rows = [d["rows"][key] for key in sorted(d["rows"], key=lambda x: (x[0], METHODS.index(x[1])
+                                                                           if x[1] in METHODS else 99))]
+        ok = [r for r in rows if "error" not in r]
+        out.append(f"\n#### {name}: `{d['spec']}`" + (f" ({ok[0]['nodes']:,} nodes, {ok[0]['edges']:,} "
+                                                      "directed edges)" if ok else "") + "\n")
+        out.append("| k | method | halo volume | / metis | max recv | edge cut | node imb | edge imb | time s | peak MiB |")
+        out.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        metis = {r["k"]: r["comm_volume"] for r in ok if r["method"] == "metis"}
+        for r in rows:
+            if "error" in r:
+                out.append(f"| {r['k']} | {r['method']} | {r['error']} | | | | | | | |")
+                continue
+            ratio = f"{r['comm_volume'] / metis[r['k']]:.3f}" if r["k"] in metis else ""
+            bold = "**" if r["method"] == "auto" else ""
+            out.append(f"| {r['k']} | {bold}{r['method']}{bold} | {r['comm_volume']:,} | {bold}{ratio}{bold} | "
+                       f"{r['max_recv']:,} | {r['edge_cut']:,} | {r['node_imbalance']:.1%} | "
+                       f"{r['edge_imbalance']:.1%} | {r['time_s']:.2f} | {r['peak_rss_bytes'] / 2**20:.0f} |")
+        out.append("")
+        out += [f"- {v}" for v in verdicts(rows)]
+    return "\n".join(out)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--graphs", default="all", help="all, snap, synthetic or names: " + ",".join(GRAPHS))
@@ -105,17 +137,22 @@ def main(argv=None) -> int:
     p.add_argument("--parts", default="4,16")
     p.add_argument("--imbalance", type=float, default=0.03)
     p.add_argument("--timeout", type=int, default=900, help="seconds per run")
-    p.add_argument("--scale", action="store_true", help=f"only the scale run: {SCALE}, k=16, metis and auto")
+    p.add_argument("--scale", action="store_true", help=f"only the scale run: {SCALE}, k=16")
+    p.add_argument("--scale-methods", default="metis,auto", help="methods of the scale run")
     p.add_argument("--json", default=None, help="write all rows here")
+    p.add_argument("--render", nargs="+", metavar="JSON", help="print markdown tables of --json files")
     p.add_argument("--one", nargs=3, metavar=("SPEC", "METHOD", "K"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.render:
+        print(render(args.render))
+        return 0
     if args.one:
         spec, method, k = args.one
         print(json.dumps(one(spec, method, int(k), args.imbalance)))
         return 0
     if args.scale:
         plan = {"rmat-scale20": SCALE}
-        methods, ks = ["metis", "auto"], [16]
+        methods, ks = args.scale_methods.split(","), [16]
     else:
         names = GROUPS.get(args.graphs, args.graphs.split(","))
         plan = {n: GRAPHS[n] for n in names}

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import pickle
 import queue as queue_mod
 import time
 import traceback
@@ -48,7 +49,8 @@ def _child(fn, rank, world_size, port, backend, args, env, q):
                 dist.destroy_process_group()
             except Exception:  # noqa: BLE001
                 pass
-        q.put((rank, True, out))
+        # plain pickle: tensors travel as bytes, not as shared-memory handles that die with the child
+        q.put((rank, True, pickle.dumps(out)))
     except BaseException:  # noqa: BLE001 - report everything to the parent
         q.put((rank, False, traceback.format_exc()))
 
@@ -84,7 +86,7 @@ def run_ranks(fn, world_size: int, args: tuple = (), *, timeout: float = 120.0,
                 continue
             if not ok:
                 raise RankFailure(f"rank {rank} failed:\n{out}")
-            results[rank] = out
+            results[rank] = pickle.loads(out)
     finally:
         for p in procs:
             p.join(timeout=5 if len(results) == world_size else 0.1)

@@ -53,3 +53,12 @@ def test_hung_rank_fails_within_timeout():
     with pytest.raises(RankTimeout, match=r"ranks \[1\] did not finish within 20s"):
         run_ranks(_hang_on_1, 2, timeout=20)
     assert time.monotonic() - t0 < 45
+
+
+def _tensor_result(rank, world):
+    return {"t": torch.full((2,), float(rank)), "rank": rank}
+
+
+def test_tensor_results_survive_child_exit():
+    out = run_ranks(_tensor_result, 2, timeout=120)
+    assert [o["t"].tolist() for o in out] == [[0.0, 0.0], [1.0, 1.0]]

@@ -171,7 +171,6 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
     from tqdm import tqdm
     bar = tqdm(total=cfg.epochs, initial=start, desc="train-gcn", unit="epoch",
                disable=not (ctx.is_rank0 and cfg.progress), dynamic_ncols=True)
-    halo = {"rows": 0, "bytes": 0}
     epoch = start
     try:
         for epoch in range(start + 1, cfg.epochs + 1):
@@ -193,7 +192,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
                     m = torch.stack([loss.detach().double() * n_train] +
                                     [(ok & mk).sum().double() for mk in masks])
                     comm.all_reduce_sum(m)
-            halo = {"rows": ex.stats.rows, "bytes": ex.stats.bytes}
+            hist["halo_rows_bytes"] = [ex.stats.rows, ex.stats.bytes]  # checkpointed with the history
             accs = [float(m[i + 1] / counts[i]) if counts[i] > 0 else float("nan") for i in range(3)]
             hist["losses"].append(float(m[0]) / n_train)
             hist["train_acc"].append(accs[0])
@@ -215,7 +214,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
         comm.raise_peer_failure(e, f"epoch {epoch}")
     bar.close()
 
-    stats = torch.tensor([halo["rows"], halo["bytes"]], dtype=torch.float64, device=dev)  # nccl: on device
+    # per-epoch halo traffic is fixed by the plan; taken from the history so that a resumed run
+    # with no epochs left still reports it
+    stats = torch.tensor(hist.get("halo_rows_bytes", [0, 0]), dtype=torch.float64, device=dev)  # nccl: on device
     comm.all_reduce_sum(stats)
     peak = comm.all_reduce_max(torch.tensor([float(peak_memory_bytes(dev))], dtype=torch.float64, device=dev))
     peaks = comm.all_gather_object(peak_memory_bytes(dev))

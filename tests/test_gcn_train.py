@@ -38,14 +38,18 @@ def _resume_job(rank, ws, graph, a, root):
     full = fit(GCNConfig(**base, checkpoint_dir=f"{root}/full"), lg, {}, ctx)
     cut = fit(GCNConfig(**base, checkpoint_dir=f"{root}/cut", stop_after=5), lg, {}, ctx)
     resumed = fit(GCNConfig(**base, checkpoint_dir=f"{root}/cut", resume=True), lg, {}, ctx)
-    return full["losses"], cut["losses"], resumed["losses"], sorted(os.listdir(f"{root}/cut"))
+    files = sorted(os.listdir(f"{root}/cut"))
+    done = fit(GCNConfig(**base, checkpoint_dir=f"{root}/cut", resume=True), lg, {}, ctx)  # nothing left
+    key = "comm/halo_bytes_per_epoch"
+    return full["losses"], cut["losses"], resumed["losses"], files, (full[key], done[key], done["losses"])
 
 
 def test_resume_reproduces_unbroken_run(tmp_path):
     g, a = _graph_and_assignment()
     out = run_ranks(_resume_job, 2, args=(g, a, str(tmp_path)), timeout=180)
-    for full, cut, resumed, files in out:
+    for full, cut, resumed, files, (halo_full, halo_done, losses_done) in out:
         assert len(full) == 8 and len(cut) == 5
+        assert halo_full > 0 and halo_done == halo_full and losses_done == full  # finished run resumed
         assert cut == full[:5]
         assert resumed == full  # dropout RNG, Adam moments and batch-norm buffers all restored
         assert files == ["epoch000008_rank00000.pt", "epoch000008_rank00001.pt", "latest.json"]

@@ -18,7 +18,6 @@ import json
 import os
 import shutil
 
-import torch
 import torch.distributed as dist
 
 from graphdist.errors import ArtifactError

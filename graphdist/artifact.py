@@ -82,13 +82,8 @@ def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, qua
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         np.save(tmp / ASSIGNMENT, a.numpy())
-        parts = None
-        try:
-            from graphdist.parts import write_parts
-        except ImportError:  # per-part files are optional for quality-only use
-            write_parts = None
-        if write_parts is not None:
-            parts = write_parts(tmp, graph, a, k)
+        from graphdist.parts import write_parts
+        parts = write_parts(tmp, graph, a, k)
         meta = {
             "format_version": FORMAT_VERSION,
             "fingerprint": graph.fingerprint,
@@ -102,8 +97,7 @@ def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, qua
             "time": {"partition_s": float(seconds),
                      "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         }
-        if parts is not None:
-            meta["parts"] = parts
+        meta["parts"] = parts
         with open(tmp / META, "w") as f:  # written last: its presence marks completeness
             json.dump(meta, f, indent=2, sort_keys=False, default=_json_default)
             f.write("\n")

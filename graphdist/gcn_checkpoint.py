@@ -10,13 +10,13 @@ removes older epochs. A crash at any point leaves latest.json pointing at a comp
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import torch
 
 from graphdist import comm
 from graphdist.errors import ArtifactError, MissingFileError
+from graphdist.fileio import atomic_torch_save, atomic_write_json
 
 _KEYS = ("model", "layers", "hidden", "batch_norm", "seed")
 
@@ -32,16 +32,12 @@ def save_checkpoint(cfg, rank, ws, fingerprint, epoch, model, opt, hist) -> None
              "rng": torch.get_rng_state(), "hist": hist,
              "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
     dst = _file(d, epoch, rank)
-    tmp = dst.with_name(dst.name + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, dst)
+    atomic_torch_save(state, dst)
     comm.barrier()
     if rank == 0:
         meta = {"epoch": epoch, "world_size": ws, "fingerprint": fingerprint,
                 **{k: getattr(cfg, k) for k in _KEYS}}
-        tmp = d / "latest.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=2))
-        os.replace(tmp, d / "latest.json")
+        atomic_write_json(d / "latest.json", meta)
         for f in d.glob("epoch*_rank*.pt"):
             if not f.name.startswith(f"epoch{epoch:06d}_"):
                 f.unlink(missing_ok=True)

@@ -10,12 +10,12 @@ to :mod:`graphdist.artifact`, which calls :func:`write_parts` into its temp dir.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
 
 from graphdist.errors import ArtifactError, MissingFileError
+from graphdist.fileio import atomic_torch_save
 from graphdist.halo import LocalGraph, build_plans, plan_stats
 
 PART_FORMAT_VERSION = 1
@@ -42,9 +42,7 @@ def write_parts(directory, graph, assignment, k: int | None = None) -> dict:
         payload = p.to_dict()
         payload["format_version"] = PART_FORMAT_VERSION
         dst = part_path(d, p.rank)
-        tmp = dst.with_name(dst.name + ".tmp")
-        torch.save(payload, tmp)
-        os.replace(tmp, dst)
+        atomic_torch_save(payload, dst)
         sizes.append(dst.stat().st_size)
     out = {"parts": k, "files": [part_path(d, r).name for r in range(k)], "bytes": sizes}
     out.update(plan_stats(plans))

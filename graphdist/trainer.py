@@ -12,17 +12,16 @@ written atomically after all ranks saved; ``resume`` continues bit-for-bit.
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from graphdist import comm
 from graphdist.errors import ConfigError, GraphdistError
+from graphdist.fileio import atomic_write_json
 from graphdist.models import GNN, SparseAdj
 from graphdist.gcn_checkpoint import load_checkpoint, save_checkpoint
 from graphdist.gcn_setup import load_local
@@ -240,7 +239,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
         "config": asdict(cfg),
     }
     if ctx.is_rank0 and cfg.report:
-        _write_json(cfg.report, report)
+        atomic_write_json(cfg.report, report)
     return report
 
 
@@ -256,12 +255,6 @@ def _early_stop(val: list[float], patience: int) -> bool:
     return patience > 0 and len(val) - 1 - _best(val) >= patience
 
 
-def _write_json(path, obj) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, p)
 
 
 __all__ = ["GCNConfig", "train"]

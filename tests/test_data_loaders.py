@@ -4,7 +4,6 @@ from __future__ import annotations
 import gzip
 
 import numpy as np
-import pytest
 import torch
 
 from graphdist.data import Graph, csr_from_coo, load_graph

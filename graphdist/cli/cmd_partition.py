@@ -162,7 +162,8 @@ def _compare(args) -> int:
           f"imbalance limit {args.imbalance:.0%}")
     print(compare_table(results))
     if args.json:
-        _write_json(args.json, report)
+        from graphdist.fileio import atomic_write_json
+        atomic_write_json(args.json, report)
         print(f"wrote {args.json}")
     if args.plot:
         plot_compare(report, args.plot)
@@ -189,14 +190,6 @@ def compare_table(results: list[dict]) -> str:
     return _table(header, rows)
 
 
-def _write_json(path, obj) -> None:
-    import os
-    from pathlib import Path
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2) + "\n")
-    os.replace(tmp, p)
 
 
 def plot_compare(report: dict, path) -> None:

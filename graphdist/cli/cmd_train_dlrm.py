@@ -9,9 +9,7 @@ so that mistakes end in one line and exit 2, then starts N workers via ``graphdi
 from __future__ import annotations
 
 import argparse
-import json
 import logging
-import os
 import warnings
 
 from graphdist.errors import ConfigError
@@ -155,13 +153,6 @@ def precheck(cfg, world: int, device_type: str) -> None:
     check_memory(desc, memory_budget(cfg, torch.device(device_type), world))
 
 
-def write_report(report: dict, path: str) -> None:
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(report, fh, indent=1)
-    os.replace(tmp, path)
 
 
 def handler(args) -> int:
@@ -180,7 +171,8 @@ def handler(args) -> int:
         shutdown()
     if ctx.rank == 0:
         if cfg.report:
-            write_report(report, cfg.report)
+            from graphdist.fileio import atomic_write_json
+            atomic_write_json(cfg.report, report, indent=1)
         print(f"auc {report['auc']:.4f}  logloss {report['logloss']:.4f}  ne {report['ne']:.4f}  "
               f"throughput {report['throughput/samples_per_s']:.0f} samples/s  steps {report['steps']}  "
               f"world_size {report['world_size']}" + (f"  bad_lines {report['bad_lines']}" if report['bad_lines'] else ""),

@@ -152,20 +152,10 @@ class _Shared:
         cross = pd != ps
         # distinct (receiving part, source node) pairs, sorted by (part, owner of source, id)
         key = torch.unique((pd[cross] * k + ps[cross]) * n + src[cross])
-        self.h_part = torch.div(key, k * n, rounding_mode="floor")
-        self.h_owner = torch.div(key, n, rounding_mode="floor") - self.h_part * k
-        self.h_node = key % n
-        hc = torch.bincount(self.h_part, minlength=k)
-        self.h_starts = torch.zeros(k + 1, dtype=torch.int64)
-        torch.cumsum(hc, 0, out=self.h_starts[1:])
+        self.h_part, self.h_owner, self.h_node, self.h_starts = _decode(key, k, n)
         # same pairs sorted by (owner of source, receiving part, id) for the send lists
         skey = torch.sort((self.h_owner * k + self.h_part) * n + self.h_node).values
-        self.s_owner = torch.div(skey, k * n, rounding_mode="floor")
-        self.s_part = torch.div(skey, n, rounding_mode="floor") - self.s_owner * k
-        self.s_node = skey % n
-        sc = torch.bincount(self.s_owner, minlength=k)
-        self.s_starts = torch.zeros(k + 1, dtype=torch.int64)
-        torch.cumsum(sc, 0, out=self.s_starts[1:])
+        self.s_owner, self.s_part, self.s_node, self.s_starts = _decode(skey, k, n)
 
 
 def build_plan(graph, assignment, rank: int, k: int, *, _shared: _Shared | None = None) -> LocalGraph:
@@ -242,3 +232,13 @@ def plan_stats(plans: list[LocalGraph]) -> dict:
     return {"owned_nodes": [p.num_owned for p in plans], "halo_rows": [p.num_halo for p in plans],
             "local_edges": [int(p.indices.numel()) for p in plans],
             "halo_rows_total": int(sum(p.num_halo for p in plans))}
+
+
+def _decode(key: torch.Tensor, k: int, n: int):
+    """Sorted keys ``(a * k + b) * n + node`` -> ``(a, b, node, starts)`` where ``starts[k+1]``
+    delimits each value of ``a``."""
+    a = torch.div(key, k * n, rounding_mode="floor")
+    b = torch.div(key, n, rounding_mode="floor") - a * k
+    starts = torch.zeros(k + 1, dtype=torch.int64)
+    torch.cumsum(torch.bincount(a, minlength=k), 0, out=starts[1:])
+    return a, b, key % n, starts

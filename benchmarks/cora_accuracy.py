@@ -19,10 +19,10 @@ from pathlib import Path
 
 def _job(rank, world, spec, method, seeds, epochs):
     from graphdist.data import load_graph
-    from graphdist.gcn_setup import partition_in_process
+    from graphdist.halo.setup import partition_in_process
     from graphdist.halo import build_plan
     from graphdist.runtime import init_distributed
-    from graphdist.trainer import GCNConfig, fit
+    from graphdist.gnn.trainer import GCNConfig, fit
     ctx = init_distributed("cpu")
     g = load_graph(spec)
     a = partition_in_process(g, world, method, 0)

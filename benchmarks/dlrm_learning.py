@@ -12,7 +12,7 @@
    epoch, same batch size).
 4. With ``--criteo PATH``: the first ``--lines`` lines of a real Criteo file, same comparison.
 
-Prints one JSON object; the figures go to docs/benchmarks/dlrm.md.
+Prints one JSON object; the figures are recorded in BENCHMARKS.md.
 """
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def main(argv=None) -> dict:
     if "tsv" not in skip:
         from embeddings.synth import generate, write_tsv
         tsv = os.path.join(a.out, "synthetic_criteo_format.tsv")
-        write_tsv(generate(f"criteo-synth:rows={a.tsv_rows},seed=11"), tsv)
+        write_tsv(generate(rows=a.tsv_rows, seed=11), tsv)
         res["synthetic_criteo_format_tsv"] = {
             "note": "SYNTHETIC data (criteo-synth) written in the Criteo TSV format; not real Criteo",
             "dlrm": run_cli([f"criteo:{tsv}", "--eval-fraction", "0.2", *n], os.path.join(a.out, "tsv.json")),

@@ -29,7 +29,7 @@ def _epoch(step) -> float:
 
 
 def graphdist_step(graph, lg, model, opt):
-    from graphdist.models import SparseAdj
+    from graphdist.halo.spmm import SparseAdj
     adj = SparseAdj.for_model(lg, "gcn")
     tm, y, x = lg.train_mask, lg.y, lg.x
 
@@ -75,9 +75,10 @@ def _k_job(rank, world, spec, hidden, layers, epochs, warmup, threads):
 
     from graphdist import comm
     from graphdist.data import load_graph
-    from graphdist.gcn_setup import partition_in_process
+    from graphdist.halo.setup import partition_in_process
     from graphdist.halo import build_plan
-    from graphdist.models import GNN, SparseAdj
+    from graphdist.gnn.models import GNN
+    from graphdist.halo.spmm import SparseAdj
     torch.set_num_threads(threads)
     g = load_graph(spec)
     lg = build_plan(g, partition_in_process(g, world, "metis", 0), rank, world)
@@ -116,7 +117,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     from graphdist.data import load_graph
     from graphdist.halo import build_plan
-    from graphdist.models import GNN
+    from graphdist.gnn.models import GNN
     g = load_graph(args.spec)
     lg = build_plan(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1)
     torch.manual_seed(0)

@@ -1,69 +1,97 @@
-"""Typed configuration of ``graphdist train-dlrm`` (CLI flags map one to one onto these fields)."""
+"""Typed configuration of ``graphdist train-dlrm``; the CLI flags are generated from it
+(:mod:`graphdist.config`), nested :class:`~embeddings.model.ModelConfig` fields included."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from embeddings.model import ModelConfig
+from embeddings.sharding import SHARDING_TYPES
+from graphdist.config import check_choices
+from graphdist.errors import ConfigError
+
+SHARDING_CHOICES = ("auto", *SHARDING_TYPES)
+EMB_OPTIMIZERS = ("rowwise_adagrad", "adagrad", "adam", "sgd")
+DENSE_OPTIMIZERS = ("adagrad", "adam", "sgd")
 
 
 @dataclass
 class DLRMTrainConfig:
     """Everything a DLRM training run needs; same values on every rank."""
 
-    spec: str = "criteo-synth:"
-    """Training data: ``criteo:PATH`` or ``criteo-synth:k=v,...``."""
-    eval_data: str | None = None
-    """Separate evaluation data spec; when None the last ``eval_fraction`` of ``spec`` is held out."""
-    eval_fraction: float = 0.2
-    """Fraction of rows (the last ones) held out for evaluation, in (0, 1)."""
-    sharding: str = "auto"
-    """``auto`` (torchrec planner) or one type for every table: table_wise, row_wise, column_wise,
-    table_row_wise, data_parallel."""
+    spec: str = field(default="criteo-synth:", metadata={"positional": True, "metavar": "SPEC"})
+    """training data: criteo:PATH (TSV file or directory of day_* files) or criteo-synth:k=v,..."""
+    nproc: int = 1
+    """local worker processes; ignored under torchrun"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """auto (CUDA when available), cpu or cuda; one GPU per local rank"""
+    eval_data: str | None = field(default=None, metadata={"group": "eval", "metavar": "SPEC"})
+    """separate evaluation data spec (instead of holding out --eval-fraction)"""
+    eval_fraction: float = field(default=0.2, metadata={"group": "eval"})
+    """hold out the last fraction of the rows (time order) for evaluation, in (0, 1)"""
+    sharding: Literal[SHARDING_CHOICES] = "auto"
+    """auto (torchrec's planner) or one sharding type for every table"""
     batch_size: int = 512
-    """GLOBAL batch size, split evenly across ranks (so losses do not depend on the world size)."""
+    """GLOBAL batch size, split evenly across ranks (losses do not depend on the world size)"""
     eval_batch_size: int = 4096
-    """Global batch size for evaluation."""
-    epochs: int = 1
-    """Passes over the training rows (ignored when ``steps`` is set)."""
-    steps: int | None = None
-    """Total optimizer steps (batches taken in order, wrapping around the training rows)."""
+    """global batch size for evaluation"""
+    epochs: int = field(default=1, metadata={"group": "length"})
+    """passes over the training rows"""
+    steps: int | None = field(default=None, metadata={"group": "length"})
+    """total optimizer steps instead of --epochs (batches in order, wrapping around)"""
     seed: int = 0
-    """Seeds data generation and model initialisation."""
+    """seeds data generation and model initialisation"""
     model: ModelConfig = field(default_factory=ModelConfig)
-    """Model shape."""
-    embedding_optimizer: str = "rowwise_adagrad"
-    """Fused optimizer of the embedding tables: rowwise_adagrad, adagrad, sgd, or adam (GPU only:
-    FBGEMM's CPU kernels have no Adam)."""
+    """model shape"""
+    embedding_optimizer: Literal[EMB_OPTIMIZERS] = "rowwise_adagrad"
+    """fused optimizer of the embedding tables (adam: GPU only, FBGEMM's CPU kernels have none)"""
     embedding_lr: float = 0.05
-    """Learning rate of the embedding optimizer."""
-    dense_optimizer: str = "adagrad"
-    """Optimizer of the dense (data-parallel) layers: adagrad, adam or sgd."""
+    """learning rate of the embedding optimizer"""
+    dense_optimizer: Literal[DENSE_OPTIMIZERS] = "adagrad"
+    """optimizer of the dense (data-parallel) layers"""
     dense_lr: float = 0.05
-    """Learning rate of the dense optimizer."""
+    """learning rate of the dense optimizer"""
     num_embeddings_per_feature: list[int] | None = None
-    """Rows of each of the 26 tables (ids are hashed modulo this)."""
+    """rows of each of the 26 tables, comma-separated (ids are hashed modulo this)"""
     num_embeddings: int | None = None
-    """One table size for every feature (criteo: the hash size; synth: a cap)."""
+    """one table size for every feature (criteo: the hash size, default 100000; synth: a cap)"""
     skip_bad_lines: bool = False
-    """Skip (and count) malformed Criteo lines instead of stopping at the first one."""
-    cache_dir: str | None = None
-    """Where the Criteo binary cache goes (default: next to the data)."""
+    """skip (and count) malformed Criteo lines instead of stopping at the first one"""
+    cache_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
+    """where the Criteo binary cache goes (default: next to the data)"""
     pipeline: bool | None = None
-    """Use torchrec's TrainPipelineSparseDist (input all-to-all of batch i+1 overlaps batch i).
-    None = auto: on with CUDA (streams overlap the all-to-all), off on CPU, where there is nothing
-    to overlap with and it measured about 10 % more CPU time per step (docs/benchmarks/dlrm.md)."""
+    """torchrec's TrainPipelineSparseDist (input all-to-all of batch i+1 overlaps batch i);
+    automatic: on with CUDA, off on CPU, where it measured about 10% more CPU time per step"""
     memory_budget_gb: float | None = None
-    """Per-rank memory for embeddings + optimizer state; a plan that needs more stops (exit 2).
-    Default: device memory (GPU) or host RAM / local ranks (CPU)."""
-    report: str | None = None
-    """Write the JSON report here (rank 0)."""
-    checkpoint_dir: str | None = None
-    """Directory for torch.distributed.checkpoint snapshots (``step_<t>/`` + ``latest``)."""
+    """per-rank memory for embeddings + optimizer state; a plan that needs more stops
+    (default: device memory, or host RAM / local ranks on CPU)"""
+    report: str | None = field(default=None, metadata={"metavar": "FILE"})
+    """write the JSON report here (rank 0)"""
+    checkpoint_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
+    """directory for torch.distributed.checkpoint snapshots (shared by all ranks)"""
     checkpoint_every: int = 0
-    """Save every this many steps (0: only at the end when ``checkpoint_dir`` is set)."""
+    """save every N steps (0: only at the end when --checkpoint-dir is set)"""
+    keep_checkpoints: int = 2
+    """keep the newest N snapshots in --checkpoint-dir"""
     resume: bool = False
-    """Continue from the latest checkpoint in ``checkpoint_dir``."""
+    """continue from the latest checkpoint in --checkpoint-dir"""
     progress: bool = True
-    """tqdm bar on rank 0."""
-    print_plan: bool = True
-    """Print the sharding plan table on rank 0."""
+    """tqdm progress bar on rank 0"""
+    print_plan: bool = field(default=True, metadata={"cli": False})
+    """print the sharding plan table on rank 0"""
+
+    def validate(self) -> None:
+        check_choices(self)
+        if not 0.0 < self.eval_fraction < 1.0:
+            raise ConfigError(f"--eval-fraction must be in (0, 1), got {self.eval_fraction}")
+        for flag, v in (("--batch-size", self.batch_size), ("--nproc", self.nproc),
+                        ("--embedding-dim", self.model.embedding_dim), ("--eval-batch-size", self.eval_batch_size),
+                        ("--epochs", self.epochs), ("--keep-checkpoints", self.keep_checkpoints)):
+            if v < 1:
+                raise ConfigError(f"{flag} must be >= 1, got {v}")
+        if self.steps is not None and self.steps < 1:
+            raise ConfigError(f"--steps must be >= 1, got {self.steps}")
+        if self.checkpoint_every < 0:
+            raise ConfigError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
+        if self.resume and not self.checkpoint_dir:
+            raise ConfigError("--resume needs --checkpoint-dir")

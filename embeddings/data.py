@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from graphdist.errors import ConfigError, DataFormatError, SpecError
+from graphdist.errors import ConfigError, DataFormatError
 
 NUM_DENSE = 13
 NUM_SPARSE = 26
@@ -47,6 +47,16 @@ class ClickData:
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
+
+    def summary(self) -> dict:
+        """Sizes for ``graphdist data info``."""
+        n = len(self)
+        ids = (float(np.asarray(self.lengths).sum(1).mean()) if self.lengths is not None
+               else float(self.cat.shape[1] * self.cat.shape[2]))
+        return {"rows": n, "click_rate": float(np.mean(self.labels)) if n else 0.0,
+                "dense_features": int(self.dense.shape[1]), "sparse_features": int(self.cat.shape[1]),
+                "table_rows": [int(x) for x in self.num_embeddings], "ids_per_sample": ids,
+                "bad_lines": int(self.bad_lines)}
 
     def slice(self, a: int, b: int) -> "ClickData":
         return ClickData(self.dense[a:b], self.cat[a:b], self.labels[a:b], self.num_embeddings,
@@ -128,41 +138,21 @@ def id_stats(data: ClickData, max_rows: int = 50_000):
     return IdStats(pooling, ids)
 
 
-def parse_spec_args(spec: str, kind: str, allowed: dict) -> dict:
-    """``k=v,k=v`` after ``kind:`` into a dict typed like ``allowed`` (its values are defaults)."""
-    out = dict(allowed)
-    body = spec.split(":", 1)[1] if ":" in spec else ""
-    for part in filter(None, body.split(",")):
-        if "=" not in part:
-            raise SpecError(f"{kind}: expected key=value, got {part!r} in {spec!r}")
-        k, v = part.split("=", 1)
-        if k not in allowed:
-            raise SpecError(f"{kind}: unknown argument {k!r} in {spec!r}; known: {', '.join(allowed)}")
-        try:
-            out[k] = type(allowed[k])(float(v)) if isinstance(allowed[k], int) else type(allowed[k])(v)
-        except ValueError as e:
-            raise SpecError(f"{kind}: {k}={v!r} is not a valid {type(allowed[k]).__name__}") from e
-    return out
-
-
 def load_click_data(spec: str, *, num_embeddings_per_feature: list[int] | None = None,
                     num_embeddings_cap: int | None = None, skip_bad_lines: bool = False,
                     cache_dir: str | None = None) -> ClickData:
-    """Load ``criteo:PATH`` or ``criteo-synth:...`` (all rows, before the train/eval split)."""
-    if spec.startswith("criteo-synth"):
-        from embeddings.synth import generate
-        data = generate(spec)
-    elif spec.startswith("criteo:"):
-        from embeddings.criteo import load_criteo
-        data = load_criteo(spec.split(":", 1)[1], skip_bad_lines=skip_bad_lines, cache_dir=cache_dir)
-    else:
-        raise SpecError(f"unknown DLRM dataset spec {spec!r}: expected criteo:PATH or criteo-synth:...")
+    """Load ``criteo:PATH`` or ``criteo-synth:...`` (all rows, before the train/eval split);
+    specs are parsed by :mod:`graphdist.specs` (domain ``clicks``)."""
+    from graphdist.specs import parse_spec
+    s = parse_spec(spec, "clicks")
+    hashed = s.kind.name == "criteo"
+    data = s.load(skip_bad_lines=skip_bad_lines, cache_dir=cache_dir) if hashed else s.load()
     if num_embeddings_per_feature:
         if len(num_embeddings_per_feature) != NUM_SPARSE:
             raise ConfigError(f"--num-embeddings-per-feature needs {NUM_SPARSE} values, "
                               f"got {len(num_embeddings_per_feature)}")
         data.num_embeddings = [int(x) for x in num_embeddings_per_feature]
-    if num_embeddings_cap and spec.startswith("criteo:"):
+    if num_embeddings_cap and hashed:
         data.num_embeddings = [int(num_embeddings_cap)] * NUM_SPARSE  # hashed ids: the cap is the size
     elif num_embeddings_cap:
         data.num_embeddings = [min(int(n), int(num_embeddings_cap)) for n in data.num_embeddings]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from torch import nn
@@ -26,18 +27,18 @@ INIT_BLOCK_ROWS = 4096
 class ModelConfig:
     """Shape of the recommendation model."""
 
-    arch: str = "dlrm"
-    """``dlrm`` (pairwise dot interaction) or ``dcn`` (DCNv2 low-rank cross network)."""
+    arch: Literal["dlrm", "dcn"] = "dlrm"
+    """dlrm (pairwise dot interaction) or dcn (DCNv2 low-rank cross network)"""
     embedding_dim: int = 16
-    """Width D of every embedding table (DLRM needs one D; the dense arch ends in D)."""
+    """width D of every embedding table (DLRM needs one D; the dense arch ends in D)"""
     dense_arch: list[int] = field(default_factory=lambda: [64, 32])
-    """Hidden sizes of the bottom MLP over the dense features; a final layer of size D is appended."""
+    """hidden sizes of the bottom MLP over the dense features (a layer of D is appended)"""
     over_arch: list[int] = field(default_factory=lambda: [64, 32])
-    """Hidden sizes of the top MLP; a final layer of size 1 (the click logit) is appended."""
+    """hidden sizes of the top MLP (the 1-unit logit layer is appended)"""
     dcn_layers: int = 2
-    """Number of cross layers when ``arch == 'dcn'``."""
+    """cross layers with --arch dcn"""
     dcn_low_rank: int = 16
-    """Low-rank dimension of each DCNv2 cross layer."""
+    """low-rank dimension of each DCNv2 cross layer"""
 
 
 def table_name(i: int) -> str:

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 
 from graphdist.errors import ConfigError
+from graphdist.fmt import fmt_bytes
+from graphdist.runtime import host_memory_bytes
 
 SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel")
 EBC_PATH = "model.sparse_arch.embedding_bag_collection"
@@ -73,7 +75,7 @@ def _planner_plan(module, names, world_size, local_size, device_type, local_batc
     if device_type == "cuda":
         kw["hbm_cap"] = torch.cuda.get_device_properties(0).total_memory
     else:
-        kw["ddr_cap"] = _ddr_bytes() // max(local_size, 1)
+        kw["ddr_cap"] = host_memory_bytes() // max(local_size, 1)
     topo = Topology(world_size=world_size, local_world_size=local_size,
                     compute_device=device_type, **kw)
     constraints = {n: ParameterConstraints(pooling_factors=[max(float(p), 1e-3)])
@@ -90,13 +92,6 @@ def _planner_plan(module, names, world_size, local_size, device_type, local_batc
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"torchrec's planner found no plan that fits {world_size} rank(s) of "
                           f"{kw.get('hbm_cap', kw.get('ddr_cap', 0)) / 2**30:.1f} GiB: {first}") from e
-
-
-def _ddr_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):  # pragma: no cover
-        return 16 * 2**30
 
 
 class IdStats:
@@ -127,8 +122,7 @@ def describe_plan(plan, num_embeddings: list[int], dim: int, world_size: int, gl
         st = ps.sharding_type
         p = stats.pooling[i]
         shards = ([] if ps.sharding_spec is None else
-                  [(int(str(s.placement).split("rank:")[1].split("/")[0]), s.shard_offsets, s.shard_sizes)
-                   for s in ps.sharding_spec.shards])
+                  [(s.placement.rank(), s.shard_offsets, s.shard_sizes) for s in ps.sharding_spec.shards])
         ranks = sorted({s[0] for s in shards}) if shards else list(range(W))
         tables[name] = {"type": st, "ranks": ranks, "kernel": ps.compute_kernel, "rows": int(n),
                         "dim": dim, "pooling": round(p, 3)}
@@ -176,14 +170,6 @@ def check_memory(desc: dict, budget_bytes: int) -> None:
                           f"budget is {budget_bytes / 2**30:.2f} GiB per rank")
 
 
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
-
-
 def format_plan(desc: dict) -> str:
     """The plan as two text tables (tables, then ranks)."""
     lines = [f"{'table':<6} {'rows':>9} {'dim':>4} {'pool':>5}  {'type':<15} {'kernel':<7} ranks"]
@@ -194,6 +180,6 @@ def format_plan(desc: dict) -> str:
     lines.append(f"{'rank':<5} {'emb+optim':>11} {'lookups/batch':>14} {'a2a/batch':>11} {'allreduce/batch':>16}"
                  f"   (global batch {desc['global_batch']}, optimizer {desc['optimizer']})")
     for r in desc["ranks"]:
-        lines.append(f"{r['rank']:<5} {_fmt_bytes(r['embedding_bytes']):>11} {r['lookups_per_batch']:>14.1f} "
-                     f"{_fmt_bytes(r['a2a_bytes_per_batch']):>11} {_fmt_bytes(r['allreduce_bytes_per_batch']):>16}")
+        lines.append(f"{r['rank']:<5} {fmt_bytes(r['embedding_bytes']):>11} {r['lookups_per_batch']:>14.1f} "
+                     f"{fmt_bytes(r['a2a_bytes_per_batch']):>11} {fmt_bytes(r['allreduce_bytes_per_batch']):>16}")
     return "\n".join(lines)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from embeddings.data import NUM_DENSE, NUM_SPARSE, ClickData, parse_spec_args
+from embeddings.data import NUM_DENSE, NUM_SPARSE, ClickData
 
 KAGGLE_CARDINALITIES = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593,
                         3194, 27, 14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105,
@@ -28,10 +28,6 @@ KAGGLE_CARDINALITIES = [1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93
 
 SIGNAL = 0.4
 """Scale of the planted logit: the true model's AUC is about 0.87 (a trained DLRM gets close)."""
-
-DEFAULTS = {"rows": 100_000, "scale": 0.01, "alpha": 1.1, "pooling": 1, "seed": 0,
-            "shuffle_labels": 0}
-
 
 def cardinalities(scale: float) -> list[int]:
     return [max(4, int(round(c * scale))) for c in KAGGLE_CARDINALITIES]
@@ -48,15 +44,16 @@ def _zipf_ids(rng: np.random.Generator, card: int, alpha: float, shape) -> np.nd
     return perm[ranks]
 
 
-def generate(spec: str) -> ClickData:
-    """Build the whole data set in memory (deterministic in ``seed``)."""
-    a = parse_spec_args(spec, "criteo-synth", DEFAULTS)
-    n, P, seed = int(a["rows"]), max(1, int(a["pooling"])), int(a["seed"])
+def generate(rows: int = 100_000, scale: float = 0.01, alpha: float = 1.1, pooling: int = 1,
+             seed: int = 0, shuffle_labels: int = 0) -> ClickData:
+    """Build the whole data set in memory (deterministic in ``seed``); the spec
+    ``criteo-synth:k=v,...`` (:mod:`graphdist.specs`) passes its options here."""
+    n, P, seed = int(rows), max(1, int(pooling)), int(seed)
     if n < 1:
         from graphdist.errors import SpecError
         raise SpecError(f"criteo-synth: rows must be >= 1, got {n}")
     rng = np.random.default_rng(seed)
-    cards = cardinalities(float(a["scale"]))
+    cards = cardinalities(float(scale))
     # model parameters first, so they do not depend on the number of rows
     mu = rng.uniform(0.5, 3.0, NUM_DENSE)
     coef = rng.normal(0.0, 1.0, NUM_DENSE) * 0.45
@@ -71,7 +68,7 @@ def generate(spec: str) -> ClickData:
     lengths = rng.integers(1, P + 1, (n, NUM_SPARSE)) if P > 1 else None
     logit = z @ coef
     for f, c in enumerate(cards):
-        cat[:, f, :] = _zipf_ids(rng, c, float(a["alpha"]), (n, P))
+        cat[:, f, :] = _zipf_ids(rng, c, float(alpha), (n, P))
         e = effects[f][cat[:, f, :]]
         if lengths is not None:
             e = np.where(np.arange(P)[None, :] < lengths[:, f:f + 1], e, 0.0).sum(1) / lengths[:, f]
@@ -85,7 +82,7 @@ def generate(spec: str) -> ClickData:
     logit = SIGNAL * logit
     logit = logit - np.quantile(logit, 0.8)  # ~26 % clicks after the Bernoulli draw
     labels = (rng.random(n) < 1.0 / (1.0 + np.exp(-logit))).astype(np.float32)
-    if int(a["shuffle_labels"]):
+    if int(shuffle_labels):
         labels = np.random.default_rng(seed + 7919).permutation(labels)
     return ClickData(dense=dense, cat=cat, labels=labels, num_embeddings=list(cards), lengths=lengths)
 

@@ -24,11 +24,9 @@ from embeddings.config import DLRMTrainConfig
 from embeddings.data import ClickData, id_stats, load_click_data, make_batch, split_eval
 from embeddings.model import LossWrapper, build_model, init_rows, table_name
 from embeddings.sharding import EBC_PATH, build_plan, check_memory, describe_plan, format_plan
+from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.runtime import get_logger
-
-EMB_OPTIMIZERS = ("rowwise_adagrad", "adagrad", "adam", "sgd")
-DENSE_OPTIMIZERS = ("adagrad", "adam", "sgd")
 
 
 def load_splits(cfg: DLRMTrainConfig) -> tuple[ClickData, ClickData]:
@@ -44,10 +42,7 @@ def load_splits(cfg: DLRMTrainConfig) -> tuple[ClickData, ClickData]:
 
 
 def validate(cfg: DLRMTrainConfig, train: ClickData, world_size: int) -> None:
-    if cfg.embedding_optimizer not in EMB_OPTIMIZERS:
-        raise ConfigError(f"--embedding-optimizer must be one of {', '.join(EMB_OPTIMIZERS)}, got {cfg.embedding_optimizer!r}")
-    if cfg.dense_optimizer not in DENSE_OPTIMIZERS:
-        raise ConfigError(f"--dense-optimizer must be one of {', '.join(DENSE_OPTIMIZERS)}, got {cfg.dense_optimizer!r}")
+    cfg.validate()
     if cfg.batch_size < 1 or cfg.batch_size % world_size:
         raise ConfigError(f"--batch-size {cfg.batch_size} must be a positive multiple of the world size {world_size}")
     if cfg.eval_batch_size < 1:
@@ -76,8 +71,8 @@ def memory_budget(cfg: DLRMTrainConfig, device: torch.device, local_size: int) -
         return int(cfg.memory_budget_gb * 2**30)
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory)
-    from embeddings.sharding import _ddr_bytes
-    return _ddr_bytes() // max(local_size, 1)
+    from graphdist.runtime import host_memory_bytes
+    return host_memory_bytes() // max(local_size, 1)
 
 
 def plan_for(cfg: DLRMTrainConfig, train: ClickData, world_size: int, local_size: int,
@@ -128,7 +123,7 @@ def build_sharded(cfg: DLRMTrainConfig, train: ClickData, device: torch.device, 
     from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
     from torchrec.optim.optimizers import in_backward_optimizer_filter
     pg = pg or dist.group.WORLD
-    world = dist.get_world_size(pg)
+    world = comm.world(pg)[1]
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     module, plan, desc = plan_for(cfg, train, world, local, device.type, pg)
     check_memory(desc, memory_budget(cfg, device, local))
@@ -180,7 +175,7 @@ def run_steps(dmp, opt, pipe, data: ClickData, cfg: DLRMTrainConfig, steps: rang
     before the forward of batch i; the pipeline is drained and detached at the end, so the
     plain model is usable (eval, checkpoint) afterwards.
     """
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = comm.world()
     it = step_batches(data, cfg, steps, rank, world)
     out_losses: list[float] = []
     if pipe is not None:
@@ -210,7 +205,7 @@ def run_steps(dmp, opt, pipe, data: ClickData, cfg: DLRMTrainConfig, steps: rang
 def evaluate(dmp, data: ClickData, cfg: DLRMTrainConfig, device: torch.device) -> dict:
     """AUC / log loss / NE over the whole eval set: every rank's logits are gathered first."""
     from embeddings.metrics import click_metrics
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = comm.world()
     e = -(-cfg.eval_batch_size // world)  # per rank, rounded up
     E = e * world
     was = dmp.training
@@ -222,29 +217,21 @@ def evaluate(dmp, data: ClickData, cfg: DLRMTrainConfig, device: torch.device) -
         logits.append(lg[:n].float().cpu())
         labels.append(y[:n].float().cpu())
     dmp.train(was)
-    local = torch.stack([torch.cat(logits), torch.cat(labels)]) if logits else torch.zeros(2, 0)
-    n_local = torch.tensor([local.shape[1]], dtype=torch.long)
-    sizes = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
-    dist.all_gather(sizes, n_local)
-    m = int(max(int(x) for x in sizes))
-    padded = torch.zeros(2, m)
-    padded[:, :local.shape[1]] = local
-    bufs = [torch.zeros(2, m) for _ in range(world)]
-    dist.all_gather(bufs, padded)
+    local = torch.stack([torch.cat(logits), torch.cat(labels)], 1) if logits else torch.zeros(0, 2)
     # rows were handed out window by window; order does not matter for the metrics
-    allv = torch.cat([b[:, :int(k)] for b, k in zip(bufs, sizes)], dim=1).numpy()
-    return click_metrics(allv[1], allv[0])
+    allv = comm.all_gather_rows(local).numpy()
+    return click_metrics(allv[:, 1], allv[:, 0])
 
 
 def train(cfg: DLRMTrainConfig, device: torch.device | None = None) -> dict:
     """Run training on the initialised default process group; returns the report (all ranks)."""
-    from embeddings.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+    from graphdist.checkpoint import Checkpointer
     log = get_logger("graphdist.dlrm")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank, world = comm.world()
     device = device or torch.device("cpu")
     if rank == 0 and any(s and s.startswith("criteo:") for s in (cfg.spec, cfg.eval_data)):
         load_splits(cfg)  # rank 0 builds the binary cache once, the others then map it
-    dist.barrier()
+    comm.barrier()
     train_data, eval_data = load_splits(cfg)
     validate(cfg, train_data, world)
     T = total_steps(cfg, len(train_data))
@@ -252,15 +239,18 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None) -> dict:
     if rank == 0 and cfg.print_plan:
         print(format_plan(desc), flush=True)
     start, losses = 0, []
+    ckpt = Checkpointer(cfg.checkpoint_dir, cfg.keep_checkpoints) if cfg.checkpoint_dir else None
     if cfg.resume:
-        if not cfg.checkpoint_dir:
-            raise ConfigError("--resume needs --checkpoint-dir")
-        ck = latest_checkpoint(cfg.checkpoint_dir)
-        if ck is None:
+        snap = ckpt.latest()
+        if snap is None:
             log.info(f"no checkpoint in {cfg.checkpoint_dir}; starting from step 0")
         else:
-            start, losses = load_checkpoint(ck, dmp, opt)
-            log.info(f"resumed from {ck} at step {start}")
+            state = _state(dmp, opt)
+            meta = ckpt.load(snap, state)
+            dmp.load_state_dict(state["model"])
+            opt.load_state_dict(state["optim"])
+            start, losses = int(meta["step"]), [float(x) for x in meta["losses"]]
+            log.info(f"resumed from {snap} at step {start}")
     every = cfg.checkpoint_every if cfg.checkpoint_every > 0 else T
     bounds = sorted({min(s, T) for s in range(start, T, every)} | {T})
     pipe = make_pipeline(cfg, dmp, opt, device)
@@ -279,9 +269,9 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None) -> dict:
         local_losses += run_steps(dmp, opt, pipe, train_data, cfg, range(seg_start, seg_end), device, bar)
         t_train += time.perf_counter() - t0
         seg_start = seg_end
-        if cfg.checkpoint_dir and (cfg.checkpoint_every > 0 or seg_end == T):
-            save_checkpoint(cfg.checkpoint_dir, seg_end, dmp, opt,
-                            list(losses) + _global_losses(local_losses, world))
+        if ckpt is not None and (cfg.checkpoint_every > 0 or seg_end == T):
+            ckpt.save(seg_end, _state(dmp, opt),
+                      {"losses": list(losses) + _global_losses(local_losses, world)})
     if bar is not None:
         bar.close()
     new_losses = _global_losses(local_losses, world)
@@ -300,9 +290,14 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None) -> dict:
     return report
 
 
+def _state(dmp, opt) -> dict:
+    """What a checkpoint holds: the sharded model (embedding shards as ShardedTensors, dense
+    replicas) and every optimizer state (fused row-wise Adagrad sums included)."""
+    return {"model": dmp.state_dict(), "optim": opt.state_dict()}
+
+
 def _global_losses(local: list[float], world: int) -> list[float]:
-    t = torch.tensor(local, dtype=torch.float64)
-    dist.all_reduce(t)
+    t = comm.all_reduce_sum(torch.tensor(local, dtype=torch.float64))
     return (t / world).tolist()
 
 

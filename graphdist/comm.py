@@ -1,4 +1,9 @@
-"""The one module that calls torch.distributed collectives (GCN side).
+"""The one module that calls torch.distributed collectives.
+
+Metric and control collectives (:func:`all_reduce_sum`, :func:`all_reduce_max`,
+:func:`all_gather_rows`, :func:`barrier`, ...) take tensors on any device and run them on the
+process group's device (NCCL needs CUDA tensors, gloo CPU ones), returning results on the
+caller's device. They are no-ops without a process group or at world size 1.
 
 Halo exchange, for rank r with plan (send_idx, send_counts, recv_counts)::
 
@@ -9,7 +14,7 @@ Halo exchange, for rank r with plan (send_idx, send_counts, recv_counts)::
               all_to_all_single(back, g_halo, send_counts, recv_counts)   (reverse direction)
               g_owned = g_full[:n_own] + index_add(send_idx, back)
 
-The training path fuses this with the SpMM (:class:`graphdist.models.SparseAdj`): it calls
+The training path fuses this with the SpMM (:class:`graphdist.halo.spmm.SparseAdj`): it calls
 :meth:`HaloExchanger.post_forward` / :meth:`~HaloExchanger.post_backward` (async
 ``all_to_all_single``), multiplies the owned block while rows travel, then ``wait()``s.
 
@@ -26,11 +31,19 @@ import torch.distributed as dist
 from graphdist.errors import DistributedError
 
 
-def world() -> tuple[int, int]:
-    """``(rank, world_size)``; ``(0, 1)`` without a process group."""
+def world(group=None) -> tuple[int, int]:
+    """``(rank, world_size)`` in ``group`` (default: the whole job); ``(0, 1)`` without a
+    process group."""
     if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
+        return dist.get_rank(group), dist.get_world_size(group)
     return 0, 1
+
+
+def collective_device(group=None) -> torch.device:
+    """Where tensors must be for ``group``'s backend: the current CUDA device for NCCL, else CPU."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 class CommStats:
@@ -165,17 +178,45 @@ def all_reduce_sum_autograd(t: torch.Tensor) -> torch.Tensor:
     return _AllReduceSumFn.apply(t) if world()[1] > 1 else t
 
 
-def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
-    """In-place all-reduce (sum) of a metrics tensor; returns it."""
-    if world()[1] > 1:
-        dist.all_reduce(t)
+def _all_reduce(t: torch.Tensor, op, group) -> torch.Tensor:
+    if world(group)[1] == 1:
+        return t
+    dev = collective_device(group)
+    if t.device == dev:
+        dist.all_reduce(t, op=op, group=group)
+    else:
+        buf = t.to(dev)
+        dist.all_reduce(buf, op=op, group=group)
+        t.copy_(buf)
     return t
 
 
-def all_reduce_max(t: torch.Tensor) -> torch.Tensor:
-    if world()[1] > 1:
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t
+def all_reduce_sum(t: torch.Tensor, group=None) -> torch.Tensor:
+    """In-place all-reduce (sum) of a metrics tensor on any device; returns it."""
+    return _all_reduce(t, dist.ReduceOp.SUM, group)
+
+
+def all_reduce_max(t: torch.Tensor, group=None) -> torch.Tensor:
+    """In-place all-reduce (max) of a metrics tensor on any device; returns it."""
+    return _all_reduce(t, dist.ReduceOp.MAX, group)
+
+
+def all_gather_rows(t: torch.Tensor, group=None) -> torch.Tensor:
+    """Concatenate every rank's ``t [n_r, ...]`` (``n_r`` may differ) in rank order, on
+    ``t``'s device: sizes first, then one padded all-gather."""
+    ws = world(group)[1]
+    if ws == 1:
+        return t
+    dev = collective_device(group)
+    n = torch.tensor([t.shape[0]], dtype=torch.int64, device=dev)
+    sizes = [torch.zeros_like(n) for _ in range(ws)]
+    dist.all_gather(sizes, n, group=group)
+    sizes = [int(s) for s in sizes]
+    padded = t.new_zeros((max(sizes),) + tuple(t.shape[1:]), device=dev)
+    padded[:t.shape[0]] = t
+    bufs = [torch.empty_like(padded) for _ in range(ws)]
+    dist.all_gather(bufs, padded, group=group)
+    return torch.cat([b[:s] for b, s in zip(bufs, sizes)]).to(t.device)
 
 
 def all_reduce_grads(params) -> None:
@@ -211,9 +252,9 @@ def all_gather_object(obj) -> list:
     return out
 
 
-def barrier() -> None:
-    if world()[1] > 1:
-        dist.barrier()
+def barrier(group=None) -> None:
+    if world(group)[1] > 1:
+        dist.barrier(group)
 
 
 def find_dead_ranks(tag: str, wait_s: float = 3.0) -> list[int] | None:

@@ -1,9 +1,12 @@
 """One exception family for everything graphdist reports to a user.
 
-The CLI turns any :class:`GraphdistError` into one line on stderr and exit code 2; anything
-else is a bug and keeps its traceback.
+The CLI turns any of :data:`USER_ERRORS` (a :class:`GraphdistError`, or a partitioner's
+``PartitionError``) into one line on stderr and exit code 2; anything else is a bug and keeps
+its traceback.
 """
 from __future__ import annotations
+
+from partitioners.errors import PartitionError
 
 
 class GraphdistError(Exception):
@@ -36,5 +39,13 @@ class ArtifactError(GraphdistError):
     """A partition artifact or checkpoint does not match (fingerprint, k, format version)."""
 
 
+class MissingDependencyError(GraphdistError):
+    """A package the requested feature needs is not installed; the message gives the install command."""
+
+
 class DistributedError(GraphdistError):
     """A distributed run cannot start or a peer failed (names the rank where known)."""
+
+
+USER_ERRORS = (GraphdistError, PartitionError)
+"""Errors a user can cause: printed as one line, exit code 2."""

@@ -14,12 +14,17 @@ def _tmp(path: Path) -> Path:
     return path.with_name(f"{path.name}.tmp{os.getpid()}")
 
 
-def atomic_write_json(path, obj, *, indent: int = 2) -> None:
-    """Write ``obj`` as JSON to ``path`` (parents created) atomically."""
+def atomic_write_text(path, text: str) -> None:
+    """Write ``text`` to ``path`` (parents created) atomically."""
     p = Path(path)
     tmp = _tmp(p)
-    tmp.write_text(json.dumps(obj, indent=indent) + "\n")
+    tmp.write_text(text)
     os.replace(tmp, p)
+
+
+def atomic_write_json(path, obj, *, indent: int = 2) -> None:
+    """Write ``obj`` as JSON to ``path`` (parents created) atomically."""
+    atomic_write_text(path, json.dumps(obj, indent=indent) + "\n")
 
 
 def atomic_torch_save(obj, path) -> None:

@@ -147,6 +147,14 @@ class Timer:
         return False
 
 
+def host_memory_bytes() -> int:
+    """Physical memory of this machine (16 GiB if the OS does not say)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # pragma: no cover
+        return 16 * 2**30
+
+
 def peak_memory_bytes(device: torch.device | None = None) -> int:
     """Peak memory of this process: CUDA max-allocated on GPU, max RSS on CPU."""
     if device is not None and device.type == "cuda":

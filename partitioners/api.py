@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from partitioners._graph import as_numpy, make_weights
+from partitioners.common import as_numpy, make_weights
 from partitioners.errors import MissingBackendError, PartitionError
 
 __all__ = ["partition", "METHODS", "BALANCES"]

@@ -19,7 +19,7 @@ import tempfile
 
 import numpy as np
 
-from partitioners._graph import Weights, in_csr, sym_csr
+from partitioners.common import Weights, in_csr, sym_csr
 from partitioners.errors import MissingBackendError
 
 __all__ = ["metis_partition", "kaminpar_partition", "mtkahypar_partition", "single_weight"]
@@ -59,24 +59,61 @@ _METIS_NOPTIONS, _OPT_OBJTYPE, _OPT_SEED, _OPT_UFACTOR = 40, 1, 8, 16
 _METIS: dict = {}
 
 
+def _ptr(x: np.ndarray):
+    import ctypes
+    return x.ctypes.data_as(ctypes.c_void_p)
+
+
+def _metis_selftest(lib) -> str:
+    """Check the widths this module assumes for the library's ``idx_t`` (64-bit) and
+    ``real_t`` (32-bit); returns "" when they hold, else what was seen.
+
+    ``METIS_SetDefaultOptions`` writes ``METIS_NOPTIONS`` idx_t values (all -1) into a buffer
+    twice that size in int64: exactly 40 int64 words change when idx_t is 64-bit, 20 when it is
+    32-bit. Then a 4-node path cut in 2 with ``ubvec`` in float32 must come back as the
+    balanced cut ``[0, 0, 1, 1]`` with edge cut 1 (a 64-bit real_t misreads ubvec and returns
+    an error or a degenerate cut)."""
+    opts = np.full(2 * _METIS_NOPTIONS, 7, dtype=np.int64)
+    lib.METIS_SetDefaultOptions(_ptr(opts))
+    written = int((opts != 7).sum())
+    if written != _METIS_NOPTIONS:
+        return f"idx_t is not 64-bit ({written * 8 // _METIS_NOPTIONS}-byte options seen)"
+    n = 4
+    xadj, adj = np.array([0, 1, 3, 5, 6], np.int64), np.array([1, 0, 2, 1, 3, 2], np.int64)
+    one, two, nv = np.array([1], np.int64), np.array([2], np.int64), np.array([n], np.int64)
+    vw, ub = np.ones(n, np.int64), np.full(2, 1.03, np.float32)
+    obj, part = np.zeros(2, np.int64), np.zeros(2 * n, np.int64)
+    rc = lib.METIS_PartGraphKway(_ptr(nv), _ptr(one), _ptr(xadj), _ptr(adj), _ptr(vw), None, None,
+                                 _ptr(two), None, _ptr(ub), _ptr(opts), _ptr(obj), _ptr(part))
+    got = part[:n].tolist()
+    if rc != 1 or obj[0] != 1 or sorted(got) != [0, 0, 1, 1] or got[0] != got[1]:
+        return f"real_t is not 32-bit (4-node path probe: status {rc}, parts {got}, cut {int(obj[0])})"
+    return ""
+
+
 def _metis_lib():
-    """``METIS_PartGraphKway`` from pymetis' own extension (64-bit idx_t, 32-bit real_t), or
-    None when the symbol is not reachable (then the pymetis API is used: one constraint)."""
+    """``METIS_PartGraphKway`` from pymetis' own extension, once its ``idx_t``/``real_t`` widths
+    passed :func:`_metis_selftest`; None when the symbol is not reachable or the widths differ
+    (then the pymetis API is used, which balances one constraint; ``_METIS["why"]`` says why)."""
     if "lib" not in _METIS:
         import ctypes
         import glob
         pymetis = _import("pymetis", "metis")
-        lib = None
+        lib, why = None, "no _internal*.so with METIS_PartGraphKway next to pymetis"
         for so in glob.glob(os.path.join(os.path.dirname(pymetis.__file__), "_internal*.so")):
             try:
                 lib = ctypes.CDLL(so)
                 lib.METIS_PartGraphKway  # noqa: B018 - raises AttributeError if absent
                 lib.METIS_SetDefaultOptions.restype = ctypes.c_int
                 lib.METIS_PartGraphKway.restype = ctypes.c_int
-                break
             except (OSError, AttributeError):
                 lib = None
-        _METIS["lib"] = lib
+                continue
+            why = _metis_selftest(lib)
+            if why:
+                lib = None
+            break
+        _METIS["lib"], _METIS["why"] = lib, "" if lib is not None else why
     return _METIS["lib"]
 
 
@@ -84,13 +121,13 @@ def metis_kway(s, k: int, vwgt: np.ndarray, *, imbalance: float, seed: int,
                objective: str = "cut") -> np.ndarray:
     """METIS k-way on symmetric CSR ``s`` with ``vwgt [N, ncon]`` integer weights (several
     constraints balanced at once, each to ``1 + imbalance``); ``objective`` cut or vol."""
-    import ctypes
     n, ncon = vwgt.shape
     lib = _metis_lib()
     if lib is None:
         if ncon != 1 or objective != "cut":
-            raise MissingBackendError("this pymetis build does not expose METIS_PartGraphKway for "
-                                      "multi-constraint/volume partitioning; use pip install pymetis>=2023")
+            raise MissingBackendError(f"multi-constraint/volume METIS needs pymetis' METIS_PartGraphKway "
+                                      f"with 64-bit idx_t and 32-bit real_t, and this build fails that "
+                                      f"check ({_METIS['why']}); install it with: pip install pymetis==2025.2.2")
         import warnings
         pymetis = _import("pymetis", "metis")
         opts = pymetis.Options(seed=int(seed), ufactor=max(1, int(round(1000 * imbalance))))
@@ -100,7 +137,7 @@ def metis_kway(s, k: int, vwgt: np.ndarray, *, imbalance: float, seed: int,
                                           vweights=vwgt[:, 0], recursive=False, options=opts)
         return np.asarray(parts, dtype=np.int64)
     idx = np.int64
-    ptr = lambda x: x.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    ptr = _ptr
     opts = np.full(_METIS_NOPTIONS, -1, dtype=idx)
     lib.METIS_SetDefaultOptions(ptr(opts))
     opts[_OPT_OBJTYPE] = _OBJ[objective]

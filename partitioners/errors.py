@@ -1,17 +1,13 @@
-"""The one exception partitioners raise for bad input (k out of range, unknown method, ...).
+"""The exceptions partitioners raise for bad input (k out of range, unknown method, ...).
 
-It derives from ``graphdist.errors.ConfigError`` when graphdist is importable (so the CLI prints
-one line and exits 2) and from ``ValueError`` always; partitioners itself never needs graphdist.
+Both are ``ValueError``s; partitioners never imports graphdist (dependencies point one way:
+partitioners <- graphdist). graphdist treats them as user errors (``graphdist.errors.USER_ERRORS``:
+one line, exit code 2).
 """
 from __future__ import annotations
 
-try:  # soft dependency: the error family only, no other graphdist import
-    from graphdist.errors import ConfigError as _Base
-except ImportError:  # pragma: no cover - partitioners used standalone
-    _Base = Exception
 
-
-class PartitionError(_Base, ValueError):
+class PartitionError(ValueError):
     """Bad partitioning input: the message names the offending value and the allowed range."""
 
 

@@ -19,8 +19,8 @@ sorting otherwise); ~10M edges take well under a second.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
+from partitioners.common import as_numpy
 from partitioners.errors import PartitionError
 
 __all__ = [
@@ -36,18 +36,12 @@ QUALITY_KEYS = ("edge_cut", "edge_cut_fraction", "comm_volume", "max_recv", "max
 _DENSE_LIMIT = 1 << 28  # N*k cells of the dense membership bitmap (256 MiB of bool)
 
 
-def _np(t) -> np.ndarray:
-    if isinstance(t, torch.Tensor):
-        return t.detach().cpu().numpy()
-    return np.asarray(t)
-
-
 def check_assignment(graph, assignment, k: int | None = None) -> tuple[np.ndarray, int]:
     """Validate ``assignment`` against ``graph``; return it as int64 numpy and the part count.
 
     ``k`` defaults to ``max(assignment) + 1``. Raises :class:`PartitionError` (a
     ``GraphdistError``) on wrong length, negative ids or ids ``>= k``."""
-    a = _np(assignment).astype(np.int64, copy=False).reshape(-1)
+    a = as_numpy(assignment).astype(np.int64, copy=False).reshape(-1)
     n = int(graph.num_nodes)
     if a.shape[0] != n:
         raise PartitionError(f"assignment has {a.shape[0]} entries but the graph has {n} nodes")
@@ -80,8 +74,8 @@ class _Cache:
         self.graph = graph
         self.a, self.k = check_assignment(graph, assignment, k)
         n = self.a.size
-        self.deg = np.diff(_np(graph.indptr)).astype(np.int64)
-        src = _np(graph.indices)
+        self.deg = np.diff(as_numpy(graph.indptr)).astype(np.int64)
+        src = as_numpy(graph.indices)
         self.src = src.astype(np.int32) if n < 2**31 else src.astype(np.int64)
         small = _small(self.a, self.k)
         self.dst_part = np.repeat(small, self.deg)
@@ -178,7 +172,7 @@ def node_imbalance(graph, assignment, k: int | None = None) -> float:
 def edge_imbalance(graph, assignment, k: int | None = None) -> float:
     """``max part in-edges / (E / k) - 1``; a part's edges are the in-edges of its nodes."""
     a, k = check_assignment(graph, assignment, k)
-    deg = np.diff(_np(graph.indptr)).astype(np.float64)
+    deg = np.diff(as_numpy(graph.indptr)).astype(np.float64)
     return _imbalance(deg, a, k)
 
 

@@ -24,8 +24,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from partitioners._graph import Weights, in_csr
-from partitioners.streaming import _group_cumsum
+from partitioners.common import Weights, group_cumsum, in_csr
 
 __all__ = ["VolumeRefiner", "refine"]
 
@@ -181,7 +180,7 @@ class VolumeRefiner:
             t = target[order]
             ok = np.ones(order.size, dtype=bool)
             for c in range(self.w.shape[0]):
-                ok &= _group_cumsum(t, self.w[c, cand[order]]) <= room[c, t] + 1e-9
+                ok &= group_cumsum(t, self.w[c, cand[order]]) <= room[c, t] + 1e-9
             if ok.all():
                 return order
             sel = order[ok]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioners._graph import Weights, in_csr
+from partitioners.common import Weights, group_cumsum, in_csr
 
 __all__ = ["random_partition", "block_partition", "stream_partition"]
 
@@ -42,15 +42,6 @@ def block_partition(n: int, k: int, weights: Weights) -> np.ndarray:
     return np.minimum((cum / float(w.sum()) * k).astype(np.int64), k - 1)
 
 
-def _group_cumsum(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Inclusive cumulative sum of ``values`` restarting at each new value of sorted ``groups``."""
-    c = np.cumsum(values)
-    start = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
-    offset = np.zeros_like(c)
-    offset[start[1:]] = c[start[1:] - 1]
-    return c - np.maximum.accumulate(offset)
-
-
 def assign_with_caps(score: np.ndarray, wb: np.ndarray, load: np.ndarray,
                      caps: np.ndarray) -> np.ndarray:
     """Pick each row's best-scoring part subject to capacities (``load`` updated in place).
@@ -70,7 +61,7 @@ def assign_with_caps(score: np.ndarray, wb: np.ndarray, load: np.ndarray,
         ch = choice[order]
         ok = np.ones(rem.size, dtype=bool)
         for c in range(wb.shape[0]):
-            cum = _group_cumsum(ch, wb[c, rem[order]])
+            cum = group_cumsum(ch, wb[c, rem[order]])
             ok &= load[c, ch] + cum <= caps[c]
         acc = rem[order[ok]]
         out[acc] = ch[ok]

@@ -83,7 +83,7 @@ def test_cache_reused_and_rebuilt(tmp_path):
 
 def test_synth_tsv_roundtrip(tmp_path):
     from embeddings.synth import generate, write_tsv
-    s = generate("criteo-synth:rows=50,scale=0.001,seed=4")
+    s = generate(rows=50, scale=0.001, seed=4)
     p = str(tmp_path / "s.tsv")
     write_tsv(s, p)
     d = load_criteo(p)

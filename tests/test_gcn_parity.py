@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from graphdist.data import Graph
 from graphdist.halo import build_plan
-from graphdist.models import GNN
+from graphdist.gnn.models import GNN
 from graphdist.testing import run_ranks
 
 N, FEAT, HID, C = 80, 12, 16, 4
@@ -43,7 +43,7 @@ def assignment(graph: Graph, k: int, method: str) -> torch.Tensor:
         return torch.zeros(graph.num_nodes, dtype=torch.int64)
     if method == "random":
         return torch.randint(0, k, (graph.num_nodes,), generator=torch.Generator().manual_seed(k))
-    from graphdist.gcn_setup import partition_in_process
+    from graphdist.halo.setup import partition_in_process
     return partition_in_process(graph, k, "metis", 0)
 
 
@@ -118,7 +118,7 @@ def pyg_train_losses(kind, graph, state, epochs=20, layers=2, batch_norm=False):
 # ------------------------------------------------------------------ distributed side
 def _dist_case(rank, ws, graph, a, kind, state):
     from graphdist import comm
-    from graphdist.models import SparseAdj
+    from graphdist.halo.spmm import SparseAdj
     lg = build_plan(graph, a, rank, ws)
     model = GNN(kind, FEAT, HID, C, 3, dropout=0.0)
     model.load_state_dict(state)
@@ -137,7 +137,7 @@ def _dist_train(rank, ws, graph, a, kind, batch_norm=False):
     import torch.distributed as dist
 
     from graphdist.runtime import DistContext, init_distributed
-    from graphdist.trainer import GCNConfig, fit
+    from graphdist.gnn.trainer import GCNConfig, fit
     lg = build_plan(graph, a, rank, ws)
     cfg = GCNConfig(spec="test", model=kind, layers=2, hidden=HID, dropout=0.0, epochs=20, seed=5,
                     progress=False, batch_norm=batch_norm)

@@ -28,9 +28,21 @@ def _graph_and_assignment():
     return g, torch.arange(g.num_nodes) % 2
 
 
+def _snapshot_weights(root, model_like):
+    """Model weights stored in the latest snapshot under ``root`` (loaded into a copy)."""
+    import copy
+
+    from graphdist.checkpoint import Checkpointer
+    ck = Checkpointer(root)
+    sd = copy.deepcopy(model_like).state_dict()
+    ck.load(ck.latest(), {"model": sd})
+    return sd
+
+
 def _resume_job(rank, ws, graph, a, root):
+    from graphdist.gnn.models import GNN
+    from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.runtime import init_distributed
-    from graphdist.trainer import GCNConfig, fit
     ctx = init_distributed("cpu")
     lg = build_plan(graph, a, rank, ws)
     base = dict(spec="t", model="sage", layers=3, hidden=8, dropout=0.5, epochs=8, seed=3,
@@ -41,32 +53,32 @@ def _resume_job(rank, ws, graph, a, root):
     files = sorted(os.listdir(f"{root}/cut"))
     done = fit(GCNConfig(**base, checkpoint_dir=f"{root}/cut", resume=True), lg, {}, ctx)  # nothing left
     key = "comm/halo_bytes_per_epoch"
-    return full["losses"], cut["losses"], resumed["losses"], files, (full[key], done[key], done["losses"])
+    like = GNN("sage", lg.x.shape[1], 8, 3, 3, 0.5, True)
+    w_full, w_cut = _snapshot_weights(f"{root}/full", like), _snapshot_weights(f"{root}/cut", like)
+    same = all(torch.equal(v, w_cut[k]) for k, v in w_full.items())
+    return full["losses"], cut["losses"], resumed["losses"], files, (full[key], done[key], done["losses"]), same
 
 
 def test_resume_reproduces_unbroken_run(tmp_path):
     g, a = _graph_and_assignment()
     out = run_ranks(_resume_job, 2, args=(g, a, str(tmp_path)), timeout=180)
-    for full, cut, resumed, files, (halo_full, halo_done, losses_done) in out:
+    for full, cut, resumed, files, (halo_full, halo_done, losses_done), same in out:
         assert len(full) == 8 and len(cut) == 5
         assert halo_full > 0 and halo_done == halo_full and losses_done == full  # finished run resumed
         assert cut == full[:5]
         assert resumed == full  # dropout RNG, Adam moments and batch-norm buffers all restored
-        assert files == ["epoch000008_rank00000.pt", "epoch000008_rank00001.pt", "latest.json"]
-    for r in range(2):
-        s_full = torch.load(tmp_path / "full" / f"epoch000008_rank{r:05d}.pt", weights_only=False)
-        s_cut = torch.load(tmp_path / "cut" / f"epoch000008_rank{r:05d}.pt", weights_only=False)
-        for k, v in s_full["model"].items():
-            assert torch.equal(v, s_cut["model"][k]), k
-    assert json.loads((tmp_path / "cut" / "latest.json").read_text())["epoch"] == 8
+        # snapshots at 3, 5 (the stop), 6, 8; the default --keep-checkpoints 2 keeps the newest two
+        assert files == ["latest", "step_00000006", "step_00000008"]
+        assert same  # the resumed run ends with the unbroken run's weights
+    assert (tmp_path / "cut" / "latest").read_text().strip() == "step_00000008"
 
 
 def test_world_size_must_equal_parts(capsys):
     assert main(["train-gcn", SPEC, "--parts", "2", "--nproc", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--nproc 3" in err[0] and "2 parts" in err[0]
-    from graphdist.gcn_setup import load_local
-    from graphdist.trainer import GCNConfig
+    from graphdist.halo.setup import load_local
+    from graphdist.gnn.config import GCNConfig
     with pytest.raises(ConfigError, match="--parts 4 does not match the world size 2"):
         load_local(GCNConfig(spec=SPEC, parts=4), 0, 2)
 
@@ -117,8 +129,8 @@ def test_dead_worker_is_named_by_survivor():
 
 
 def _write_artifact(path, k=2, method="metis"):
-    from graphdist.artifact import write_artifact
-    from graphdist.gcn_setup import partition_in_process
+    from graphdist.halo.artifact import write_artifact
+    from graphdist.halo.setup import partition_in_process
     g, _ = _graph_and_assignment()
     a = partition_in_process(g, k, method, 0)
     from partitioners.quality import quality
@@ -127,8 +139,8 @@ def _write_artifact(path, k=2, method="metis"):
 
 def test_artifact_mismatches_name_both_values(tmp_path, capsys):
     from graphdist.errors import ArtifactError
-    from graphdist.gcn_setup import load_local
-    from graphdist.trainer import GCNConfig
+    from graphdist.halo.setup import load_local
+    from graphdist.gnn.config import GCNConfig
     d = _write_artifact(tmp_path / "p")
     with pytest.raises(ArtifactError, match="k=2 parts but the world size is 1"):
         load_local(GCNConfig(partition=str(d)), 0, 1)
@@ -159,7 +171,7 @@ def test_launcher_runs_two_workers_and_writes_report(tmp_path):
 @requires_cuda
 def test_cuda_smoke():
     from graphdist.runtime import DistContext
-    from graphdist.trainer import GCNConfig, fit
+    from graphdist.gnn.trainer import GCNConfig, fit
     g, _ = _graph_and_assignment()
     lg = build_plan(g, torch.zeros(g.num_nodes, dtype=torch.long), 0, 1)
     ctx = DistContext(0, 1, 0, "nccl", torch.device("cuda", 0))
@@ -168,15 +180,15 @@ def test_cuda_smoke():
 
 
 def test_demo_single_worker(tmp_path, capsys):
-    from graphdist.demo import run_gcn_demo
-    s = run_gcn_demo(tmp_path, spec=SPEC, nproc=1, progress=False, extra_args=["--epochs", "5"])
+    from graphdist.gnn.demo import run_gcn_demo
+    s = run_gcn_demo(tmp_path, spec=SPEC, nproc=1, progress=False, epochs=5)
     out = capsys.readouterr().out
     assert "test accuracy" in out and "halo exchange 0 rows" in out and "report:" in out
     assert 0.0 <= s["test_acc"] <= 1.0 and (tmp_path / "gcn_report.json").exists()
 
 
 def test_best_epoch_and_early_stopping_rule():
-    from graphdist.trainer import _best, _early_stop
+    from graphdist.gnn.trainer import _best, _early_stop
     val = [0.1, 0.5, 0.4, 0.5, 0.3]
     assert _best(val) == 1  # first epoch with the highest validation accuracy
     assert not _early_stop(val[:3], 2) and _early_stop(val[:4], 2) and not _early_stop(val, 0)

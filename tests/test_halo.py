@@ -6,8 +6,8 @@ import torch
 
 from graphdist.data import Graph
 from graphdist.errors import ArtifactError, MissingFileError
-from graphdist.halo import build_plan, build_plans, validate_plans
-from graphdist.parts import load_part, part_path, write_parts
+from graphdist.halo.plan import build_plan, build_plans, validate_plans
+from graphdist.halo.parts import load_part, part_path, write_parts
 
 
 def path6() -> Graph:

@@ -10,9 +10,9 @@ import torch
 
 from graphdist.data import load_graph
 from graphdist.data.graph import Graph
-from graphdist.errors import GraphdistError
+from graphdist.errors import USER_ERRORS
 from partitioners import METHODS, MissingBackendError, PartitionError, partition, quality
-from partitioners._graph import make_weights
+from partitioners.common import make_weights
 from partitioners.refine import VolumeRefiner
 
 
@@ -170,7 +170,7 @@ def test_bad_input(kwargs, match):
     k = kwargs.pop("k")
     with pytest.raises(PartitionError, match=match) as ei:
         partition(g, k, **kwargs)
-    assert isinstance(ei.value, GraphdistError)
+    assert isinstance(ei.value, USER_ERRORS)  # the CLI prints it as one line, exit 2
 
 
 def test_missing_backend_names_pip_command(monkeypatch):
@@ -184,3 +184,23 @@ def test_missing_backend_names_pip_command(monkeypatch):
     monkeypatch.setattr(importlib, "import_module", fake)
     with pytest.raises(MissingBackendError, match="pip install kaminpar"):
         partition(grid(5, 5), 2, method="kaminpar")
+
+
+class _FakeMetis:
+    """A METIS library whose idx_t is 32-bit: METIS_SetDefaultOptions writes 40 int32 words."""
+
+    def METIS_SetDefaultOptions(self, p):  # noqa: N802 - the C symbol's name
+        import ctypes
+        ctypes.memmove(p, (ctypes.c_int32 * 40)(*([-1] * 40)), 40 * 4)
+        return 1
+
+
+def test_metis_width_selftest_detects_a_foreign_build(monkeypatch):
+    from partitioners import backends
+    pytest.importorskip("pymetis")
+    assert backends._metis_selftest(backends._metis_lib()) == ""  # the pinned build passes
+    assert "idx_t is not 64-bit" in backends._metis_selftest(_FakeMetis())
+    monkeypatch.setitem(backends._METIS, "lib", None)
+    monkeypatch.setitem(backends._METIS, "why", "idx_t is not 64-bit (4-byte options seen)")
+    with pytest.raises(MissingBackendError, match="4-byte options seen.*pymetis==2025.2.2"):
+        partition(grid(4, 4), 2, method="metis", balance="both")

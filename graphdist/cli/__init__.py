@@ -3,7 +3,9 @@
 Each subcommand lives in its own module ``graphdist/cli/cmd_<name>.py`` exposing
 ``register(subparsers)``, which adds its parser and sets ``func=handler(args) -> int``.
 Modules are discovered in name order, so a command appears exactly when its module exists.
-Any :class:`~graphdist.errors.GraphdistError` becomes one line on stderr and exit code 2.
+Any :class:`~graphdist.errors.GraphdistError` becomes one line on stderr and exit code 2
+(:func:`graphdist.launch.guarded`). Handlers are thin: they build the command's typed config
+from the flags (:mod:`graphdist.config`) and call a library function.
 """
 from __future__ import annotations
 
@@ -12,14 +14,14 @@ import importlib
 import pkgutil
 import sys
 
-from graphdist.errors import GraphdistError
 
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors (``graphdist: error: ...``) and exit code 2."""
 
     def error(self, message):  # noqa: D401
-        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        sys.stderr.write(f"graphdist: error: {self.prog.removeprefix('graphdist').strip() or 'usage'}: "
+                         f"{message}\n")
         raise SystemExit(2)
 
 
@@ -37,15 +39,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    from graphdist.launch import guarded
     try:
-        return int(args.func(args) or 0)
-    except GraphdistError as e:
-        sys.stderr.write(f"graphdist: error: {e}\n")
-        return 2
-    except KeyboardInterrupt:
-        sys.stderr.write("graphdist: interrupted\n")
-        return 130
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a flag error already printed as one line
+        return int(e.code or 0)
+    try:
+        return guarded(args.func, args)
+    except BrokenPipeError:  # `graphdist ... | head`: the reader is gone, nothing left to say
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # python -m graphdist.cli

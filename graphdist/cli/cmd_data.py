@@ -1,34 +1,65 @@
-"""``graphdist data info SPEC [--json]``: what a dataset spec loads to."""
+"""``graphdist data info SPEC [--json]``: what a dataset spec loads to (graph or click log)."""
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 
-from graphdist.data import DEFAULT_SBM, load_graph
+from graphdist import config
+from graphdist.data import DEFAULT_SBM
+
+
+@dataclass
+class DataInfoConfig:
+    """``graphdist data info [SPEC] [--json]``."""
+
+    spec: str = field(default=DEFAULT_SBM, metadata={"positional": True, "metavar": "SPEC"})
+    """dataset spec KIND:ARGS (default: the demo's SBM graph)"""
+    json: bool = False
+    """print the summary as JSON"""
+
+
+def dataset_info(spec: str) -> tuple[dict, list[tuple[str, str]]]:
+    """``(summary dict, printable rows)`` of any dataset spec, by its domain."""
+    from graphdist.runtime import Timer
+    from graphdist.specs import parse_spec
+    kind = parse_spec(spec).kind
+    with Timer() as t:
+        if kind.domain == "graph":
+            from graphdist.data import load_graph
+            s = load_graph(spec).summary()
+        else:
+            from embeddings.data import load_click_data
+            s = {"name": spec, **load_click_data(spec).summary()}
+    s["load_s"] = round(t.seconds, 3)
+    if kind.domain == "graph":
+        rows = [
+            ("dataset", s["name"]),
+            ("nodes", f"{s['nodes']:,}"),
+            ("edges (directed)", f"{s['edges']:,}"),
+            ("in-degree min/mean/max", f"{s['degree_min']} / {s['degree_mean']:.2f} / {s['degree_max']}"),
+            ("self-loops", f"{s['self_loops']:,}"),
+            ("features", f"{s['features']}"),
+            ("classes", f"{s['classes']}"),
+            ("split train/val/test", " / ".join("-" if s[k] is None else f"{s[k]:,}" for k in ("train", "val", "test"))),
+            ("fingerprint", s["fingerprint"]),
+        ]
+    else:
+        rows = [("dataset", s["name"]), ("rows", f"{s['rows']:,}"), ("click rate", f"{s['click_rate']:.3f}"),
+                ("dense features", str(s["dense_features"])), ("sparse features", str(s["sparse_features"])),
+                ("table rows min/max", f"{min(s['table_rows']):,} / {max(s['table_rows']):,}"),
+                ("ids per sample", f"{s['ids_per_sample']:.2f}")]
+    rows.append(("load time", f"{s['load_s']:.2f} s"))
+    return s, rows
 
 
 def _info(args) -> int:
-    from graphdist.runtime import Timer
-    with Timer() as t:
-        g = load_graph(args.spec)
-    s = g.summary()
-    s["load_s"] = round(t.seconds, 3)
-    if args.json:
+    cfg = config.from_namespace(DataInfoConfig, args)
+    s, rows = dataset_info(cfg.spec)
+    if cfg.json:
         json.dump(s, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
-    rows = [
-        ("dataset", s["name"]),
-        ("nodes", f"{s['nodes']:,}"),
-        ("edges (directed)", f"{s['edges']:,}"),
-        ("in-degree min/mean/max", f"{s['degree_min']} / {s['degree_mean']:.2f} / {s['degree_max']}"),
-        ("self-loops", f"{s['self_loops']:,}"),
-        ("features", f"{s['features']}"),
-        ("classes", f"{s['classes']}"),
-        ("split train/val/test", " / ".join("-" if s[k] is None else f"{s[k]:,}" for k in ("train", "val", "test"))),
-        ("fingerprint", s["fingerprint"]),
-        ("load time", f"{s['load_s']:.2f} s"),
-    ]
     w = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{w}}  {v}")
@@ -40,7 +71,5 @@ def register(sub) -> None:
     dsub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND", parser_class=type(p))
     dsub.required = True
     info = dsub.add_parser("info", help="load a dataset spec and print its size, degrees, splits, fingerprint")
-    info.add_argument("spec", nargs="?", default=DEFAULT_SBM,
-                      help=f"dataset spec KIND:ARGS (default: {DEFAULT_SBM})")
-    info.add_argument("--json", action="store_true", help="print the summary as JSON")
+    config.add_arguments(info, DataInfoConfig)
     info.set_defaults(func=_info)

@@ -1,24 +1,43 @@
 """``graphdist demo [--out DIR]``: the README quick start.
 
 Both workloads, end to end on this machine: a 2-worker GCN on the default SBM graph
-(:func:`graphdist.demo.run_gcn_demo`), then a 2-rank DLRM on ``criteo-synth`` with sharded
+(:func:`graphdist.gnn.demo.run_gcn_demo`), then a 2-rank DLRM on ``criteo-synth`` with sharded
 embedding tables (:func:`embeddings.demo.run_dlrm_demo`), then a two-line summary.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from graphdist import config
+
+
+@dataclass
+class DemoConfig:
+    """``graphdist demo``."""
+
+    out: str = "runs/demo"
+    """where the reports go"""
+    nproc: int = 2
+    """workers (= GCN parts) per workload"""
+    only: Literal["gcn", "dlrm"] | None = None
+    """run one workload only"""
+    progress: bool = True
+    """progress bar"""
 
 
 def _handler(args) -> int:
-    out = Path(args.out)
+    cfg = config.from_namespace(DemoConfig, args)
+    out = Path(cfg.out)
     results = {}
-    if args.only in (None, "gcn"):
-        from graphdist.demo import run_gcn_demo
-        results["gcn"] = run_gcn_demo(out, nproc=args.nproc, progress=not args.no_progress)
-    if args.only in (None, "dlrm"):
+    if cfg.only in (None, "gcn"):
+        from graphdist.gnn.demo import run_gcn_demo
+        results["gcn"] = run_gcn_demo(out, nproc=cfg.nproc, progress=cfg.progress)
+    if cfg.only in (None, "dlrm"):
         from embeddings.demo import run_dlrm_demo
         print(flush=True)
-        results["dlrm"] = run_dlrm_demo(str(out), nproc=args.nproc)
+        results["dlrm"] = run_dlrm_demo(str(out), nproc=cfg.nproc)
     print("\n== demo summary ==")
     if "gcn" in results:
         g = results["gcn"]
@@ -34,8 +53,5 @@ def _handler(args) -> int:
 def register(sub) -> None:
     p = sub.add_parser("demo", help="end-to-end demo: 2-worker GCN on the default SBM graph, then "
                                     "2-rank DLRM with sharded embedding tables on criteo-synth")
-    p.add_argument("--out", default="runs/demo", help="where reports go (default: runs/demo)")
-    p.add_argument("--nproc", type=int, default=2, help="workers (= GCN parts) per workload (default 2)")
-    p.add_argument("--only", choices=["gcn", "dlrm"], default=None, help="run one workload only")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    config.add_arguments(p, DemoConfig)
     p.set_defaults(func=_handler)

@@ -20,13 +20,11 @@ PLANETOID_SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index
 
 
 # ---------------------------------------------------------------------------------- planetoid
-def load_planetoid(path: str) -> Graph:
+def load_planetoid(path) -> Graph:
     """``ROOT/NAME`` with ``ROOT/NAME/raw/ind.<name>.*`` present (as torch_geometric's
     ``Planetoid(ROOT, NAME)`` expects). Read with PyG's own reader; no download, no writes."""
-    from graphdist.data.specs import resolve_path
-    p = Path(path)
-    name = p.name
-    root = resolve_path(str(p), what="Planetoid dataset folder")
+    root = Path(path)
+    name = root.name
     raw = root / "raw"
     prefix = name.lower()
     missing = [f"ind.{prefix}.{s}" for s in PLANETOID_SUFFIXES if not (raw / f"ind.{prefix}.{s}").exists()]
@@ -107,13 +105,13 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
     n = ids.size
     kw = {}
     if features:
-        from graphdist.data.specs import resolve_path
+        from graphdist.specs import resolve_path
         x = _load_npy(resolve_path(features, what="features file"))
         if x.ndim not in (1, 2) or x.shape[0] != n:
             raise DataFormatError(features, f"has {x.shape[0] if x.ndim else 0} rows but {path.name} has {n} distinct nodes")
         kw["x"] = torch.from_numpy(np.asarray(x, dtype=np.float32))
     if labels:
-        from graphdist.data.specs import resolve_path
+        from graphdist.specs import resolve_path
         y = _load_npy(resolve_path(labels, what="labels file")).reshape(-1)
         if y.shape[0] != n:
             raise DataFormatError(labels, f"has {y.shape[0]} labels but {path.name} has {n} distinct nodes")

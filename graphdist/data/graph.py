@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from graphdist.errors import DataFormatError
+from graphdist.sparse import index2ptr, lex_order, ptr2index
 
 
 def _as_long(a) -> torch.Tensor:
@@ -124,7 +125,7 @@ class Graph:
 
     def dst_of_edges(self) -> torch.Tensor:
         """``[E]`` destination node of each stored edge (the CSR row)."""
-        return torch.repeat_interleave(torch.arange(self.num_nodes), self.in_degree())
+        return ptr2index(self.indptr, self.num_edges)
 
     @property
     def edge_index(self) -> torch.Tensor:
@@ -199,11 +200,14 @@ def csr_from_coo(rows, cols, num_rows: int, num_cols: int | None = None):
     cols = _as_long(cols)
     n = int(num_rows)
     m = max(int(num_rows if num_cols is None else num_cols), 1)
-    if rows.numel():
+    if rows.numel() and n * m < 2**62:
         key = torch.unique(rows * m + cols)  # sorted by row, then col; dedups
         rows = torch.div(key, m, rounding_mode="floor")
         cols = key - rows * m
-    counts = torch.bincount(rows, minlength=n)
-    indptr = torch.zeros(n + 1, dtype=torch.int64)
-    torch.cumsum(counts, 0, out=indptr[1:])
-    return indptr, cols.contiguous()
+    elif rows.numel():  # the key would overflow int64: two stable sorts, then drop repeats
+        order = lex_order(rows, cols, m)
+        rows, cols = rows[order], cols[order]
+        keep = torch.ones_like(rows, dtype=torch.bool)
+        keep[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
+        rows, cols = rows[keep], cols[keep]
+    return index2ptr(rows, n), cols.contiguous()

@@ -11,11 +11,6 @@ import torch
 from graphdist.data.graph import Graph
 from graphdist.errors import SpecError
 
-SBM_DEFAULTS = {"nodes": 20000, "classes": 8, "avg_degree": 20.0, "homophily": 0.7,
-                "features": 32, "signal": 0.35, "train": 0.1, "val": 0.1, "seed": 0}
-RMAT_DEFAULTS = {"scale": 14, "edge_factor": 16, "a": 0.57, "b": 0.19, "c": 0.19,
-                 "features": 0, "classes": 0, "seed": 0}
-
 
 def _splits(rng, n, train, val):
     """Random train/val/test masks with the given fractions (test = the rest)."""

@@ -2,11 +2,11 @@
 
     DIR/part_00000.pt  ...  DIR/part_{k-1:05d}.pt     (torch.save of a dict of tensors)
 
-Each file holds one :class:`~graphdist.halo.LocalGraph` (see :mod:`graphdist.halo` for the
+Each file holds one :class:`~graphdist.halo.plan.LocalGraph` (see :mod:`graphdist.halo.plan` for the
 layout: owned global ids, local CSR over ``[owned | halo from peer 0 | ... ]``, send/recv
 index lists, global degrees of all local columns, the part's x/y/masks) plus
 ``format_version`` and the graph ``fingerprint``. ``meta.json`` and ``assignment.npy`` belong
-to :mod:`graphdist.artifact`, which calls :func:`write_parts` into its temp dir.
+to :mod:`graphdist.halo.artifact`, which calls :func:`write_parts` into its temp dir.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 
 from graphdist.errors import ArtifactError, MissingFileError
 from graphdist.fileio import atomic_torch_save
-from graphdist.halo import LocalGraph, build_plans, plan_stats
+from graphdist.halo.plan import LocalGraph, build_plans, plan_stats
 
 PART_FORMAT_VERSION = 1
 

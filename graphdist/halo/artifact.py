@@ -4,7 +4,7 @@
       meta.json          format_version, fingerprint, num_nodes, num_edges, k, method,
                          params, quality, time, parts (summary of the per-part files)
       assignment.npy     int64 [N]: part of every node, in the loader's node order
-      part_00000.pt ...  one file per rank (graphdist.parts.write_parts)
+      part_00000.pt ...  one file per rank (graphdist.halo.parts.write_parts)
 
 Writing is atomic: everything goes into a temporary sibling directory, ``meta.json`` last,
 then one ``rename`` puts it in place (an existing artifact is moved aside first and removed
@@ -82,7 +82,7 @@ def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, qua
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
         np.save(tmp / ASSIGNMENT, a.numpy())
-        from graphdist.parts import write_parts
+        from graphdist.halo.parts import write_parts
         parts = write_parts(tmp, graph, a, k)
         meta = {
             "format_version": FORMAT_VERSION,

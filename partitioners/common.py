@@ -1,4 +1,4 @@
-"""Small numpy views of a graph shared by the partitioners (duck-typed: anything with
+"""Small numpy views of a graph and helpers shared by the partitioners (duck-typed: anything with
 ``indptr``, ``indices`` and ``num_nodes`` works, e.g. ``graphdist.data.Graph``).
 
 Two adjacency views are used::
@@ -85,3 +85,12 @@ def make_weights(graph, k: int, imbalance: float, balance: str, node_weights=Non
 def loads(weights: Weights, a: np.ndarray, k: int) -> np.ndarray:
     """``[C, k]`` load of every part in every constraint."""
     return np.stack([np.bincount(a, weights=w, minlength=k) for w in weights.w])
+
+
+def group_cumsum(groups: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Inclusive cumulative sum of ``values`` restarting at each new value of sorted ``groups``."""
+    c = np.cumsum(values)
+    start = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+    offset = np.zeros_like(c)
+    offset[start[1:]] = c[start[1:] - 1]
+    return c - np.maximum.accumulate(offset)

@@ -1,8 +1,6 @@
-"""``graphdist demo``: the quick start, end to end on this machine.
-
-GCN part (:func:`run_gcn_demo`): the default SBM graph, partitioned into 2 parts with METIS,
-trained by 2 local workers (halo exchange + all-reduced weights) with a progress bar, then a
-short summary. Other demos (DLRM) can be appended as further ``run_*_demo(out_dir)`` steps.
+"""The GCN part of ``graphdist demo`` (:func:`run_gcn_demo`): the default SBM graph, partitioned
+into 2 parts with METIS, trained by 2 local workers (halo exchange + all-reduced weights) with a
+progress bar, then a short summary. It calls the library (:func:`graphdist.gnn.run`), not the CLI.
 """
 from __future__ import annotations
 
@@ -10,28 +8,28 @@ import json
 from pathlib import Path
 
 from graphdist.data import DEFAULT_SBM
+from graphdist.gnn.config import GCNConfig
 
-GCN_DEMO_ARGS = ["--parts", "2", "--method", "metis", "--epochs", "60", "--hidden", "32",
-                 "--dropout", "0.5", "--lr", "0.01"]
-"""What the demo trains: 2 parts, 2 workers, 2-layer GCN, 60 epochs."""
+DEMO = GCNConfig(method="metis", epochs=60, hidden=32, dropout=0.5, lr=0.01, summary=False)
+"""What the demo trains: one part per worker (METIS), 2-layer GCN, 60 epochs."""
 
 
 def run_gcn_demo(out_dir, *, spec: str = DEFAULT_SBM, nproc: int = 2, progress: bool = True,
-                 extra_args: list[str] | None = None) -> dict:
-    """Train the demo GCN on ``nproc`` workers; write ``out_dir/gcn_report.json``; return a summary."""
+                 **overrides) -> dict:
+    """Train the demo GCN on ``nproc`` workers; write ``out_dir/gcn_report.json``; return a summary.
+    ``overrides`` replace fields of :data:`DEMO` (e.g. ``epochs=5``)."""
+    import dataclasses
+
     from graphdist.errors import DistributedError
-    from graphdist.launch import launch
+    from graphdist.gnn.job import run
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report = out / "gcn_report.json"
-    args = ["train-gcn", spec, *GCN_DEMO_ARGS, "--report", str(report), "--no-summary"]
-    args[args.index("--parts") + 1] = str(nproc)
-    if not progress:
-        args.append("--no-progress")
-    args += extra_args or []
-    print(f"[gcn] {spec}\n[gcn] {nproc} parts (metis), {nproc} workers, 2-layer GCN, "
-          f"{GCN_DEMO_ARGS[GCN_DEMO_ARGS.index('--epochs') + 1]} epochs", flush=True)
-    rc = launch(nproc, args) if nproc > 1 else _single(args)
+    cfg = dataclasses.replace(DEMO, spec=spec, parts=nproc, report=str(report), progress=progress,
+                              **overrides)
+    print(f"[gcn] {spec}\n[gcn] {nproc} parts ({cfg.method}), {nproc} workers, {cfg.layers}-layer GCN, "
+          f"{cfg.epochs} epochs", flush=True)
+    rc = run(cfg)
     if rc != 0:
         raise DistributedError(f"demo training failed (exit code {rc})")
     rep = json.loads(report.read_text())
@@ -51,8 +49,3 @@ def run_gcn_demo(out_dir, *, spec: str = DEFAULT_SBM, nproc: int = 2, progress: 
           f"{summary['peak_bytes'] / 2**20:.0f} MiB per rank")
     print(f"[gcn] report: {report}")
     return summary
-
-
-def _single(args: list[str]) -> int:
-    from graphdist.cli import main
-    return main(args)

@@ -7,102 +7,27 @@ Per epoch on every rank::
             backward (halo grads go home), all-reduce weight grads, Adam step
     eval:   no dropout forward; (loss_sum, correct train/val/test) all-reduced in one tensor
 
-Checkpoints ``DIR/epoch{E:06d}_rank{R:05d}.pt`` (model, optimiser, RNG, history) + ``latest.json``
-written atomically after all ranks saved; ``resume`` continues bit-for-bit.
+Checkpoints: :class:`graphdist.checkpoint.Checkpointer` snapshots (weights, Adam state, every
+rank's RNG state, history in the snapshot's meta); ``resume`` continues bit-for-bit.
 """
 from __future__ import annotations
 
 import os
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 import torch
 import torch.nn.functional as F
 
 from graphdist import comm
-from graphdist.errors import ConfigError, GraphdistError
+from graphdist.checkpoint import Checkpointer
+from graphdist.errors import USER_ERRORS, ArtifactError, ConfigError, MissingFileError
 from graphdist.fileio import atomic_write_json
-from graphdist.models import GNN, SparseAdj
-from graphdist.gcn_checkpoint import load_checkpoint, save_checkpoint
-from graphdist.gcn_setup import load_local
+from graphdist.gnn.config import GCNConfig
+from graphdist.gnn.models import GNN
+from graphdist.halo.setup import load_local
+from graphdist.halo.spmm import SparseAdj
 from graphdist.runtime import Timer, get_logger, init_distributed, peak_memory_bytes
-
-
-@dataclass
-class GCNConfig:
-    """Everything one ``graphdist train-gcn`` run needs (CLI flags map 1:1 onto these)."""
-
-    spec: str | None = None
-    """Dataset spec to load (and partition in-process), or None with ``partition``."""
-    partition: str | None = None
-    """Partition artifact directory (each rank loads only its part)."""
-    parts: int | None = None
-    """Parts k when partitioning in-process; default = world size. Must equal world size."""
-    method: str = "auto"
-    """Partition method when partitioning in-process (see ``partitioners.partition``)."""
-    model: str = "gcn"
-    """``gcn`` (Kipf & Welling) or ``sage`` (GraphSAGE mean with root weight)."""
-    layers: int = 2
-    """Number of graph convolution layers."""
-    hidden: int = 16
-    """Hidden width."""
-    dropout: float = 0.5
-    """Dropout probability before every layer (training only)."""
-    lr: float = 0.01
-    """Adam learning rate."""
-    weight_decay: float = 5e-4
-    """L2 weight decay (Adam) on the first layer (Kipf) or all layers with ``weight_decay_all``."""
-    weight_decay_all: bool = False
-    """Apply ``weight_decay`` to every parameter instead of the first layer only."""
-    epochs: int = 200
-    """Total epochs (a resumed run continues up to this number)."""
-    seed: int = 0
-    """Seeds partitioning, initialisation and dropout."""
-    report: str | None = None
-    """Write the JSON report here (rank 0)."""
-    checkpoint_dir: str | None = None
-    """Directory for checkpoints; None = no checkpoints."""
-    checkpoint_every: int = 10
-    """Checkpoint every this many epochs (and at the last epoch)."""
-    resume: bool = False
-    """Continue from the latest checkpoint in ``checkpoint_dir``."""
-    device: str = "auto"
-    """``auto`` (CUDA if available), ``cpu`` or ``cuda``."""
-    patience: int = 0
-    """Stop when validation accuracy has not improved for this many epochs (0 = never)."""
-    batch_norm: bool = False
-    """Batch norm between layers with statistics over all ranks' nodes."""
-    row_normalize: bool = False
-    """Divide each feature row by its sum (Kipf's preprocessing for Cora)."""
-    timeout_s: float = 300.0
-    """Collective timeout: a silent peer makes the others fail after this long."""
-    progress: bool = True
-    """tqdm bar on rank 0."""
-    stop_after: int | None = None
-    """Testing aid: stop after this epoch (checkpointed) as if the job were interrupted."""
-    malloc_mmap_mb: int = 4
-    """CPU memory: blocks above N MiB get their own mmap, so freed tensors go back to the OS at
-    once. glibc otherwise raises its threshold up to 32 MiB after large frees and a part's
-    mid-sized tensors fragment the heap (measured: 1M-node SBM at k=4, per-rank peak 0.37x of
-    one process with 4, 0.44-0.46x with glibc's default). Costs page faults. 0 = glibc default."""
-
-    def validate(self) -> None:
-        if self.spec is None and self.partition is None:
-            raise ConfigError("give a dataset SPEC or --partition DIR")
-        if self.model not in ("gcn", "sage"):
-            raise ConfigError(f"--model must be gcn or sage, got {self.model!r}")
-        for name, v, lo in (("layers", self.layers, 1), ("hidden", self.hidden, 1), ("epochs", self.epochs, 1),
-                            ("checkpoint-every", self.checkpoint_every, 1), ("patience", self.patience, 0)):
-            if v < lo:
-                raise ConfigError(f"--{name} must be >= {lo}, got {v}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"--dropout must be in [0, 1), got {self.dropout}")
-        if self.lr <= 0 or self.weight_decay < 0:
-            raise ConfigError(f"--lr must be > 0 and --weight-decay >= 0, got {self.lr} and {self.weight_decay}")
-        if self.parts is not None and self.parts < 1:
-            raise ConfigError(f"--parts must be >= 1, got {self.parts}")
-        if self.resume and not self.checkpoint_dir:
-            raise ConfigError("--resume needs --checkpoint-dir")
 
 
 def _set_mmap_threshold(mb: int) -> None:
@@ -137,7 +62,7 @@ def train(cfg: GCNConfig) -> dict:
 
 
 def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
-    """Train on this rank's :class:`~graphdist.halo.LocalGraph`; every rank returns the report."""
+    """Train on this rank's :class:`~graphdist.halo.plan.LocalGraph`; every rank returns the report."""
     rank, ws, dev = ctx.rank, ctx.world_size, ctx.device
     log = get_logger()
     x = lg.x
@@ -163,8 +88,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
     torch.manual_seed(cfg.seed * 1000003 + 17 + rank)  # dropout stream, per rank
     hist = {"losses": [], "val_acc": [], "test_acc": [], "train_acc": [], "epoch_s": []}
     start = 0
+    ckpt = Checkpointer(cfg.checkpoint_dir, cfg.keep_checkpoints) if cfg.checkpoint_dir else None
     if cfg.resume:
-        start, hist = load_checkpoint(cfg, rank, ws, lg.fingerprint, model, opt, dev)
+        start, hist = _load(ckpt, cfg, rank, ws, lg.fingerprint, model, opt)
         log.info(f"resumed from epoch {start} in {cfg.checkpoint_dir}")
 
     from tqdm import tqdm
@@ -191,7 +117,10 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
                     m = torch.stack([loss.detach().double() * n_train] +
                                     [(ok & mk).sum().double() for mk in masks])
                     comm.all_reduce_sum(m)
-            hist["halo_rows_bytes"] = [ex.stats.rows, ex.stats.bytes]  # checkpointed with the history
+            if epoch == start + 1:  # traffic per epoch is fixed by the plan: all ranks' sum, once
+                tot = comm.all_reduce_sum(torch.tensor([ex.stats.rows, ex.stats.bytes], dtype=torch.float64,
+                                                       device=dev))
+                hist["halo_rows_bytes"] = [int(v) for v in tot.tolist()]  # checkpointed with the history
             accs = [float(m[i + 1] / counts[i]) if counts[i] > 0 else float("nan") for i in range(3)]
             hist["losses"].append(float(m[0]) / n_train)
             hist["train_acc"].append(accs[0])
@@ -202,11 +131,11 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
             bar.set_postfix(loss=f"{hist['losses'][-1]:.4f}", val=f"{accs[1]:.3f}")
             stop = _early_stop(hist["val_acc"], cfg.patience)
             last = epoch == cfg.epochs or stop or epoch == cfg.stop_after
-            if cfg.checkpoint_dir and (epoch % cfg.checkpoint_every == 0 or last):
-                save_checkpoint(cfg, rank, ws, lg.fingerprint, epoch, model, opt, hist)
+            if ckpt is not None and (epoch % cfg.checkpoint_every == 0 or last):
+                _save(ckpt, cfg, rank, lg.fingerprint, epoch, model, opt, hist)
             if stop or epoch == cfg.stop_after:
                 break
-    except GraphdistError:
+    except USER_ERRORS:
         raise
     except RuntimeError as e:
         bar.close()
@@ -215,8 +144,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
 
     # per-epoch halo traffic is fixed by the plan; taken from the history so that a resumed run
     # with no epochs left still reports it
-    stats = torch.tensor(hist.get("halo_rows_bytes", [0, 0]), dtype=torch.float64, device=dev)  # nccl: on device
-    comm.all_reduce_sum(stats)
+    stats = hist.get("halo_rows_bytes", [0, 0])
     peak = comm.all_reduce_max(torch.tensor([float(peak_memory_bytes(dev))], dtype=torch.float64, device=dev))
     peaks = comm.all_gather_object(peak_memory_bytes(dev))
     best = _best(hist["val_acc"])
@@ -243,6 +171,44 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
     return report
 
 
+_RUN_KEYS = ("model", "layers", "hidden", "batch_norm", "seed")
+"""Config fields a checkpoint must agree with to be resumed."""
+
+
+def _state(model, opt, rank: int) -> dict:
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+    msd, osd = get_state_dict(model, opt)
+    return {"model": msd, "optim": osd, f"rng/rank{rank}": torch.get_rng_state()}
+
+
+def _save(ckpt, cfg, rank, fingerprint, epoch, model, opt, hist) -> None:
+    meta = {"epoch": epoch, "fingerprint": fingerprint, "hist": hist,
+            **{k: getattr(cfg, k) for k in _RUN_KEYS}}
+    ckpt.save(epoch, _state(model, opt, rank), meta)
+
+
+def _load(ckpt, cfg, rank, ws, fingerprint, model, opt) -> tuple[int, dict]:
+    """Restore weights, Adam state and this rank's RNG; returns ``(epochs done, history)``."""
+    from torch.distributed.checkpoint.state_dict import set_state_dict
+    snap = ckpt.latest()
+    if snap is None:
+        raise MissingFileError(f"--resume: no checkpoint in {cfg.checkpoint_dir} (no 'latest' file)")
+    meta = ckpt.read_meta(snap)
+    if meta.get("world_size") != ws:
+        raise ArtifactError(f"checkpoint {snap} was written by {meta.get('world_size')} ranks, this run has {ws}")
+    if meta.get("fingerprint") != fingerprint:
+        raise ArtifactError(f"checkpoint {snap} is for graph fingerprint {meta.get('fingerprint')}, "
+                            f"this run's graph has {fingerprint}")
+    for k in _RUN_KEYS:
+        if meta.get(k) != getattr(cfg, k):
+            raise ArtifactError(f"checkpoint {snap} has {k}={meta.get(k)!r} but this run has {getattr(cfg, k)!r}")
+    state = _state(model, opt, rank)
+    ckpt.load(snap, state)
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    torch.set_rng_state(state[f"rng/rank{rank}"])
+    return int(meta["epoch"]), meta["hist"]
+
+
 def _best(val: list[float]) -> int:
     best, bv = 0, -1.0
     for i, v in enumerate(val):
@@ -257,4 +223,4 @@ def _early_stop(val: list[float], patience: int) -> bool:
 
 
 
-__all__ = ["GCNConfig", "train"]
+__all__ = ["GCNConfig", "train", "fit"]

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import torch
 
 from graphdist.errors import ArtifactError
+from graphdist.sparse import coo_to_csr, index2ptr, lex_order, ptr2index
 
 
 @dataclass(eq=False)
@@ -86,7 +87,7 @@ class LocalGraph:
 
     def row_of_edges(self) -> torch.Tensor:
         """``[nnz]`` local destination row of each stored edge."""
-        return torch.repeat_interleave(torch.arange(self.num_owned), self.indptr[1:] - self.indptr[:-1])
+        return ptr2index(self.indptr, int(self.indices.numel()))
 
     def gcn_adjacency(self):
         """``(indptr, indices, values)`` of ``D^-1/2 (A+I) D^-1/2`` restricted to owned rows."""
@@ -98,7 +99,7 @@ class LocalGraph:
         cols = torch.cat([cols[keep], torch.arange(n)])
         dinv = (self.col_deg.to(torch.float64) + 1.0).rsqrt()
         vals = (dinv[rows] * dinv[cols]).to(torch.float32)
-        return _to_csr(rows, cols, vals, n, self.num_cols)
+        return coo_to_csr(rows, cols, vals, n, self.num_cols)
 
     def mean_adjacency(self):
         """``(indptr, indices, values)`` of the mean aggregator (``1/in-degree`` per row)."""
@@ -113,14 +114,6 @@ class LocalGraph:
 
     def to_dict(self) -> dict:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def _to_csr(rows, cols, vals, n_rows, n_cols):
-    order = torch.argsort(rows * max(n_cols, 1) + cols)
-    rows, cols, vals = rows[order], cols[order], vals[order]
-    indptr = torch.zeros(n_rows + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(rows, minlength=n_rows), 0, out=indptr[1:])
-    return indptr, cols.contiguous(), vals.contiguous()
 
 
 def _check_assignment(graph, assignment, k) -> torch.Tensor:
@@ -139,9 +132,7 @@ class _Shared:
         n = graph.num_nodes
         self.a, self.k, self.n = a, k, n
         order = torch.argsort(a, stable=True)  # nodes grouped by part, ascending id within
-        self.counts = torch.bincount(a, minlength=k)
-        starts = torch.zeros(k + 1, dtype=torch.int64)
-        torch.cumsum(self.counts, 0, out=starts[1:])
+        starts = index2ptr(a[order], k)
         self.starts, self.order = starts, order
         self.local_of = torch.empty(n, dtype=torch.int64)  # position of node in its owner's list
         self.local_of[order] = torch.arange(n) - starts[a[order]]
@@ -180,9 +171,8 @@ def build_plan(graph, assignment, rank: int, k: int, *, _shared: _Shared | None 
     torch.cumsum(cnt, 0, out=indptr[1:])
     pos = torch.arange(int(indptr[-1])) - torch.repeat_interleave(indptr[:-1] - lo, cnt)
     cols = col_of[graph.indices[pos]]
-    rows = torch.repeat_interleave(torch.arange(n_own), cnt)
-    order = torch.argsort(rows * max(n_own + halo.numel(), 1) + cols)
-    cols = cols[order]
+    rows = ptr2index(indptr, int(indptr[-1]))
+    cols = cols[lex_order(rows, cols, n_own + halo.numel())]
     sub = lambda t: None if t is None else t[owned].clone()  # noqa: E731
     return LocalGraph(
         rank=rank, world_size=k, num_global_nodes=sh.n, owned=owned.clone(), indptr=indptr,
@@ -239,6 +229,4 @@ def _decode(key: torch.Tensor, k: int, n: int):
     delimits each value of ``a``."""
     a = torch.div(key, k * n, rounding_mode="floor")
     b = torch.div(key, n, rounding_mode="floor") - a * k
-    starts = torch.zeros(k + 1, dtype=torch.int64)
-    torch.cumsum(torch.bincount(a, minlength=k), 0, out=starts[1:])
-    return a, b, key % n, starts
+    return a, b, key % n, index2ptr(a, k)

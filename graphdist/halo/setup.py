@@ -8,25 +8,19 @@ from __future__ import annotations
 import torch
 
 from graphdist.errors import ArtifactError, ConfigError
-from graphdist.halo import LocalGraph, build_plan
+from graphdist.halo.plan import LocalGraph, build_plan
 
 
 def _quality(graph, assignment, k: int) -> dict:
-    try:
-        from partitioners.quality import quality
-        return {k_: v for k_, v in quality(graph, assignment, k=k).items()}
-    except Exception as e:  # noqa: BLE001 - quality is informative only
-        return {"error": f"quality unavailable: {e}"}
+    from partitioners.quality import quality
+    return quality(graph, assignment, k=k)
 
 
 def partition_in_process(graph, k: int, method: str, seed: int) -> torch.Tensor:
     """Assignment of ``graph`` into ``k`` parts (k=1: all zeros, no partitioner call)."""
     if k == 1:
         return torch.zeros(graph.num_nodes, dtype=torch.int64)
-    try:
-        from partitioners import partition
-    except ImportError:
-        from partitioners.api import partition
+    from partitioners import partition
     return torch.as_tensor(partition(graph, k, method=method, seed=seed)).to(torch.int64)
 
 
@@ -48,8 +42,8 @@ def load_local(cfg, rank: int, world_size: int) -> tuple[LocalGraph, dict]:
 
 
 def _from_artifact(cfg, rank: int, world_size: int) -> tuple[LocalGraph, dict]:
-    from graphdist.artifact import check_artifact, read_meta
-    from graphdist.parts import load_part
+    from graphdist.halo.artifact import check_artifact, read_meta
+    from graphdist.halo.parts import load_part
     meta = read_meta(cfg.partition)  # meta.json only: a rank never reads the whole assignment
     k = int(meta["k"])
     if k != world_size:

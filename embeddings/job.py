@@ -1,0 +1,100 @@
+"""A whole ``train-dlrm`` job: checks, then one process or ``nproc`` local workers.
+
+    from embeddings import DLRMTrainConfig, run
+    run(DLRMTrainConfig(spec="criteo-synth:", nproc=2, sharding="row_wise", report="out/dlrm.json"))
+
+With ``nproc > 1`` this process first checks the input (data, Criteo cache, flags, that the
+plan fits) so that mistakes end in one line and exit 2 before any worker starts, then starts the
+workers (:func:`graphdist.launch.launch`). :func:`worker` trains this rank, writes the report and
+prints the summary on rank 0.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+
+from embeddings.config import DLRMTrainConfig
+
+__all__ = ["run", "worker", "quiet_torchrec", "require_torchrec", "summary_line"]
+
+
+def quiet_torchrec() -> None:
+    """torchrec/fbgemm log a lot at import and sharding time; keep warnings and errors only."""
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", category=UserWarning)
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    for name in ("torchrec", "fbgemm_gpu", "torch.distributed", "torch.fx", "torch.fx._symbolic_trace"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    root = logging.getLogger()
+    if not any(isinstance(f, _DropTorchrec) for f in root.filters):
+        root.addFilter(_DropTorchrec())  # torchrec also warns through the root logger
+
+
+class _DropTorchrec(logging.Filter):
+    def filter(self, record):
+        return record.levelno >= logging.ERROR or not any(
+            s in record.pathname for s in ("torchrec", "fbgemm_gpu"))
+
+
+def precheck(cfg: DLRMTrainConfig, world: int, device_type: str) -> None:
+    """Everything that can be wrong with the input, checked once before workers start."""
+    import torch
+
+    from embeddings.sharding import check_memory
+    from embeddings.trainer import load_splits, memory_budget, plan_for, validate
+    train, _ = load_splits(cfg)  # also builds the criteo binary cache once
+    validate(cfg, train, world)
+    _, _, desc = plan_for(cfg, train, world, world, device_type)
+    check_memory(desc, memory_budget(cfg, torch.device(device_type), world))
+
+
+def worker(cfg: DLRMTrainConfig) -> int:
+    """Train this rank (process group from the environment); rank 0 writes the report and
+    prints the summary."""
+    from embeddings.trainer import train
+    from graphdist.fileio import atomic_write_json
+    from graphdist.runtime import init_distributed, shutdown
+    quiet_torchrec()
+    ctx = init_distributed(cfg.device)
+    try:
+        report = train(cfg, ctx.device)
+    finally:
+        shutdown()
+    if ctx.rank == 0:
+        if cfg.report:
+            atomic_write_json(cfg.report, report, indent=1)
+        print(summary_line(report), flush=True)
+    return 0
+
+
+def require_torchrec() -> None:
+    """One line naming the install command when torchrec (or its FBGEMM build) is missing."""
+    try:
+        import torchrec  # noqa: F401
+    except ImportError as e:
+        from graphdist.errors import MissingDependencyError
+        raise MissingDependencyError(
+            f"train-dlrm needs torchrec, which is not importable ({e}); it is not in graphdist's package "
+            "metadata because it declares the CUDA-only fbgemm-gpu: run bash scripts/install.sh, or "
+            "pip install --no-deps torchrec==1.9.2 fbgemm-gpu-cpu==1.8.0 && pip install tensordict "
+            "torchmetrics==1.0.3 pyre-extensions iopath") from None
+
+
+def run(cfg: DLRMTrainConfig) -> int:
+    """Check ``cfg``, then train here or on ``cfg.nproc`` local workers; returns the exit code."""
+    from graphdist.launch import run_job, under_launcher
+    from graphdist.runtime import pick_backend
+    require_torchrec()
+    quiet_torchrec()
+    cfg.validate()
+    _, dev_type = pick_backend(cfg.device)
+    if cfg.nproc > 1 and not under_launcher():
+        precheck(cfg, cfg.nproc, dev_type)
+    return run_job(worker, cfg, cfg.nproc)
+
+
+def summary_line(report: dict) -> str:
+    return (f"auc {report['auc']:.4f}  logloss {report['logloss']:.4f}  ne {report['ne']:.4f}  "
+            f"throughput {report['throughput/samples_per_s']:.0f} samples/s  steps {report['steps']}  "
+            f"world_size {report['world_size']}"
+            + (f"  bad_lines {report['bad_lines']}" if report['bad_lines'] else ""))

@@ -1,0 +1,224 @@
+"""Typed dataclass configs: the one mechanism behind every command's flags and its workers.
+
+A command's configuration is one dataclass. Each field has a type, a default and a docstring
+(the string literal under it); :func:`add_arguments` turns them into argparse flags, so the help
+text, the choices and the defaults live in one place::
+
+    @dataclass
+    class GCNConfig:
+        model: Literal["gcn", "sage"] = "gcn"
+        \"\"\"gcn (Kipf & Welling) or sage (GraphSAGE mean with root weight).\"\"\"
+
+    --model {gcn,sage}    gcn (Kipf & Welling) or sage (...). (default: gcn)
+
+Mapping from a field to its flag:
+
+    foo_bar: int / float / str        --foo-bar VALUE
+    Literal["a", "b"]                 --foo-bar {a,b}
+    bool, default False / True        --foo-bar  /  --no-foo-bar
+    bool | None (tri-state)           --foo-bar / --no-foo-bar (None = decide automatically)
+    list[int]                         --foo-bar 64,32
+    a nested dataclass                its fields, at the top level
+
+``field(metadata=...)`` adjusts a field: ``flag`` (another flag name), ``positional`` (a
+positional argument), ``required``, ``cli=False`` (not a flag), ``group`` (flags of one group
+are mutually exclusive), ``metavar``.
+
+Workers never re-parse a command line: the parent sends the config as JSON (:func:`to_json`)
+and the worker rebuilds it with :func:`from_json`.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import functools
+import inspect
+import json
+import textwrap
+import types
+import typing
+from typing import Any, Literal, get_args, get_origin
+
+__all__ = ["add_arguments", "from_namespace", "to_dict", "from_dict", "to_json", "from_json",
+           "field_docs", "flag_name", "check_choices"]
+
+
+@functools.lru_cache(maxsize=None)
+def field_docs(cls) -> dict[str, str]:
+    """``{field: docstring}`` from the string literals that follow each annotated field."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError):  # no source (frozen app): flags without help
+            continue
+        body = tree.body[0].body
+        for node, nxt in zip(body, body[1:] + [None]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                    and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
+                    and isinstance(nxt.value.value, str)):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def _hints(cls) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _unoptional(tp) -> tuple[Any, bool]:
+    """``X | None`` -> ``(X, True)``; anything else -> ``(tp, False)``."""
+    if get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if len(args) == 1 and len(get_args(tp)) == 2:
+            return args[0], True
+    return tp, False
+
+
+def flag_name(f: dataclasses.Field) -> str:
+    return f.metadata.get("flag", "--" + f.name.replace("_", "-"))
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def _fields(cls):
+    """Flattened ``(owner class, field)`` pairs; nested dataclass fields come out at the top."""
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if dataclasses.is_dataclass(tp):
+            yield from _fields(tp)
+        else:
+            yield cls, f
+
+
+def _default(f: dataclasses.Field):
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def _show(v) -> str:
+    if isinstance(v, list):
+        return ",".join(map(str, v))
+    return str(v)
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...] = ()) -> None:
+    """Add one flag (or positional) per field of ``cls`` (and its nested dataclasses).
+
+    Every flag defaults to ``None`` ("not given"), so :func:`from_namespace` can tell a given
+    value from the dataclass default; the help shows the dataclass default."""
+    groups: dict[str, Any] = {}
+    for owner, f in _fields(cls):
+        if f.name in skip or not f.metadata.get("cli", True):
+            continue
+        tp, optional = _unoptional(_hints(owner)[f.name])
+        doc = field_docs(owner).get(f.name, "").replace("%", "%%")  # argparse formats help with %
+        default = _default(f)
+        target = parser
+        if "group" in f.metadata:
+            g = f.metadata["group"]
+            if g not in groups:
+                groups[g] = parser.add_mutually_exclusive_group()
+            target = groups[g]
+        kw: dict[str, Any] = {"dest": f.name, "default": None}
+        if f.metadata.get("required"):
+            kw["required"] = True
+        if f.metadata.get("positional"):
+            kw.pop("dest")
+            target.add_argument(f.name, nargs="?" if optional or default else None,
+                                default=None, help=doc, metavar=f.metadata.get("metavar", f.name.upper()))
+            continue
+        flag = flag_name(f)
+        if tp is bool and optional:
+            kw["action"] = argparse.BooleanOptionalAction
+            target.add_argument(flag, help=doc + " (default: automatic)", **kw)
+            continue
+        if tp is bool:
+            if default:
+                target.add_argument("--no-" + flag[2:], action="store_false", help="turn off: " + doc, **kw)
+            else:
+                target.add_argument(flag, action="store_true", help=doc, **kw)
+            continue
+        if get_origin(tp) is Literal:
+            kw["choices"] = list(get_args(tp))
+            kw["type"] = type(kw["choices"][0])
+        elif get_origin(tp) is list:
+            kw["type"] = _int_list
+            kw["metavar"] = f.metadata.get("metavar", "N,N,...")
+        elif tp in (int, float, str):
+            kw["type"] = tp
+            kw["metavar"] = f.metadata.get("metavar", {int: "N", float: "X", str: "VALUE"}[tp])
+        else:  # pragma: no cover - a config author error
+            raise TypeError(f"{owner.__name__}.{f.name}: unsupported flag type {tp!r}")
+        shown = ("" if default is None or f.metadata.get("required")
+                 else f" (default: {_show(default)})".replace("%", "%%"))
+        target.add_argument(flag, help=doc + shown, **kw)
+
+
+def from_namespace(cls, ns: argparse.Namespace, **overrides):
+    """A ``cls`` instance: dataclass defaults, replaced by the flags given in ``ns``."""
+    hints = _hints(cls)
+    kw = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if dataclasses.is_dataclass(hints[f.name]):
+            kw[f.name] = from_namespace(hints[f.name], ns)
+        elif f.name in overrides:
+            kw[f.name] = overrides[f.name]
+        else:
+            v = getattr(ns, f.name, None)
+            if v is not None:
+                kw[f.name] = v
+    return cls(**kw)
+
+
+def to_dict(cfg) -> dict:
+    return dataclasses.asdict(cfg)
+
+
+def from_dict(cls, d: dict):
+    """Inverse of :func:`to_dict` (nested dataclasses rebuilt; unknown keys are an error)."""
+    hints = _hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(d) - names
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown config keys {sorted(unknown)}")
+    kw = {}
+    for k, v in d.items():
+        tp = hints[k]
+        kw[k] = from_dict(tp, v) if dataclasses.is_dataclass(tp) and isinstance(v, dict) else v
+    return cls(**kw)
+
+
+def to_json(cfg) -> str:
+    return json.dumps(to_dict(cfg), sort_keys=True)
+
+
+def from_json(cls, text: str):
+    return from_dict(cls, json.loads(text))
+
+
+def check_choices(cfg) -> None:
+    """Raise :class:`~graphdist.errors.ConfigError` when a ``Literal`` field holds another value
+    (library callers bypass argparse's ``choices``)."""
+    from graphdist.errors import ConfigError
+    hints = _hints(type(cfg))
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        tp, optional = _unoptional(hints[f.name])
+        if dataclasses.is_dataclass(tp) and v is not None:
+            check_choices(v)
+        elif get_origin(tp) is Literal and not (optional and v is None) and v not in get_args(tp):
+            raise ConfigError(f"{flag_name(f)} must be one of {', '.join(map(str, get_args(tp)))}, got {v!r}")

@@ -1,0 +1,75 @@
+"""A whole ``train-gcn`` job: checks, then one process or ``nproc`` local workers.
+
+    from graphdist.gnn import GCNConfig, run
+    run(GCNConfig(spec="sbm:nodes=2000", parts=2, epochs=30, report="runs/gcn.json"))
+
+:func:`run` checks the config before any worker starts (world size vs parts, CUDA), then runs
+:func:`worker` here (one process, or inside torchrun) or on ``nproc`` local workers
+(:func:`graphdist.launch.launch`). :func:`worker` trains this rank and prints the summary on
+rank 0; the report is written by the trainer.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphdist.errors import ConfigError
+from graphdist.gnn.config import GCNConfig
+
+__all__ = ["run", "worker", "summary_line"]
+
+
+def worker(cfg: GCNConfig) -> int:
+    """Train this rank (the process group comes from the environment); rank 0 prints the summary."""
+    from graphdist.gnn.trainer import train
+    from graphdist.runtime import env_world, shutdown
+    try:
+        rep = train(cfg)
+    finally:
+        shutdown()
+    if env_world()[0] == 0 and cfg.summary:
+        print(summary_line(rep), flush=True)
+        if cfg.report:
+            print(f"report: {Path(cfg.report)}", flush=True)
+    return 0
+
+
+def _world(cfg: GCNConfig) -> int:
+    """Workers to start: ``--nproc``, else the number of parts (artifact k or ``--parts``), else 1;
+    a mismatch with the parts is an error naming both."""
+    from graphdist.halo.artifact import read_meta
+    k = cfg.parts
+    if cfg.partition:
+        k = int(read_meta(cfg.partition)["k"])
+        if cfg.parts is not None and cfg.parts != k:
+            raise ConfigError(f"--parts {cfg.parts} does not match the artifact {cfg.partition}, "
+                              f"which has k={k} parts")
+    nproc = cfg.nproc if cfg.nproc is not None else (k or 1)
+    if k is not None and nproc != k:
+        raise ConfigError(f"--nproc {nproc} does not match the {k} parts of the partition "
+                          f"(world size must equal k)")
+    return nproc
+
+
+def run(cfg: GCNConfig) -> int:
+    """Check ``cfg``, then train here or on local workers; returns the exit code."""
+    from graphdist.launch import run_job, under_launcher
+    from graphdist.runtime import pick_backend
+    cfg.validate()
+    _, dev_type = pick_backend(cfg.device)  # CUDA requested without GPUs: one line, before any worker
+    nproc = 1
+    if not under_launcher():
+        nproc = _world(cfg)
+        if dev_type == "cuda":
+            import torch
+            if nproc > torch.cuda.device_count():
+                raise ConfigError(f"--nproc {nproc} needs {nproc} GPUs on this node but "
+                                  f"{torch.cuda.device_count()} are visible")
+    return run_job(worker, cfg, nproc)
+
+
+def summary_line(rep: dict) -> str:
+    mb = rep["comm/halo_bytes_per_epoch"] / 1e6
+    return (f"test_acc {rep['test_acc']:.4f} (best val {rep['best_val_acc']:.4f} at epoch {rep['best_epoch']}), "
+            f"final loss {rep['losses'][-1]:.4f}, {rep['time/epoch_s'] * 1e3:.1f} ms/epoch, "
+            f"halo {rep['comm/halo_rows_per_epoch']:,} rows = {mb:.2f} MB/epoch, "
+            f"peak mem {rep['mem/peak_bytes'] / 2**20:.0f} MiB/rank, world size {rep['world_size']}")

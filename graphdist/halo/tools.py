@@ -1,0 +1,229 @@
+"""Library side of ``graphdist partition``, ``quality`` and ``compare``: typed configs and the
+functions the CLI calls (the CLI only prints).
+
+    partition_to_artifact(PartitionConfig(spec=..., parts=4, out="runs/p4"))   -> summary dict
+    artifact_quality(QualityConfig(dir="runs/p4"))                             -> meta + quality
+    run_compare(CompareConfig(spec=..., parts=[4, 16], methods="metis,auto"))  -> report dict
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Literal
+
+from graphdist.config import check_choices
+from graphdist.errors import ConfigError
+from graphdist.fmt import text_table
+from partitioners import BALANCES, METHODS
+
+__all__ = ["PartitionConfig", "QualityConfig", "CompareConfig", "partition_to_artifact",
+           "artifact_quality", "run_compare", "compare_table", "plot_compare"]
+
+
+@dataclass
+class PartitionConfig:
+    """``graphdist partition SPEC --parts K --out DIR``."""
+
+    spec: str = field(default="", metadata={"positional": True, "metavar": "SPEC"})
+    """dataset spec KIND:ARGS (e.g. rmat:scale=14,edge_factor=8)"""
+    parts: int = field(default=0, metadata={"required": True})
+    """number of parts K"""
+    method: Literal[METHODS] = "auto"
+    """partitioning method"""
+    imbalance: float = 0.03
+    """allowed max/mean - 1 per balanced quantity"""
+    seed: int = 0
+    """random seed (same seed, same assignment)"""
+    balance: Literal[BALANCES] | None = None
+    """what to balance (default: both for auto, nodes otherwise)"""
+    out: str = field(default="", metadata={"required": True, "metavar": "DIR"})
+    """artifact directory to write (atomically)"""
+
+
+@dataclass
+class QualityConfig:
+    """``graphdist quality DIR``."""
+
+    dir: str = field(default="", metadata={"positional": True, "metavar": "DIR"})
+    """artifact directory written by `graphdist partition`"""
+    json: bool = False
+    """print the quality keys as JSON"""
+    feature_dim: int | None = None
+    """feature width F for bytes_per_layer"""
+
+
+@dataclass
+class CompareConfig:
+    """``graphdist compare SPEC --parts 4,16 --methods auto,metis,ldg``."""
+
+    spec: str = field(default="", metadata={"positional": True, "metavar": "SPEC"})
+    """dataset spec KIND:ARGS"""
+    parts: list[int] = field(default_factory=list, metadata={"required": True})
+    """part counts, comma separated (e.g. 4,16)"""
+    methods: str = "random,ldg,fennel,metis,auto"
+    """methods, comma separated"""
+    imbalance: float = 0.03
+    """allowed max/mean - 1"""
+    seed: int = 0
+    """random seed"""
+    feature_dim: int | None = None
+    """add bytes_per_layer at this feature width"""
+    json: str | None = field(default=None, metadata={"metavar": "FILE"})
+    """write all results as JSON"""
+    plot: str | None = field(default=None, metadata={"metavar": "FILE.png"})
+    """write a bar chart PNG"""
+    progress: bool = True
+    """progress bar on stderr"""
+
+
+def _methods(text: str) -> list[str]:
+    ms = [m.strip() for m in str(text).split(",") if m.strip()]
+    for m in ms:
+        if m not in METHODS:
+            raise ConfigError(f"unknown partition method '{m}' (choose from {', '.join(METHODS)})")
+    if not ms:
+        raise ConfigError("--methods is empty")
+    return ms
+
+
+def _check_k(k: int, n: int) -> None:
+    if k < 1 or k > n:
+        raise ConfigError(f"--parts {k} must be between 1 and the number of nodes N={n}")
+
+
+def partition_to_artifact(cfg: PartitionConfig) -> dict:
+    """Load, partition, measure and write the artifact; returns ``{graph, quality, seconds, out}``."""
+    from graphdist.data import load_graph
+    from graphdist.halo.artifact import write_artifact
+    from partitioners import partition, quality
+    check_choices(cfg)
+    g = load_graph(cfg.spec)
+    _check_k(cfg.parts, g.num_nodes)
+    t0 = time.perf_counter()
+    a = partition(g, cfg.parts, method=cfg.method, imbalance=cfg.imbalance, seed=cfg.seed,
+                  balance=cfg.balance)
+    seconds = time.perf_counter() - t0
+    q = quality(g, a, k=cfg.parts)
+    params = {"k": cfg.parts, "imbalance": cfg.imbalance, "seed": cfg.seed,
+              "balance": cfg.balance or ("both" if cfg.method == "auto" else "nodes"), "spec": cfg.spec}
+    out = write_artifact(cfg.out, g, a, method=cfg.method, params=params, quality=q,
+                         seconds=seconds, k=cfg.parts)
+    return {"graph": g, "quality": q, "seconds": seconds, "out": out}
+
+
+def artifact_quality(cfg: QualityConfig) -> dict:
+    """``{meta, quality}`` of an artifact (``bytes_per_layer`` added with ``feature_dim``)."""
+    from graphdist.halo.artifact import read_artifact
+    art = read_artifact(cfg.dir)
+    q = dict(art.meta.get("quality", {}))
+    if cfg.feature_dim is not None:
+        if cfg.feature_dim < 1:
+            raise ConfigError(f"--feature-dim must be >= 1, got {cfg.feature_dim}")
+        q["bytes_per_layer"] = int(q.get("comm_volume", 0)) * cfg.feature_dim * 4
+    return {"meta": art.meta, "quality": q}
+
+
+def run_compare(cfg: CompareConfig) -> dict:
+    """Every method at every k on one graph: ``{graph, nodes, edges, ..., results: [...]}``;
+    writes ``cfg.json`` / ``cfg.plot`` when set."""
+    from tqdm import tqdm
+
+    from graphdist.data import load_graph
+    from partitioners import MissingBackendError, partition, quality
+    ks = list(cfg.parts)
+    if not ks:
+        raise ConfigError("--parts is empty")
+    methods = _methods(cfg.methods)
+    g = load_graph(cfg.spec)
+    for k in ks:
+        _check_k(k, g.num_nodes)
+    results = []
+    jobs = [(k, m) for k in ks for m in methods]
+    bar = tqdm(jobs, desc="compare", unit="run", file=sys.stderr, disable=not cfg.progress or None)
+    for k, m in bar:
+        bar.set_postfix_str(f"k={k} {m}")
+        t0 = time.perf_counter()
+        try:
+            a = partition(g, k, method=m, imbalance=cfg.imbalance, seed=cfg.seed)
+        except MissingBackendError as e:
+            results.append({"k": k, "method": m, "error": str(e)})
+            continue
+        sec = time.perf_counter() - t0
+        results.append({"k": k, "method": m, "time_s": sec, **quality(g, a, cfg.feature_dim, k=k)})
+    bar.close()
+    report = {"graph": cfg.spec, "nodes": g.num_nodes, "edges": g.num_edges,
+              "fingerprint": g.fingerprint, "imbalance": cfg.imbalance, "seed": cfg.seed,
+              "results": results}
+    if cfg.json:
+        from graphdist.fileio import atomic_write_json
+        atomic_write_json(cfg.json, report)
+    if cfg.plot:
+        plot_compare(report, cfg.plot)
+    return report
+
+
+def compare_table(results: list[dict]) -> str:
+    """Side-by-side table of :func:`run_compare` results (one row per k and method)."""
+    header = ["k", "method", "halo volume", "vs best", "max recv", "edge cut", "node imb", "edge imb", "time s"]
+    best = {}
+    for r in results:
+        if "error" not in r:
+            best[r["k"]] = min(best.get(r["k"], r["comm_volume"]), r["comm_volume"])
+    rows = []
+    for r in results:
+        if "error" in r:
+            rows.append([str(r["k"]), r["method"], "not installed", "", "", "", "", "", ""])
+            continue
+        rows.append([str(r["k"]), r["method"], f"{r['comm_volume']:,}",
+                     f"{r['comm_volume'] / max(best[r['k']], 1):.2f}x", f"{r['max_recv']:,}",
+                     f"{r['edge_cut']:,}", f"{r['node_imbalance']:.1%}", f"{r['edge_imbalance']:.1%}",
+                     f"{r['time_s']:.2f}"])
+    return text_table(header, rows)
+
+
+def plot_compare(report: dict, path) -> None:
+    """PNG, one row per k: halo volume, worst of node/edge imbalance (limit dashed) and time.
+
+    Bars of runs that break the imbalance limit are hatched, so the best *valid* bar is easy
+    to spot."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    res = [r for r in report["results"] if "error" not in r]
+    ks = sorted({r["k"] for r in res})
+    methods = list(dict.fromkeys(r["method"] for r in res))
+    colors = dict(zip(methods, plt.get_cmap("tab10").colors))
+    lim = float(report.get("imbalance", 0.03))
+    fig, axes = plt.subplots(len(ks), 3, figsize=(13, 3.2 * len(ks) + 0.8), squeeze=False)
+    for row, k in zip(axes, ks):
+        rk = {r["method"]: r for r in res if r["k"] == k}
+        ms = [m for m in methods if m in rk]
+        x = range(len(ms))
+        imb = [max(rk[m]["node_imbalance"], rk[m]["edge_imbalance"]) for m in ms]
+        bad = [v > lim + 1e-9 for v in imb]
+        panels = [(row[0], [rk[m]["comm_volume"] for m in ms], "halo volume (rows/layer)", False),
+                  (row[1], [100 * v for v in imb], "max(node, edge) imbalance %", False),
+                  (row[2], [rk[m]["time_s"] for m in ms], "time s (log)", True)]
+        for ax, vals, title, log in panels:
+            bars = ax.bar(x, vals, color=[colors[m] for m in ms], edgecolor="black", linewidth=0.5)
+            for b_, is_bad in zip(bars, bad):
+                if is_bad:
+                    b_.set_hatch("//")
+            ax.set_xticks(list(x), ms, rotation=30, ha="right")
+            ax.set_title(f"k={k}: {title}", fontsize=10)
+            if log:
+                ax.set_yscale("log")
+            ax.grid(axis="y", alpha=0.3)
+        vols = [rk[m]["comm_volume"] for m in ms]
+        for i, v in enumerate(vols):
+            row[0].annotate(f"{v:,}", (i, v), ha="center", va="bottom", fontsize=7)
+        row[1].axhline(100 * lim, color="red", linestyle="--", linewidth=1)
+        row[1].set_yscale("symlog", linthresh=10)
+    fig.suptitle(f"{report['graph']}  ({report['nodes']:,} nodes, {report['edges']:,} edges)  "
+                 f"hatched = over the {lim:.0%} imbalance limit", fontsize=11)
+    fig.tight_layout()
+    from pathlib import Path
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

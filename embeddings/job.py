@@ -55,9 +55,13 @@ def worker(cfg: DLRMTrainConfig) -> int:
     from graphdist.fileio import atomic_write_json
     from graphdist.runtime import init_distributed, shutdown
     quiet_torchrec()
+    from graphdist import comm
     ctx = init_distributed(cfg.device)
     try:
         report = train(cfg, ctx.device)
+    except BaseException as e:
+        comm.publish_failure(e)  # while the group still exists: peers can name what happened here
+        raise
     finally:
         shutdown()
     if ctx.rank == 0:

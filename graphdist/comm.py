@@ -201,6 +201,18 @@ def all_reduce_max(t: torch.Tensor, group=None) -> torch.Tensor:
     return _all_reduce(t, dist.ReduceOp.MAX, group)
 
 
+def broadcast(t: torch.Tensor, src: int = 0, group=None) -> torch.Tensor:
+    """In place: every rank ends with rank ``src``'s ``t`` (same shape everywhere), any device."""
+    if world(group)[1] == 1:
+        return t
+    dev = collective_device(group)
+    buf = t if t.device == dev else t.to(dev)
+    dist.broadcast(buf, src, group=group)
+    if buf is not t:
+        t.copy_(buf)
+    return t
+
+
 def all_gather_rows(t: torch.Tensor, group=None) -> torch.Tensor:
     """Concatenate every rank's ``t [n_r, ...]`` (``n_r`` may differ) in rank order, on
     ``t``'s device: sizes first, then one padded all-gather."""
@@ -244,11 +256,12 @@ def broadcast_module(module: torch.nn.Module, src: int = 0) -> None:
             dist.broadcast(t.data, src)
 
 
-def all_gather_object(obj) -> list:
-    if world()[1] == 1:
+def all_gather_object(obj, group=None) -> list:
+    ws = world(group)[1]
+    if ws == 1:
         return [obj]
-    out = [None] * world()[1]
-    dist.all_gather_object(out, obj)
+    out = [None] * ws
+    dist.all_gather_object(out, obj, group=group)
     return out
 
 
@@ -257,14 +270,69 @@ def barrier(group=None) -> None:
         dist.barrier(group)
 
 
+_FAILURE_MARKS = ("gloo", "NCCL", "nccl", "Connection closed by peer", "Connection reset by peer",
+                  "Broken pipe", "timed out", "Timed out", "Socket Timeout", "TCPStore", "DistStore",
+                  "ProcessGroup")
+
+
+def is_collective_failure(exc: BaseException) -> bool:
+    """True when ``exc`` is a failed collective (a peer died, a network or store error, a
+    timeout), not an error of this rank's own computation (OOM, a bug)."""
+    dist_errors = tuple(getattr(dist, n) for n in ("DistError", "DistBackendError", "DistNetworkError",
+                                                   "DistStoreError") if hasattr(dist, n))
+    if isinstance(exc, dist_errors):
+        return True
+    if isinstance(exc, torch.OutOfMemoryError) or not isinstance(exc, RuntimeError):
+        return False
+    return any(m in str(exc) for m in _FAILURE_MARKS)
+
+
+def _store():
+    from torch.distributed.distributed_c10d import _get_default_store
+    return _get_default_store()
+
+
+def publish_error(message: str) -> None:
+    """Leave this rank's one-line error in the rendezvous store, so that the rank reporting the
+    resulting collective failure can say what happened here (best effort)."""
+    if world()[1] == 1:
+        return
+    try:
+        _store().set(f"graphdist/error/{world()[0]}", message[:500])
+    except Exception:  # noqa: BLE001 - the store may be gone too
+        pass
+
+
+def publish_failure(exc: BaseException) -> None:
+    """:func:`publish_error` for an exception about to end this rank (call it before the
+    process group is destroyed): user errors as their message, anything else as type: message."""
+    from graphdist.errors import USER_ERRORS, Interrupted
+    if isinstance(exc, (Interrupted, KeyboardInterrupt)):
+        return
+    text = str(exc) if isinstance(exc, USER_ERRORS) else f"{type(exc).__name__}: {str(exc)[:200]}"
+    publish_error(text.strip().splitlines()[0] if text.strip() else type(exc).__name__)
+
+
+def _published_errors(ws: int) -> dict[int, str]:
+    out = {}
+    try:
+        store = _store()
+        for r in range(ws):
+            key = f"graphdist/error/{r}"
+            if store.check([key]):
+                out[r] = store.get(key).decode(errors="replace")
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
 def find_dead_ranks(tag: str, wait_s: float = 3.0) -> list[int] | None:
     """After a failed collective: every surviving rank checks in through the rendezvous store;
     ranks that have not checked in within ``wait_s`` are dead. ``None`` if the store itself is
     unreachable (it lives with rank 0 / the launcher)."""
     rank, ws = world()
     try:
-        from torch.distributed.distributed_c10d import _get_default_store
-        store = _get_default_store()
+        store = _store()
         store.set(f"graphdist/alive/{tag}/{rank}", "1")
         keys = [f"graphdist/alive/{tag}/{r}" for r in range(ws)]
         deadline = time.monotonic() + wait_s
@@ -278,10 +346,15 @@ def find_dead_ranks(tag: str, wait_s: float = 3.0) -> list[int] | None:
 
 
 def raise_peer_failure(exc: BaseException, where: str) -> None:
-    """Turn a failed collective into a :class:`DistributedError` naming the failed rank(s)."""
-    rank, _ = world()
+    """Turn a failed collective into a :class:`DistributedError` naming the failed rank(s) and,
+    when a rank published its own error (:func:`publish_error`), what it was."""
+    rank, ws = world()
     dead = find_dead_ranks(where)
-    if dead is None:
+    told = {r: m for r, m in _published_errors(ws).items() if r != rank}
+    if told:
+        r, m = min(told.items())
+        who = f"rank {r} failed: {m}"
+    elif dead is None:
         who = "rank 0 (the rendezvous store host) is unreachable"
     elif dead:
         who = "rank" + ("s " if len(dead) > 1 else " ") + ", ".join(map(str, dead)) + " stopped responding"
@@ -289,3 +362,13 @@ def raise_peer_failure(exc: BaseException, where: str) -> None:
         who = "all ranks are alive"
     first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
     raise DistributedError(f"rank {rank}: collective failed during {where}: {who} ({first})") from exc
+
+
+def check_same(value, what: str, group=None) -> None:
+    """Raise :class:`DistributedError` unless every rank passes an equal ``value`` (a plan hash,
+    a fingerprint); the message names the ranks that differ and their values."""
+    vals = all_gather_object(value, group)
+    if any(v != vals[0] for v in vals):
+        diff = ", ".join(f"rank {r}: {v}" for r, v in enumerate(vals) if v != vals[0])
+        raise DistributedError(f"{what} differs between ranks (rank 0: {vals[0]}; {diff}); every rank "
+                               "must build the same plan")

@@ -47,5 +47,14 @@ class DistributedError(GraphdistError):
     """A distributed run cannot start or a peer failed (names the rank where known)."""
 
 
+class Interrupted(GraphdistError):
+    """Training stopped on SIGINT/SIGTERM at a step boundary; the message says where it stopped
+    and which checkpoint ``--resume`` continues from. Exit code 128 + the signal number."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.exit_code = 128 + int(signum)
+
+
 USER_ERRORS = (GraphdistError, PartitionError)
 """Errors a user can cause: printed as one line, exit code 2."""

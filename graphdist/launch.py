@@ -18,9 +18,11 @@ import os
 import sys
 import uuid
 
+import torch
+
 from graphdist import config as config_mod
-from graphdist.errors import USER_ERRORS, DistributedError
-from graphdist.runtime import env_world, free_port
+from graphdist.errors import USER_ERRORS, DistributedError, Interrupted
+from graphdist.runtime import env_world
 
 __all__ = ["under_launcher", "launch", "run_job", "guarded", "print_error"]
 
@@ -40,11 +42,14 @@ def launch(nproc: int, fn, cfg, *, monitor_interval: float = 0.2) -> int:
     Exit 2 when a worker reported a user error (it printed its own one-line message);
     otherwise a failed worker raises :class:`DistributedError` naming its rank and exit code.
     """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    # port 0: the agent's store binds a port the OS picks (as torchrun --standalone), so two jobs
+    # started at once cannot race for the same port; workers connect to the agent's store
     lc = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"graphdist-{uuid.uuid4().hex[:8]}",
-                      rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{free_port()}", max_restarts=0,
+                      rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
                       monitor_interval=monitor_interval, start_method="spawn")
     # the agent's own error log repeats what the workers and this function already say
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
@@ -54,10 +59,13 @@ def launch(nproc: int, fn, cfg, *, monitor_interval: float = 0.2) -> int:
     try:
         elastic_launch(lc, sys.executable)("-m", "graphdist.worker", _path(fn), _path(type(cfg)),
                                            config_mod.to_json(cfg))
+    except SignalException as e:  # Ctrl-C / SIGTERM: the agent forwarded it to the workers, which
+        return 128 + int(e.sigval)  # stopped at a step boundary and printed where (rank 0)
     except ChildFailedError as e:
         codes = {int(r): f.exitcode for r, f in e.failures.items()}
-        if any(c == 2 for c in codes.values()):
-            return 2
+        for c in (2, 128 + 2, 128 + 15):  # a user error or an interruption the workers reported
+            if c in codes.values():
+                return c
         # the first worker to fail is the cause; the agent SIGTERMs (-15) the rest afterwards
         first = sorted(e.failures.items(), key=lambda kv: (kv[1].exitcode == -15, kv[1].timestamp, int(kv[0])))
         r = int(first[0][0])
@@ -77,23 +85,48 @@ def run_job(fn, cfg, nproc: int) -> int:
     return int(fn(cfg) or 0)
 
 
-def print_error(e: BaseException) -> None:
+def print_error(e: BaseException, prefix: str = "error") -> None:
     """One line on stderr. A user error that every rank hits alike is printed by rank 0 only;
     a distributed failure is printed by every rank that sees it (each names what it saw)."""
     rank, world, _ = env_world()
     if rank == 0 or world == 1 or isinstance(e, DistributedError):
-        sys.stderr.write(f"graphdist: error: {e}\n")
+        sys.stderr.write(f"graphdist: {prefix}: {e}\n")
         sys.stderr.flush()
 
 
 def guarded(fn, *args) -> int:
-    """``fn(*args)`` with the CLI's error policy: a user error (``USER_ERRORS``) becomes one line
-    (:func:`print_error`) and exit code 2; Ctrl-C exits 130."""
+    """``fn(*args)`` with the CLI's error policy:
+
+    * a user error (``USER_ERRORS``) becomes one line (:func:`print_error`), exit code 2; it is
+      also left in the rendezvous store, so a peer that sees the collective fail can name it;
+    * :class:`~graphdist.errors.Interrupted` (SIGINT/SIGTERM at a step boundary): one line, exit
+      code 128 + signal; a Ctrl-C outside training: one line, exit 130;
+    * running out of memory: one line naming the rank, exit 1;
+    * anything else is a bug: its traceback, then one line naming the rank, exit 1."""
+    from graphdist import comm
+    rank, world, _ = env_world()
     try:
         return int(fn(*args) or 0)
+    except Interrupted as e:
+        print_error(e, "interrupted")
+        return e.exit_code
     except USER_ERRORS as e:
+        comm.publish_error(str(e))
         print_error(e)
         return 2
     except KeyboardInterrupt:
-        sys.stderr.write("graphdist: interrupted\n")
+        if rank == 0:
+            sys.stderr.write("graphdist: interrupted (Ctrl-C)\n")
         return 130
+    except (torch.OutOfMemoryError, MemoryError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        comm.publish_error(f"out of memory: {first}")
+        sys.stderr.write(f"graphdist: error: rank {rank} of {world} ran out of memory: {first}\n")
+        return 1
+    except Exception as e:  # noqa: BLE001 - a bug: keep the traceback, then say where
+        import traceback
+        traceback.print_exc()
+        comm.publish_error(f"{type(e).__name__}: {str(e)[:200]}")
+        sys.stderr.write(f"graphdist: error: rank {rank} of {world} failed with {type(e).__name__} "
+                         "(traceback above)\n")
+        return 1

@@ -11,6 +11,7 @@ import contextlib
 import datetime
 import logging
 import os
+import signal
 import socket
 import sys
 import time
@@ -123,6 +124,49 @@ def get_logger(name: str = "graphdist") -> logging.Logger:
         log.propagate = False
         log._graphdist = True
     return log
+
+
+class GracefulStop:
+    """SIGINT / SIGTERM that arrive inside ``with GracefulStop() as stop:`` only set
+    ``stop.signum``; the training loop polls it at a step boundary (agreeing across ranks), saves
+    what it must and raises :class:`~graphdist.errors.Interrupted`. A second signal more than a
+    second after the first (a user pressing Ctrl-C again) interrupts at once; one that follows
+    within the second is the launcher forwarding the same Ctrl-C and is absorbed. Outside the
+    block the previous handlers apply. Only the main thread can install handlers; elsewhere this
+    is a no-op."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._t = 0.0
+        self._old: dict = {}
+
+    def _handle(self, signum, frame):
+        if self.signum is None:
+            self.signum, self._t = signum, time.monotonic()
+            return
+        if time.monotonic() - self._t > 1.0:
+            self.__exit__()
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> "GracefulStop":
+        try:
+            for s in self.SIGNALS:
+                self._old[s] = signal.signal(s, self._handle)
+        except ValueError:  # not the main thread
+            self._old.clear()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        self._old.clear()
+        return False
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
 
 
 class Timer:

@@ -3,8 +3,10 @@
     results = run_ranks(fn, world_size=2, args=(a, b), timeout=60)
 
 ``fn(rank, world_size, *args)`` must be importable (a module-level function). Each rank is a
-fresh spawned process with ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` set and the
-default process group initialised; the return values come back in rank order. If any rank
+fresh spawned process with ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` set and the default process
+group initialised; the return values come back in rank order. The ranks meet through a
+``FileStore`` in a private temporary directory, not a TCP port, so jobs started at the same time
+on a loaded machine cannot take each other's rendezvous port. If any rank
 raises, the others are killed and :class:`RankFailure` carries that rank's traceback. If the
 job is not done within ``timeout`` seconds, every live rank is killed and :class:`RankTimeout`
 names the ranks that had not finished. No process outlives the call.
@@ -15,10 +17,10 @@ import multiprocessing as mp
 import os
 import pickle
 import queue as queue_mod
+import shutil
+import tempfile
 import time
 import traceback
-
-from graphdist.runtime import free_port
 
 
 class RankFailure(RuntimeError):
@@ -29,19 +31,18 @@ class RankTimeout(RuntimeError):
     """The job did not finish in time; the message names the ranks still running."""
 
 
-def _child(fn, rank, world_size, port, backend, args, env, q):
+def _child(fn, rank, world_size, store_path, backend, args, env, q):
     os.environ.update(env)
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-                       "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port)})
+                       "LOCAL_WORLD_SIZE": str(world_size)})
     try:
         import datetime
 
         import torch
         import torch.distributed as dist
         torch.set_num_threads(1)
-        dist.init_process_group(backend, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=120))
+        dist.init_process_group(backend, init_method=f"file://{store_path}", rank=rank,
+                                world_size=world_size, timeout=datetime.timedelta(seconds=120))
         try:
             out = fn(rank, world_size, *args)
         finally:
@@ -60,8 +61,9 @@ def run_ranks(fn, world_size: int, args: tuple = (), *, timeout: float = 120.0,
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes; return results by rank."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    port = free_port()
-    procs = [ctx.Process(target=_child, args=(fn, r, world_size, port, backend, args, env or {}, q),
+    tmp = tempfile.mkdtemp(prefix="graphdist-ranks-")
+    store_path = os.path.join(tmp, "store")
+    procs = [ctx.Process(target=_child, args=(fn, r, world_size, store_path, backend, args, env or {}, q),
                          daemon=True) for r in range(world_size)]
     for p in procs:
         p.start()
@@ -95,4 +97,5 @@ def run_ranks(fn, world_size: int, args: tuple = (), *, timeout: float = 120.0,
                 p.kill()
                 p.join(timeout=5)
         q.close()
+        shutil.rmtree(tmp, ignore_errors=True)
     return [results[r] for r in range(world_size)]

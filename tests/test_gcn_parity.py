@@ -1,5 +1,6 @@
 """Distributed GCN/SAGE == single-process PyG on the same weights, for k in {1, 2, 4} with
 random and METIS partitions: logits, weight gradients (1e-5 relative) and 20 epochs of losses.
+With dropout on, k ranks give the losses of one rank (masks keyed by global node id).
 
 One ``run_ranks`` job per k evaluates every (partition, model) case, to keep the file fast.
 """
@@ -32,7 +33,8 @@ def make_graph(seed: int = 0) -> Graph:
     val[perm[30:50]] = True
     test = torch.zeros(N, dtype=torch.bool)
     test[perm[50:]] = True
-    # one node with no edges at all and a duplicated edge: both must be handled like PyG
+    # one node with no edges at all (handled like PyG: it only sees itself); Graph.from_edges
+    # drops repeated edges, so both models see the same simple graph
     keep = (src != 7) & (dst != 7)
     src, dst = torch.cat([src[keep], torch.tensor([1])]), torch.cat([dst[keep], torch.tensor([2])])
     return Graph.from_edges(src, dst, N, x=x, y=y, train_mask=train, val_mask=val, test_mask=test)
@@ -133,13 +135,13 @@ def _dist_case(rank, ws, graph, a, kind, state):
     return lg.owned.numpy(), out.detach().numpy(), {k: p.grad.numpy() for k, p in model.named_parameters()}
 
 
-def _dist_train(rank, ws, graph, a, kind, batch_norm=False):
+def _dist_train(rank, ws, graph, a, kind, batch_norm=False, dropout=0.0):
     import torch.distributed as dist
 
     from graphdist.runtime import DistContext, init_distributed
     from graphdist.gnn.trainer import GCNConfig, fit
     lg = build_plan(graph, a, rank, ws)
-    cfg = GCNConfig(spec="test", model=kind, layers=2, hidden=HID, dropout=0.0, epochs=20, seed=5,
+    cfg = GCNConfig(spec="test", model=kind, layers=2, hidden=HID, dropout=dropout, epochs=20, seed=5,
                     progress=False, batch_norm=batch_norm)
     ctx = init_distributed("cpu") if dist.is_initialized() else DistContext(0, 1, 0, "none", torch.device("cpu"))
     return fit(cfg, lg, {}, ctx)["losses"]
@@ -165,6 +167,8 @@ def _rank_job(rank, ws, graph, assignments, states, train_states):
             res[(method, kind)] = _dist_case(rank, ws, graph, a, kind, states[kind])
     res["train"] = {kind: _dist_train(rank, ws, graph, assignments["metis"], kind) for kind in MODELS}
     res["train_bn"] = _dist_train(rank, ws, graph, assignments["random"], "gcn", batch_norm=True)
+    res["train_dropout"] = {kind: _dist_train(rank, ws, graph, assignments["random"], kind, dropout=0.5)
+                            for kind in MODELS}
     return res
 
 
@@ -218,6 +222,13 @@ def test_parity_with_pyg(graph, k):
     for r in range(k):
         got = results[r]["train_bn"]
         assert max(abs(g_ - w_) / abs(w_) for g_, w_ in zip(got, want)) <= 1e-5, (r, got, want)
+    # dropout 0.5: k ranks draw the masks one process draws, so the losses are one process's
+    for kind in MODELS:
+        want = _dist_train(0, 1, graph, torch.zeros(N, dtype=torch.int64), kind, dropout=0.5)
+        assert want[0] != results[0]["train"][kind][0]  # dropout is really on
+        for r in range(k):
+            got = results[r]["train_dropout"][kind]
+            assert max(abs(g_ - w_) / abs(w_) for g_, w_ in zip(got, want)) <= 1e-5, (kind, r, got, want)
 
 
 @pytest.fixture(autouse=True)

@@ -48,7 +48,8 @@ def _resume_job(rank, ws, graph, a, root):
     base = dict(spec="t", model="sage", layers=3, hidden=8, dropout=0.5, epochs=8, seed=3,
                 progress=False, batch_norm=True, checkpoint_every=3)
     full = fit(GCNConfig(**base, checkpoint_dir=f"{root}/full"), lg, {}, ctx)
-    cut = fit(GCNConfig(**base, checkpoint_dir=f"{root}/cut", stop_after=5), lg, {}, ctx)
+    cut = fit(GCNConfig(**base, checkpoint_dir=f"{root}/cut"), lg, {}, ctx,
+              callbacks=[lambda epoch, hist: epoch == 5])  # the job "dies" after epoch 5
     resumed = fit(GCNConfig(**base, checkpoint_dir=f"{root}/cut", resume=True), lg, {}, ctx)
     files = sorted(os.listdir(f"{root}/cut"))
     done = fit(GCNConfig(**base, checkpoint_dir=f"{root}/cut", resume=True), lg, {}, ctx)  # nothing left
@@ -98,21 +99,31 @@ def test_bad_flags(capsys):
     assert "--dropout" in err and "SPEC or --partition" in err and "--checkpoint-dir" in err
 
 
-def _env(rank, port, extra=None):
+def agent_store():
+    """A TCPStore on a port the OS picks, held by the test as torchrun's agent holds its own;
+    workers started with :func:`_env` connect to it as clients (no port can be raced for)."""
+    import torch.distributed as dist
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+
+
+def _env(rank, store, extra=None):
     env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE="2",
-               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True",
+               OMP_NUM_THREADS="1")
     env.update(extra or {})
     return env
 
 
+FAULT = [sys.executable, os.path.join(os.path.dirname(__file__), "fault_entry.py")]
+
+
 def test_dead_worker_is_named_by_survivor():
-    """Two workers as an external torchrun would start them; rank 1 dies at epoch 3."""
-    from graphdist.runtime import free_port
-    port = free_port()
-    cmd = [sys.executable, "-m", "graphdist", "train-gcn", SPEC, "--parts", "2", "--method", "random",
-           "--epochs", "500", "--no-progress", "--timeout", "60"]
-    procs = [subprocess.Popen(cmd, env=_env(r, port, {"GRAPHDIST_FAULT": "1:3"}), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    """Two workers as an external torchrun would start them; rank 1 dies at the start of epoch 3."""
+    store = agent_store()
+    cmd = FAULT + ["1", "3", "train-gcn", SPEC, "--parts", "2", "--method", "random",
+                   "--epochs", "500", "--no-progress", "--timeout", "60"]
+    procs = [subprocess.Popen(cmd, env=_env(r, store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
     t0 = time.monotonic()
     try:
         out0, err0 = procs[0].communicate(timeout=120)

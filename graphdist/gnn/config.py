@@ -70,8 +70,6 @@ class GCNConfig:
     """tqdm progress bar on rank 0"""
     summary: bool = field(default=True, metadata={"cli": False})
     """print the one-line result summary on rank 0 (the demo prints its own)"""
-    stop_after: int | None = field(default=None, metadata={"cli": False})
-    """stop after this epoch (checkpointed) as if the job were interrupted"""
 
     def validate(self) -> None:
         check_choices(self)
@@ -91,3 +89,11 @@ class GCNConfig:
                 raise ConfigError(f"--{name} must be >= 1, got {v}")
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("--resume needs --checkpoint-dir")
+
+    def check_outputs(self) -> None:
+        """Every output path is writable, before any work (one line naming the flag otherwise)."""
+        from graphdist.fileio import check_output_dir, check_output_file
+        if self.report:
+            check_output_file(self.report, "--report")
+        if self.checkpoint_dir:
+            check_output_dir(self.checkpoint_dir, "--checkpoint-dir")

@@ -20,17 +20,35 @@ __all__ = ["run", "worker", "summary_line"]
 
 def worker(cfg: GCNConfig) -> int:
     """Train this rank (the process group comes from the environment); rank 0 prints the summary."""
+    from graphdist import comm
     from graphdist.gnn.trainer import train
     from graphdist.runtime import env_world, shutdown
     try:
         rep = train(cfg)
+    except BaseException as e:
+        comm.publish_failure(e)  # while the group still exists: peers can name what happened here
+        raise
     finally:
         shutdown()
-    if env_world()[0] == 0 and cfg.summary:
-        print(summary_line(rep), flush=True)
+    if env_world()[0] == 0:
+        if cfg.summary:  # the result first: if the report cannot be written, it is not lost
+            print(summary_line(rep), flush=True)
         if cfg.report:
-            print(f"report: {Path(cfg.report)}", flush=True)
+            write_report(cfg.report, rep)
+            if cfg.summary:
+                print(f"report: {Path(cfg.report)}", flush=True)
     return 0
+
+
+def write_report(path, rep: dict) -> None:
+    """Atomic JSON write; a failure (disk full) is one line that says the result was printed."""
+    from graphdist.errors import ConfigError
+    from graphdist.fileio import atomic_write_json
+    try:
+        atomic_write_json(path, rep)
+    except OSError as e:
+        raise ConfigError(f"--report {path}: could not write the report ({e.strerror or e}); "
+                          "the summary above is the result") from None
 
 
 def _world(cfg: GCNConfig) -> int:
@@ -55,6 +73,7 @@ def run(cfg: GCNConfig) -> int:
     from graphdist.launch import run_job, under_launcher
     from graphdist.runtime import pick_backend
     cfg.validate()
+    cfg.check_outputs()
     _, dev_type = pick_backend(cfg.device)  # CUDA requested without GPUs: one line, before any worker
     nproc = 1
     if not under_launcher():

@@ -93,12 +93,54 @@ class GlobalBatchNorm(nn.Module):
         return d * (var + self.eps).rsqrt() * self.weight + self.bias
 
 
+_M24 = 1 << 24
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """lowbias32 integer hash on int32 tensors (wrapping multiplies, logical shifts)."""
+    x = x ^ ((x >> 16) & 0xFFFF)
+    x = x * 0x7FEB352D
+    x = x ^ ((x >> 15) & 0x1FFFF)
+    x = x * (0x846CA68B - (1 << 32))
+    return x ^ ((x >> 16) & 0xFFFF)
+
+
+def _key32(*values: int) -> int:
+    """A 32-bit key (as a signed int32 value) from small integers, e.g. (seed, epoch, layer)."""
+    h = 0x811C9DC5
+    for v in values:
+        h = ((h ^ (int(v) & 0xFFFFFFFF)) * 0x01000193) & 0xFFFFFFFF
+        h = ((h ^ (h >> 15)) * 0x2C1B3C6D) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int) -> torch.Tensor:
+    """Dropout whose mask is a function of ``(key, global row id, column)`` only::
+
+        keep[i, j] = hash(hash(id_i ^ key), j) >= p * 2^24      (24-bit uniform per element)
+
+    so a row is dropped alike on whichever rank owns it, and k ranks draw exactly the masks of
+    one process (``ids`` = the rows' global node ids, ``key`` from (seed, epoch, layer))."""
+    ids = ids.to(device=h.device, dtype=torch.int64)
+    folded = ((ids & 0xFFFFFFFF) ^ ((ids >> 32) * 0x9E3779B1)) & 0xFFFFFFFF
+    rows = torch.where(folded >= 1 << 31, folded - (1 << 32), folded).to(torch.int32)
+    rows = _mix32(rows ^ key)
+    cols = torch.arange(h.shape[1], dtype=torch.int32, device=h.device) * (0x85EBCA6B - (1 << 32))
+    u = (_mix32(rows[:, None] ^ cols[None, :]) >> 8) & (_M24 - 1)
+    keep = u >= int(p * _M24)
+    return h * keep.to(h.dtype) * (1.0 / (1.0 - p))
+
+
 class GNN(nn.Module):
     """``L`` layers of GCN or SAGE; ReLU (and optional global batch norm) between layers,
-    dropout before every layer (Kipf: dropout on the input too)."""
+    dropout before every layer (Kipf: dropout on the input too).
+
+    ``forward(x, adj, exchange, ids=, step=)``: with ``ids`` (the global node ids of the rows of
+    ``x``) dropout is :func:`keyed_dropout` keyed by ``(seed, step, layer)``, the same on any
+    number of ranks; without, it is ``F.dropout`` on torch's RNG."""
 
     def __init__(self, model: str, f_in: int, hidden: int, f_out: int, layers: int = 2,
-                 dropout: float = 0.5, batch_norm: bool = False):
+                 dropout: float = 0.5, batch_norm: bool = False, seed: int = 0):
         super().__init__()
         if model not in ("gcn", "sage"):
             raise ValueError(f"model must be gcn or sage, got {model!r}")
@@ -106,15 +148,18 @@ class GNN(nn.Module):
         layer = GCNLayer if model == "gcn" else SAGELayer
         self.kind = model
         self.dropout = dropout
+        self.seed = seed
         self.convs = nn.ModuleList(layer(a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.norms = nn.ModuleList(GlobalBatchNorm(hidden) for _ in range(layers - 1)) if batch_norm else None
 
-    def forward(self, x, adj: SparseAdj, exchange=None):
+    def forward(self, x, adj: SparseAdj, exchange=None, *, ids: torch.Tensor | None = None,
+                step: int = 0):
         h = x
         last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):
-            if self.dropout > 0:
-                h = F.dropout(h, self.dropout, self.training)
+            if self.dropout > 0 and self.training:
+                h = (F.dropout(h, self.dropout, True) if ids is None
+                     else keyed_dropout(h, self.dropout, ids, _key32(self.seed, step, i)))
             h = conv(h, adj, exchange)
             if i < last:
                 if self.norms is not None:

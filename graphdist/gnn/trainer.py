@@ -7,12 +7,15 @@ Per epoch on every rank::
             backward (halo grads go home), all-reduce weight grads, Adam step
     eval:   no dropout forward; (loss_sum, correct train/val/test) all-reduced in one tensor
 
-Checkpoints: :class:`graphdist.checkpoint.Checkpointer` snapshots (weights, Adam state, every
-rank's RNG state, history in the snapshot's meta); ``resume`` continues bit-for-bit.
+Dropout masks are functions of (seed, epoch, layer, global node id), so k ranks compute exactly
+what one process computes, dropout included. Checkpoints: :class:`graphdist.checkpoint.Checkpointer`
+snapshots (weights, Adam state, history in the snapshot's meta); ``resume`` continues
+bit-for-bit. SIGINT / SIGTERM stop at the end of an epoch on every rank (SIGTERM writes a
+checkpoint first) with :class:`~graphdist.errors.Interrupted`.
 """
 from __future__ import annotations
 
-import os
+import signal
 import statistics
 from dataclasses import asdict
 
@@ -21,13 +24,12 @@ import torch.nn.functional as F
 
 from graphdist import comm
 from graphdist.checkpoint import Checkpointer
-from graphdist.errors import USER_ERRORS, ArtifactError, ConfigError, MissingFileError
-from graphdist.fileio import atomic_write_json
+from graphdist.errors import USER_ERRORS, ArtifactError, ConfigError, Interrupted, MissingFileError
 from graphdist.gnn.config import GCNConfig
 from graphdist.gnn.models import GNN
 from graphdist.halo.setup import load_local
 from graphdist.halo.spmm import SparseAdj
-from graphdist.runtime import Timer, get_logger, init_distributed, peak_memory_bytes
+from graphdist.runtime import GracefulStop, Timer, env_world, get_logger, init_distributed, peak_memory_bytes
 
 
 def _set_mmap_threshold(mb: int) -> None:
@@ -42,18 +44,11 @@ def _set_mmap_threshold(mb: int) -> None:
         pass
 
 
-def _fault_hook(rank: int, epoch: int) -> None:
-    """Test hook: ``GRAPHDIST_FAULT=RANK:EPOCH`` kills that rank at the start of that epoch."""
-    f = os.environ.get("GRAPHDIST_FAULT")
-    if f:
-        r, e = (int(v) for v in f.split(":"))
-        if r == rank and e == epoch:
-            os._exit(3)
-
-
 def train(cfg: GCNConfig) -> dict:
     """Run training on this rank (the process group is created if needed); returns the report."""
     cfg.validate()
+    if env_world()[0] == 0:  # under torchrun nobody checked before the workers started
+        cfg.check_outputs()
     if cfg.malloc_mmap_mb > 0 and cfg.device != "cuda":
         _set_mmap_threshold(cfg.malloc_mmap_mb)
     ctx = init_distributed(cfg.device, cfg.timeout_s)
@@ -61,16 +56,35 @@ def train(cfg: GCNConfig) -> dict:
     return fit(cfg, lg, pinfo, ctx)
 
 
-def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
-    """Train on this rank's :class:`~graphdist.halo.plan.LocalGraph`; every rank returns the report."""
+def check_plan(lg) -> None:
+    """Every rank must hold a part of the same graph and plan: the fingerprints agree, and what
+    rank s sends to r is what r expects from s (one small all-gather of the counts)."""
+    comm.check_same(lg.fingerprint, "graph fingerprint")
+    sends = comm.all_gather_object(list(lg.send_counts))
+    bad = [(s, lg.rank) for s in range(lg.world_size) if sends[s][lg.rank] != lg.recv_counts[s]]
+    if bad:
+        s, r = bad[0]
+        raise ArtifactError(f"halo plans disagree: rank {s} sends {sends[s][r]} rows to rank {r}, which "
+                            f"expects {lg.recv_counts[s]} (parts from different artifacts?)")
+
+
+def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
+    """Train on this rank's :class:`~graphdist.halo.plan.LocalGraph`; every rank returns the report.
+
+    ``callbacks``: functions ``cb(epoch, history) -> bool`` called on every rank after each epoch
+    (same arguments everywhere); returning True stops training there, as early stopping does
+    (the epoch is checkpointed when ``checkpoint_dir`` is set)."""
     rank, ws, dev = ctx.rank, ctx.world_size, ctx.device
     log = get_logger()
     x = lg.x
     if x is None or lg.y is None or lg.train_mask is None:
-        raise ConfigError("the graph needs features x, labels y and a train mask to train a GCN")
+        raise ConfigError("the graph needs features x, labels y and a train mask to train a GCN; for a "
+                          "graph without node data add ,features=degree (or ,features=random:64) and "
+                          ",labels=random:8 to an edgelist or npz spec")
+    check_plan(lg)
     if cfg.row_normalize:
         x = x / x.sum(1, keepdim=True).clamp(min=1.0)
-    x, y = x.to(dev), lg.y.to(dev)
+    x, y, ids = x.to(dev), lg.y.to(dev), lg.owned.to(dev)
     masks = [m.to(dev) if m is not None else torch.zeros_like(lg.train_mask, device=dev)
              for m in (lg.train_mask, lg.val_mask, lg.test_mask)]
     n_classes = int(comm.all_reduce_max(torch.tensor([lg.num_classes], device=dev)).item())
@@ -82,64 +96,75 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
         raise ConfigError("the graph has no training nodes (train_mask is empty)")
 
     torch.manual_seed(cfg.seed)
-    model = GNN(cfg.model, x.shape[1], cfg.hidden, n_classes, cfg.layers, cfg.dropout, cfg.batch_norm).to(dev)
+    model = GNN(cfg.model, x.shape[1], cfg.hidden, n_classes, cfg.layers, cfg.dropout, cfg.batch_norm,
+                seed=cfg.seed).to(dev)
     comm.broadcast_module(model)
     opt = torch.optim.Adam(model.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
-    torch.manual_seed(cfg.seed * 1000003 + 17 + rank)  # dropout stream, per rank
     hist = {"losses": [], "val_acc": [], "test_acc": [], "train_acc": [], "epoch_s": []}
     start = 0
     ckpt = Checkpointer(cfg.checkpoint_dir, cfg.keep_checkpoints) if cfg.checkpoint_dir else None
     if cfg.resume:
-        start, hist = _load(ckpt, cfg, rank, ws, lg.fingerprint, model, opt)
+        start, hist = _load(ckpt, cfg, ws, lg.fingerprint, model, opt)
         log.info(f"resumed from epoch {start} in {cfg.checkpoint_dir}")
 
     from tqdm import tqdm
     bar = tqdm(total=cfg.epochs, initial=start, desc="train-gcn", unit="epoch",
                disable=not (ctx.is_rank0 and cfg.progress), dynamic_ncols=True)
-    epoch = start
+    epoch, saved = start, start
     try:
-        for epoch in range(start + 1, cfg.epochs + 1):
-            _fault_hook(rank, epoch)
-            ex.stats.reset()
-            with Timer(dev) as t:
-                model.train()
-                opt.zero_grad(set_to_none=True)
-                out = model(x, adj, ex)
-                tm = masks[0]
-                loss = F.cross_entropy(out[tm], y[tm], reduction="sum") / n_train
-                loss.backward()
-                comm.all_reduce_grads(model.parameters())
-                opt.step()
-                model.eval()
-                with torch.no_grad():
-                    pred = model(x, adj, ex).argmax(1)
-                    ok = pred == y
-                    m = torch.stack([loss.detach().double() * n_train] +
-                                    [(ok & mk).sum().double() for mk in masks])
-                    comm.all_reduce_sum(m)
-            if epoch == start + 1:  # traffic per epoch is fixed by the plan: all ranks' sum, once
-                tot = comm.all_reduce_sum(torch.tensor([ex.stats.rows, ex.stats.bytes], dtype=torch.float64,
-                                                       device=dev))
-                hist["halo_rows_bytes"] = [int(v) for v in tot.tolist()]  # checkpointed with the history
-            accs = [float(m[i + 1] / counts[i]) if counts[i] > 0 else float("nan") for i in range(3)]
-            hist["losses"].append(float(m[0]) / n_train)
-            hist["train_acc"].append(accs[0])
-            hist["val_acc"].append(accs[1])
-            hist["test_acc"].append(accs[2])
-            hist["epoch_s"].append(t.seconds)
-            bar.update(1)
-            bar.set_postfix(loss=f"{hist['losses'][-1]:.4f}", val=f"{accs[1]:.3f}")
-            stop = _early_stop(hist["val_acc"], cfg.patience)
-            last = epoch == cfg.epochs or stop or epoch == cfg.stop_after
-            if ckpt is not None and (epoch % cfg.checkpoint_every == 0 or last):
-                _save(ckpt, cfg, rank, lg.fingerprint, epoch, model, opt, hist)
-            if stop or epoch == cfg.stop_after:
-                break
+        with GracefulStop() as signalled:
+            for epoch in range(start + 1, cfg.epochs + 1):
+                ex.stats.reset()
+                with Timer(dev) as t:
+                    model.train()
+                    opt.zero_grad(set_to_none=True)
+                    out = model(x, adj, ex, ids=ids, step=epoch)
+                    tm = masks[0]
+                    loss = F.cross_entropy(out[tm], y[tm], reduction="sum") / n_train
+                    loss.backward()
+                    comm.all_reduce_grads(model.parameters())
+                    opt.step()
+                    model.eval()
+                    with torch.no_grad():
+                        pred = model(x, adj, ex).argmax(1)
+                        ok = pred == y
+                        # the last entry carries this rank's stop request to every rank
+                        sig = {None: 0.0, signal.SIGINT: 1.0}.get(signalled.signum, 1000.0)
+                        m = torch.stack([loss.detach().double() * n_train] +
+                                        [(ok & mk).sum().double() for mk in masks] +
+                                        [torch.tensor(sig, dtype=torch.float64, device=dev)])
+                        comm.all_reduce_sum(m)
+                if epoch == start + 1:  # traffic per epoch is fixed by the plan: all ranks' sum, once
+                    tot = comm.all_reduce_sum(torch.tensor([ex.stats.rows, ex.stats.bytes], dtype=torch.float64,
+                                                           device=dev))
+                    hist["halo_rows_bytes"] = [int(v) for v in tot.tolist()]  # checkpointed with the history
+                accs = [float(m[i + 1] / counts[i]) if counts[i] > 0 else float("nan") for i in range(3)]
+                hist["losses"].append(float(m[0]) / n_train)
+                hist["train_acc"].append(accs[0])
+                hist["val_acc"].append(accs[1])
+                hist["test_acc"].append(accs[2])
+                hist["epoch_s"].append(t.seconds)
+                bar.update(1)
+                bar.set_postfix(loss=f"{hist['losses'][-1]:.4f}", val=f"{accs[1]:.3f}")
+                stop = _early_stop(hist["val_acc"], cfg.patience)
+                stop = any([bool(cb(epoch, hist)) for cb in callbacks]) or stop
+                term = float(m[4]) >= 1000.0  # some rank got SIGTERM: checkpoint before stopping
+                last = epoch == cfg.epochs or stop or term
+                if ckpt is not None and (epoch % cfg.checkpoint_every == 0 or last):
+                    _save(ckpt, cfg, lg.fingerprint, epoch, model, opt, hist)
+                    saved = epoch
+                if float(m[4]) > 0:
+                    bar.close()
+                    raise _interrupted(signal.SIGTERM if term else signal.SIGINT, epoch, cfg, ckpt, saved)
+                if stop:
+                    break
     except USER_ERRORS:
         raise
-    except RuntimeError as e:
+    except Exception as e:  # noqa: BLE001 - a failed collective names the peer; anything else is itself
         bar.close()
-        comm.raise_peer_failure(e, f"epoch {epoch}")
+        if comm.is_collective_failure(e):
+            comm.raise_peer_failure(e, f"epoch {epoch}")
+        raise
     bar.close()
 
     # per-epoch halo traffic is fixed by the plan; taken from the history so that a resumed run
@@ -148,7 +173,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
     peak = comm.all_reduce_max(torch.tensor([float(peak_memory_bytes(dev))], dtype=torch.float64, device=dev))
     peaks = comm.all_gather_object(peak_memory_bytes(dev))
     best = _best(hist["val_acc"])
-    report = {
+    return {
         "test_acc": hist["test_acc"][best] if hist["test_acc"] else None,
         "best_val_acc": hist["val_acc"][best] if hist["val_acc"] else None,
         "best_epoch": best + 1,
@@ -166,29 +191,39 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx) -> dict:
         "device": str(dev),
         "config": asdict(cfg),
     }
-    if ctx.is_rank0 and cfg.report:
-        atomic_write_json(cfg.report, report)
-    return report
+
+
+def _interrupted(signum, epoch, cfg, ckpt, saved) -> Interrupted:
+    name = signal.Signals(signum).name
+    if ckpt is None:
+        where = "no checkpoint (no --checkpoint-dir)"
+    elif saved:
+        where = f"latest checkpoint {ckpt.path(saved)}; continue with --resume"
+    else:
+        where = f"no checkpoint in {cfg.checkpoint_dir} yet"
+    return Interrupted(f"{name} after epoch {epoch} of {cfg.epochs}; {where}", signum)
 
 
 _RUN_KEYS = ("model", "layers", "hidden", "batch_norm", "seed")
 """Config fields a checkpoint must agree with to be resumed."""
 
 
-def _state(model, opt, rank: int) -> dict:
+def _state(model, opt) -> dict:
+    """Weights and Adam state (replicated: stored once). Dropout is keyed by (seed, epoch, layer,
+    node), so no RNG state is needed to resume exactly."""
     from torch.distributed.checkpoint.state_dict import get_state_dict
     msd, osd = get_state_dict(model, opt)
-    return {"model": msd, "optim": osd, f"rng/rank{rank}": torch.get_rng_state()}
+    return {"model": msd, "optim": osd}
 
 
-def _save(ckpt, cfg, rank, fingerprint, epoch, model, opt, hist) -> None:
+def _save(ckpt, cfg, fingerprint, epoch, model, opt, hist) -> None:
     meta = {"epoch": epoch, "fingerprint": fingerprint, "hist": hist,
             **{k: getattr(cfg, k) for k in _RUN_KEYS}}
-    ckpt.save(epoch, _state(model, opt, rank), meta)
+    ckpt.save(epoch, _state(model, opt), meta)
 
 
-def _load(ckpt, cfg, rank, ws, fingerprint, model, opt) -> tuple[int, dict]:
-    """Restore weights, Adam state and this rank's RNG; returns ``(epochs done, history)``."""
+def _load(ckpt, cfg, ws, fingerprint, model, opt) -> tuple[int, dict]:
+    """Restore weights and Adam state; returns ``(epochs done, history)``."""
     from torch.distributed.checkpoint.state_dict import set_state_dict
     snap = ckpt.latest()
     if snap is None:
@@ -202,10 +237,9 @@ def _load(ckpt, cfg, rank, ws, fingerprint, model, opt) -> tuple[int, dict]:
     for k in _RUN_KEYS:
         if meta.get(k) != getattr(cfg, k):
             raise ArtifactError(f"checkpoint {snap} has {k}={meta.get(k)!r} but this run has {getattr(cfg, k)!r}")
-    state = _state(model, opt, rank)
+    state = _state(model, opt)
     ckpt.load(snap, state)
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    torch.set_rng_state(state[f"rng/rank{rank}"])
     return int(meta["epoch"]), meta["hist"]
 
 

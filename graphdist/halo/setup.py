@@ -1,5 +1,6 @@
 """Where a rank's part comes from: a partition artifact (only part r is read) or a dataset spec
-partitioned in-process (every rank loads the graph and computes the same assignment).
+partitioned in-process (every rank loads the graph; rank 0 partitions it and broadcasts the
+assignment).
 
 Both paths refuse a mismatch between the number of parts and the world size, naming both.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import torch
 
+from graphdist import comm
 from graphdist.errors import ArtifactError, ConfigError
 from graphdist.halo.plan import LocalGraph, build_plan
 
@@ -34,10 +36,15 @@ def load_local(cfg, rank: int, world_size: int) -> tuple[LocalGraph, dict]:
         raise ConfigError(f"--parts {k} does not match the world size {world_size} "
                           f"(start {k} workers, e.g. --nproc {k})")
     graph = load_graph(cfg.spec)
-    a = partition_in_process(graph, k, cfg.method if k > 1 else "none", cfg.seed)
+    comm.check_same(graph.fingerprint, f"graph fingerprint of {cfg.spec}")
+    # rank 0 partitions and sends the assignment: every rank trains on one plan even where the
+    # partitioner is not deterministic (several threads)
+    a = (partition_in_process(graph, k, cfg.method, cfg.seed) if rank == 0
+         else torch.zeros(graph.num_nodes, dtype=torch.int64))
+    comm.broadcast(a, 0)
     lg = build_plan(graph, a, rank, k)
     info = {"method": cfg.method if k > 1 else "none", "parts": k, "source": "in-process",
-            "quality": _quality(graph, a, k) if k > 1 else {}}
+            "quality": _quality(graph, a, k) if k > 1 and rank == 0 else {}}
     return lg, info
 
 

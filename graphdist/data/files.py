@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import io
-import re
 from pathlib import Path
 
 import numpy as np
@@ -53,64 +52,32 @@ def _read_text(path: Path) -> bytes:
         raise MissingFileError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
-_SEP = re.compile(rb"[,\t]")
-
-
-def _parse_int_table(path: Path, text: bytes, min_cols: int, *, comments=(b"#", b"%")):
-    """Integer table from text: tab/space/comma separated, comment lines, CRLF. Returns an
-    ``int64 [rows, min_cols]`` array (extra columns are ignored) and the 1-based line number of
-    each row. Bad lines raise DataFormatError with the line number."""
-    lines = _SEP.sub(b" ", text.replace(b"\r", b"")).split(b"\n")
-    data_lines, numbers = [], []
-    for i, ln in enumerate(lines, 1):
-        s = ln.strip()
-        if s and not s.startswith(comments):
-            data_lines.append(s)
-            numbers.append(i)
-    if not data_lines:
-        return np.zeros((0, min_cols), dtype=np.int64), np.zeros(0, dtype=np.int64)
-    try:
-        arr = np.loadtxt(io.BytesIO(b"\n".join(data_lines)), dtype=np.int64, usecols=range(min_cols),
-                         ndmin=2, comments=None)
-        if arr.shape[0] == len(data_lines):
-            return arr, np.asarray(numbers, dtype=np.int64)
-    except ValueError:
-        pass
-    for ln, no in zip(data_lines, numbers):  # slow path: find the first bad line
-        f = ln.split()
-        if len(f) < min_cols:
-            raise DataFormatError(path, f"expected at least {min_cols} fields, got {len(f)}: {ln[:60].decode(errors='replace')!r}", no)
-        for tok in f[:min_cols]:
-            try:
-                int(tok)
-            except ValueError:
-                raise DataFormatError(path, f"{tok.decode(errors='replace')!r} is not an integer node id", no) from None
-    raise DataFormatError(path, "could not parse as an integer table")
-
-
 def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed: bool = False,
                   self_loops: bool = False) -> Graph:
     """Edge list ``src dst`` per line (``#``/``%`` comments, tab/space/comma, CRLF; a third
-    column such as a weight is ignored). Ids are remapped to 0..N-1 in ascending order of the
-    original id. Undirected (both directions stored) unless ``directed``."""
-    text = _read_text(path)
-    arr, lines = _parse_int_table(path, text, 2)
+    column such as a weight is ignored), read by :func:`graphdist.data.table.read_table`. Ids are
+    remapped to 0..N-1 in ascending order of the original id. Undirected (both directions
+    stored) unless ``directed``. ``features``/``labels``: ``.npy`` files, or generated node data
+    (:func:`node_data`)."""
+    from graphdist.data.table import read_table
+    tab = read_table(path, 2)
+    arr = tab.values
     if arr.shape[0] == 0:
         raise DataFormatError(path, "no edges found")
-    neg = np.flatnonzero((arr < 0).any(axis=1))
-    if neg.size:
-        raise DataFormatError(path, f"negative node id {int(arr[neg[0]].min())}", int(lines[neg[0]]))
+    if arr.min() < 0:
+        row = int(np.flatnonzero((arr < 0).any(axis=1))[0])
+        raise DataFormatError(path, f"negative node id {int(arr[row].min())}", tab.line_of(row))
     ids, inv = np.unique(arr.ravel(), return_inverse=True)
     inv = inv.reshape(-1, 2)
     n = ids.size
     kw = {}
-    if features:
+    if features and not _generated(features):
         from graphdist.specs import resolve_path
         x = _load_npy(resolve_path(features, what="features file"))
         if x.ndim not in (1, 2) or x.shape[0] != n:
             raise DataFormatError(features, f"has {x.shape[0] if x.ndim else 0} rows but {path.name} has {n} distinct nodes")
         kw["x"] = torch.from_numpy(np.asarray(x, dtype=np.float32))
-    if labels:
+    if labels and not _generated(labels):
         from graphdist.specs import resolve_path
         y = _load_npy(resolve_path(labels, what="labels file")).reshape(-1)
         if y.shape[0] != n:
@@ -119,7 +86,51 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
     g = Graph.from_edges(inv[:, 0], inv[:, 1], n, symmetrize=not directed, self_loops=self_loops,
                          meta={"directed": bool(directed), "original_ids_min": int(ids[0]),
                                "original_ids_max": int(ids[-1])}, **kw)
+    return node_data(g, features if _generated(features) else "", labels if _generated(labels) else "")
+
+
+def _generated(value: str) -> bool:
+    return value == "degree" or value.startswith("random:")
+
+
+def node_data(g: Graph, features: str = "", labels: str = "", seed: int = 0) -> Graph:
+    """Give a graph without node data something to train on (scale and speed runs, SNAP graphs):
+
+    * ``features=degree``: 2 columns, log(1 + in-degree) and log(1 + out-degree);
+    * ``features=random:F``: F columns of N(0, 1);
+    * ``labels=random:C``: C classes uniformly, and a random 10/10/80 train/val/test split when
+      the graph has none.
+    """
+    from graphdist.errors import SpecError
+    rng = np.random.default_rng(seed)
+    if features == "degree":
+        deg = torch.stack([g.in_degree(), g.out_degree()], 1).to(torch.float32)
+        g.x = torch.log1p(deg)
+    elif features.startswith("random:"):
+        f = _count(features, "features=random:F")
+        g.x = torch.from_numpy(rng.standard_normal((g.num_nodes, f), dtype=np.float32))
+    elif features:
+        raise SpecError(f"features={features!r}: expected a .npy file, degree or random:F")
+    if labels.startswith("random:"):
+        c = _count(labels, "labels=random:C")
+        g.y = torch.from_numpy(rng.integers(0, c, g.num_nodes))
+        if g.train_mask is None:
+            from graphdist.data.synthetic import random_splits
+            g.train_mask, g.val_mask, g.test_mask = random_splits(rng, g.num_nodes, 0.1, 0.1)
+    elif labels:
+        raise SpecError(f"labels={labels!r}: expected a .npy file or random:C")
     return g
+
+
+def _count(value: str, form: str) -> int:
+    from graphdist.errors import SpecError
+    try:
+        v = int(value.split(":", 1)[1])
+    except ValueError:
+        v = 0
+    if v < 1:
+        raise SpecError(f"{value!r} is not of the form {form} with a positive integer")
+    return v
 
 
 def _load_npy(path: Path) -> np.ndarray:
@@ -130,7 +141,8 @@ def _load_npy(path: Path) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------- npz
-def load_npz(path: Path, *, symmetrize: bool = False, self_loops: bool = True) -> Graph:
+def load_npz(path: Path, *, symmetrize: bool = False, self_loops: bool = True, features: str = "",
+             labels: str = "") -> Graph:
     """``edge_index [2, E]`` (src, dst) or ``indptr``/``indices`` (graphdist layout: row i lists
     the sources of edges into i), optional ``x``, ``y``, ``train_mask``/``val_mask``/
     ``test_mask``, ``num_nodes``. Edges are taken as stored unless ``symmetrize=1``."""
@@ -173,8 +185,9 @@ def load_npz(path: Path, *, symmetrize: bool = False, self_loops: bool = True) -
             raise DataFormatError(path, f"{k} has {v.shape[0]} rows but the graph has {n} nodes")
     if "y" in kw:
         kw["y"] = kw["y"].reshape(n, -1)[:, 0].astype(np.int64)
-    return Graph.from_edges(src, dst, n, symmetrize=symmetrize, self_loops=self_loops,
-                            meta={"directed": not symmetrize}, **kw)
+    g = Graph.from_edges(src, dst, n, symmetrize=symmetrize, self_loops=self_loops,
+                         meta={"directed": not symmetrize}, **kw)
+    return node_data(g, features, labels)
 
 
 # ---------------------------------------------------------------------------------- OGB

@@ -12,7 +12,7 @@ from graphdist.data.graph import Graph
 from graphdist.errors import SpecError
 
 
-def _splits(rng, n, train, val):
+def random_splits(rng, n, train, val):
     """Random train/val/test masks with the given fractions (test = the rest)."""
     if not (0 < train < 1 and 0 <= val < 1 and train + val < 1):
         raise SpecError(f"train={train} and val={val} must be fractions with train + val < 1")
@@ -57,7 +57,7 @@ def sbm_graph(nodes, classes, avg_degree, homophily, features, signal, train, va
         means = rng.standard_normal((classes, features)).astype(np.float32)
         x = rng.standard_normal((nodes, features), dtype=np.float32)
         x += signal * means[y]
-    tr, va, te = _splits(rng, nodes, train, val)
+    tr, va, te = random_splits(rng, nodes, train, val)
     return Graph.from_edges(src, dst, nodes, symmetrize=True, self_loops=False, x=x,
                             y=torch.from_numpy(y), train_mask=tr, val_mask=va, test_mask=te,
                             meta={"directed": False, "generator": "sbm"})
@@ -95,6 +95,6 @@ def rmat_graph(scale, edge_factor, a, b, c, features, classes, seed) -> Graph:
         kw["x"] = rng.standard_normal((n, features), dtype=np.float32)
     if classes:
         kw["y"] = torch.from_numpy(rng.integers(0, classes, n))
-        kw["train_mask"], kw["val_mask"], kw["test_mask"] = _splits(rng, n, 0.1, 0.1)
+        kw["train_mask"], kw["val_mask"], kw["test_mask"] = random_splits(rng, n, 0.1, 0.1)
     return Graph.from_edges(src, dst, n, symmetrize=True, self_loops=False,
                             meta={"directed": False, "generator": "rmat"}, **kw)

@@ -1,0 +1,183 @@
+"""Fast reader for numeric text tables (edge lists, rating logs), vectorised with numpy.
+
+    read_table(path, 2)                    -> Table(values int64 [rows, 2], ...)
+    read_table(path, 3, dtype=np.float64)  -> user, item, rating as float64
+
+Accepted: whitespace, tab, comma, ``;`` or ``::`` between fields; ``#`` / ``%`` comment lines;
+blank lines; CRLF; ``.gz``. Columns beyond ``ncols`` are ignored (an edge list's weight column).
+
+The text is processed in blocks of whole lines (``BLOCK`` bytes): separators are mapped to
+spaces with ``bytes.translate``, comment lines are blanked, the fields of each line are counted
+with numpy over the bytes, and the numbers are parsed by ``np.fromstring(sep=" ")`` (C). Lines
+with more fields than ``ncols`` fall back to ``np.loadtxt`` for their block. Any problem is
+located afterwards, line by line, only in the block where it happened, and reported as a
+:class:`~graphdist.errors.DataFormatError` with the 1-based line number.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from graphdist.errors import DataFormatError, MissingFileError
+
+__all__ = ["Table", "read_table", "BLOCK"]
+
+BLOCK = 1 << 24
+"""Bytes per block (whole lines): bounds the temporary arrays of one block."""
+
+_SPACE, _NL = 32, 10
+_TRANS = bytes.maketrans(b"\t,;\r\v\f", b"      ")
+_LIMIT = 2**62  # larger ids would overflow the int64 keys built from them
+
+
+@dataclass
+class Table:
+    """Parsed rows and where they came from."""
+
+    values: np.ndarray
+    """``[rows, ncols]`` parsed values."""
+    path: Path
+    """The file."""
+    first_lines: list[int]
+    """1-based line number of the first line of each block."""
+    block_rows: list[np.ndarray]
+    """Per block: the 0-based line index (within the block) of each of its rows."""
+
+    def line_of(self, row: int) -> int:
+        """1-based line number of data row ``row``."""
+        for first, lines in zip(self.first_lines, self.block_rows):
+            if row < lines.size:
+                return first + int(lines[row])
+            row -= lines.size
+        raise IndexError(row)
+
+
+def _open(path: Path):
+    try:
+        return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    except OSError as e:
+        raise MissingFileError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def _blocks(path: Path):
+    """The file in blocks of whole lines (about ``BLOCK`` bytes each)."""
+    rest = b""
+    with _open(path) as fh:
+        while True:
+            try:
+                chunk = fh.read(BLOCK)
+            except OSError as e:
+                raise DataFormatError(path, f"cannot read ({e.strerror or e})") from None
+            if not chunk:
+                break
+            chunk = rest + chunk
+            cut = chunk.rfind(b"\n")
+            if cut < 0:
+                rest = chunk
+                continue
+            yield chunk[:cut + 1]
+            rest = chunk[cut + 1:]
+    if rest:
+        yield rest + b"\n"
+
+
+def _slow_line(path, text: bytes, lineno: int, ncols: int, dtype, what: str):
+    """Raise the DataFormatError for one bad line (called only after the fast path failed)."""
+    toks = text.split()
+    if len(toks) < ncols:
+        raise DataFormatError(path, f"expected at least {ncols} fields, got {len(toks)}: "
+                                    f"{text[:60].decode(errors='replace')!r}", lineno)
+    for tok in toks[:ncols]:
+        try:
+            v = int(tok) if dtype == np.int64 else float(tok)
+        except ValueError:
+            raise DataFormatError(path, f"{tok.decode(errors='replace')!r} is not "
+                                        f"{'an integer ' + what if dtype == np.int64 else 'a number'}",
+                                  lineno) from None
+        if dtype == np.int64 and not -_LIMIT < v < _LIMIT:
+            raise DataFormatError(path, f"{what} {tok.decode()} is out of range (|id| < 2^62)", lineno)
+
+
+def _parse_block(path: Path, first: int, block: bytes, ncols: int, dtype, what: str):
+    """``(values [rows, ncols], line index of each row within the block)``."""
+    text = (block.replace(b"::", b"  ") if b"::" in block else block).translate(_TRANS)
+    buf = np.frombuffer(text, dtype=np.uint8)
+    nl = np.flatnonzero(buf == _NL)
+    starts = np.concatenate([[0], nl[:-1] + 1])
+    ends = nl
+    tok = buf > _SPACE  # after translate: every separator is a space, lines end in \n (< space)
+    head = np.empty(buf.size, dtype=np.int8)
+    np.greater(tok[1:], tok[:-1], out=head[1:].view(bool))
+    head[:1] = tok[:1]
+    fields = np.add.reduceat(head, starts, dtype=np.int32)  # each line's segment ends with its \n
+    # first character of each line (after leading spaces) decides whether it is a comment
+    first_char = buf[starts].copy()
+    nonempty = fields > 0
+    for i in np.flatnonzero(nonempty & (first_char == _SPACE)):  # rare: leading spaces
+        j = int(starts[i])
+        while buf[j] == _SPACE:
+            j += 1
+        first_char[i] = buf[j]
+    comment = (first_char == ord("#")) | (first_char == ord("%"))
+    data = nonempty & ~comment
+    rows = np.flatnonzero(data)
+    if comment.any():
+        arr = bytearray(text)
+        for i in np.flatnonzero(comment):
+            arr[starts[i]:ends[i]] = b" " * int(ends[i] - starts[i])
+        text = bytes(arr)
+    n = rows.size
+    counts = fields[rows]
+    if n and counts.min() < ncols:
+        bad = int(rows[np.argmax(counts < ncols)])
+        _slow_line(path, text[starts[bad]:ends[bad]], first + bad, ncols, dtype, what)
+    values = None
+    if n and counts.max() == ncols:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            try:
+                flat = np.fromstring(text, dtype=dtype, sep=" ")
+            except (ValueError, DeprecationWarning):
+                flat = None
+        if flat is not None and flat.size == n * ncols:
+            values = flat.reshape(n, ncols)
+    elif n:  # extra columns: numpy's loadtxt on the data lines, keeping the first ncols
+        try:
+            values = np.loadtxt(io.BytesIO(text), dtype=dtype, usecols=range(ncols), ndmin=2, comments=None)
+        except ValueError:
+            values = None
+        if values is not None and values.shape[0] != n:
+            values = None
+    if n and values is None:  # find the line that broke the fast path
+        for i in rows:
+            _slow_line(path, text[starts[i]:ends[i]], first + int(i), ncols, dtype, what)
+        raise DataFormatError(path, f"could not parse lines {first}..{first + starts.size - 1}")
+    if values is None:
+        values = np.zeros((0, ncols), dtype=dtype)
+    if dtype == np.int64 and values.size and (values.max() >= _LIMIT or values.min() <= -_LIMIT):
+        big = np.flatnonzero((np.abs(values) >= _LIMIT).any(1))
+        if big.size:  # fromstring saturates on overflow: name the line
+            i = int(rows[big[0]])
+            _slow_line(path, text[starts[i]:ends[i]], first + i, ncols, dtype, what)
+            raise DataFormatError(path, f"{what} out of range (|id| < 2^62)", first + i)
+    return values, rows, int(nl.size)
+
+
+def read_table(path, ncols: int, *, dtype=np.int64, what: str = "node id") -> Table:
+    """Read the first ``ncols`` columns of every data line of ``path`` (see the module doc)."""
+    path = Path(path)
+    parts, firsts, lines = [], [], []
+    first = 1
+    for block in _blocks(path):
+        v, rows, n_lines = _parse_block(path, first, block, ncols, dtype, what)
+        parts.append(v)
+        firsts.append(first)
+        lines.append(rows.astype(np.int32) if rows.size and rows.max() < 2**31 else rows)
+        first += n_lines
+    values = np.concatenate(parts) if parts else np.zeros((0, ncols), dtype=dtype)
+    return Table(values, path, firsts, lines)

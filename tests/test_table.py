@@ -1,0 +1,86 @@
+"""The vectorised text-table reader behind edge lists and rating logs, and generated node data."""
+from __future__ import annotations
+
+import gzip
+
+import numpy as np
+import pytest
+import torch
+
+from graphdist.data import load_graph
+from graphdist.data import table as table_mod
+from graphdist.data.table import read_table
+from graphdist.errors import ConfigError, DataFormatError, SpecError
+
+
+def _w(tmp_path, name, data: bytes):
+    p = tmp_path / name
+    p.write_bytes(data)
+    return p
+
+
+def test_separators_comments_crlf_and_extra_columns(tmp_path):
+    p = _w(tmp_path, "e.txt", b"# header\n0 1\r\n% note\n1\t2\n\n   3,4\n5 6 0.5\n7;8")
+    t = read_table(p, 2)
+    assert t.values.tolist() == [[0, 1], [1, 2], [3, 4], [5, 6], [7, 8]]
+    assert [t.line_of(i) for i in range(5)] == [2, 4, 6, 7, 8]
+    r = read_table(_w(tmp_path, "r.dat", b"1::10::3.5::99\n2::11::4::100\n"), 3, dtype=np.float64)
+    assert r.values.tolist() == [[1, 10, 3.5], [2, 11, 4.0]]
+
+
+@pytest.mark.parametrize("data, line, msg", [
+    (b"0 1\n1 x\n", 2, "'x' is not an integer node id"),
+    (b"0 1\n\n1 99999999999999999999\n", 3, "node id 99999999999999999999 is out of range"),
+    (b"# c\n0 1\n1\n", 3, "expected at least 2 fields, got 1"),
+    (b"0 1\n3 4 5\n6\n", 3, "expected at least 2 fields, got 1"),  # a long line cannot cover a short one
+    (b"0 1\n1 2.5\n", 2, "'2.5' is not an integer node id"),
+])
+def test_bad_lines_are_named(tmp_path, data, line, msg):
+    p = _w(tmp_path, "bad.txt", data)
+    with pytest.raises(DataFormatError, match=rf"bad.txt:{line}: {msg}"):
+        read_table(p, 2)
+
+
+def test_line_numbers_across_blocks_and_gzip(tmp_path, monkeypatch):
+    monkeypatch.setattr(table_mod, "BLOCK", 16)  # many tiny blocks
+    lines = [f"{i} {i + 1}" for i in range(40)]
+    lines[33] = "33 q"
+    p = tmp_path / "g.txt.gz"
+    with gzip.open(p, "wb") as f:
+        f.write(("# top\n" + "\n".join(lines) + "\n").encode())
+    with pytest.raises(DataFormatError, match=r"g.txt.gz:35: 'q'"):
+        read_table(p, 2)
+    lines[33] = "33 34"
+    with gzip.open(p, "wb") as f:
+        f.write(("# top\n" + "\n".join(lines)).encode())  # no final newline
+    t = read_table(p, 2)
+    assert t.values.shape == (40, 2) and t.values[-1].tolist() == [39, 40] and t.line_of(39) == 41
+
+
+def test_negative_id_line_number(tmp_path):
+    p = _w(tmp_path, "neg.txt", b"0 1\n2 3\n4 -5\n")
+    with pytest.raises(DataFormatError, match=r"neg.txt:3: negative node id -5"):
+        load_graph(f"edgelist:{p}")
+
+
+def test_generated_node_data(tmp_path):
+    p = _w(tmp_path, "g.txt", b"0 1\n1 2\n2 0\n2 3\n")
+    g = load_graph(f"edgelist:{p},features=degree,labels=random:3")
+    assert g.x.shape == (4, 2) and torch.allclose(g.x[3], torch.log1p(torch.tensor([1.0, 1.0])))
+    assert int(g.y.max()) < 3 and g.train_mask is not None
+    assert int(g.train_mask.sum() + g.val_mask.sum() + g.test_mask.sum()) == 4
+    g = load_graph(f"edgelist:{p},features=random:8")
+    assert g.x.shape == (4, 8) and g.y is None
+    with pytest.raises(SpecError, match="random:F with a positive integer"):
+        load_graph(f"edgelist:{p},features=random:0")
+
+
+def test_training_without_node_data_names_the_option(tmp_path):
+    from graphdist.gnn.trainer import GCNConfig, fit
+    from graphdist.halo import build_plan
+    from graphdist.runtime import DistContext
+    p = _w(tmp_path, "g.txt", b"0 1\n1 2\n")
+    g = load_graph(f"edgelist:{p}")
+    lg = build_plan(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1)
+    with pytest.raises(ConfigError, match="features=degree"):
+        fit(GCNConfig(spec="x", epochs=1, progress=False), lg, {}, DistContext(0, 1, 0, "none", torch.device("cpu")))

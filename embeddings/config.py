@@ -8,6 +8,7 @@ from typing import Literal
 from embeddings.model import ModelConfig
 from embeddings.sharding import SHARDING_TYPES
 from graphdist.config import check_choices
+from graphdist.launch import Nodes
 from graphdist.errors import ConfigError
 
 SHARDING_CHOICES = ("auto", *SHARDING_TYPES)
@@ -22,7 +23,9 @@ class DLRMTrainConfig:
     spec: str = field(default="criteo-synth:", metadata={"positional": True, "metavar": "SPEC"})
     """training data: criteo:PATH (TSV file or directory of day_* files) or criteo-synth:k=v,..."""
     nproc: int = 1
-    """local worker processes; ignored under torchrun"""
+    """local worker processes (per node with --nnodes); ignored under torchrun"""
+    nodes: Nodes = field(default_factory=Nodes)
+    """multi-node jobs"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto (CUDA when available), cpu or cuda; one GPU per local rank"""
     eval_data: str | None = field(default=None, metadata={"group": "eval", "metavar": "SPEC"})
@@ -82,6 +85,7 @@ class DLRMTrainConfig:
 
     def validate(self) -> None:
         check_choices(self)
+        self.nodes.validate()
         if not 0.0 < self.eval_fraction < 1.0:
             raise ConfigError(f"--eval-fraction must be in (0, 1), got {self.eval_fraction}")
         for flag, v in (("--batch-size", self.batch_size), ("--nproc", self.nproc),

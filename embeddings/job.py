@@ -92,9 +92,10 @@ def run(cfg: DLRMTrainConfig) -> int:
     quiet_torchrec()
     cfg.validate()
     _, dev_type = pick_backend(cfg.device)
-    if cfg.nproc > 1 and not under_launcher():
-        precheck(cfg, cfg.nproc, dev_type)
-    return run_job(worker, cfg, cfg.nproc)
+    world = cfg.nproc * cfg.nodes.nnodes
+    if world > 1 and not under_launcher():
+        precheck(cfg, world, dev_type)
+    return run_job(worker, cfg, cfg.nproc, cfg.nodes)
 
 
 def summary_line(report: dict) -> str:

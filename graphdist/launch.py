@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import uuid
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,7 +25,27 @@ from graphdist import config as config_mod
 from graphdist.errors import USER_ERRORS, DistributedError, Interrupted
 from graphdist.runtime import env_world
 
-__all__ = ["under_launcher", "launch", "run_job", "guarded", "print_error"]
+__all__ = ["Nodes", "under_launcher", "launch", "run_job", "guarded", "print_error"]
+
+
+@dataclass
+class Nodes:
+    """Where a job's workers run: this node only, or several nodes meeting at one endpoint."""
+
+    nnodes: int = 1
+    """nodes of a multi-node job: run the same command on each of them, with --rdzv-endpoint"""
+    rdzv_endpoint: str | None = field(default=None, metadata={"metavar": "HOST:PORT"})
+    """a multi-node job's meeting point: a free port on one of its nodes (torch's c10d rendezvous)"""
+    rdzv_id: str = "graphdist"
+    """job id, the same on every node (two jobs sharing an endpoint need different ids)"""
+
+    def validate(self) -> None:
+        from graphdist.errors import ConfigError
+        if self.nnodes < 1:
+            raise ConfigError(f"--nnodes must be >= 1, got {self.nnodes}")
+        if self.nnodes > 1 and not self.rdzv_endpoint:
+            raise ConfigError(f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (one node's address "
+                              "and a free port, the same on every node)")
 
 
 def under_launcher() -> bool:
@@ -36,7 +57,7 @@ def _path(obj) -> str:
     return f"{obj.__module__}:{obj.__qualname__}"
 
 
-def launch(nproc: int, fn, cfg, *, monitor_interval: float = 0.2) -> int:
+def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval: float = 0.2) -> int:
     """Run ``fn(cfg)`` on ``nproc`` local workers; return an exit code.
 
     Exit 2 when a worker reported a user error (it printed its own one-line message);
@@ -77,11 +98,12 @@ def launch(nproc: int, fn, cfg, *, monitor_interval: float = 0.2) -> int:
     return 0
 
 
-def run_job(fn, cfg, nproc: int) -> int:
+def run_job(fn, cfg, nproc: int, nodes: Nodes | None = None) -> int:
     """``fn(cfg)`` here (one process, or already a worker of a launcher) or on ``nproc`` local
-    workers; returns the exit code."""
-    if nproc > 1 and not under_launcher():
-        return launch(nproc, fn, cfg)
+    workers (per node, with ``nodes``); returns the exit code."""
+    nodes = nodes or Nodes()
+    if (nproc > 1 or nodes.nnodes > 1) and not under_launcher():
+        return launch(nproc, fn, cfg, nodes=nodes)
     return int(fn(cfg) or 0)
 
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 from graphdist.config import check_choices
 from graphdist.errors import ConfigError
+from graphdist.launch import Nodes
 from partitioners import METHODS
 
 
@@ -23,7 +24,9 @@ class GCNConfig:
     method: Literal[METHODS] = "auto"
     """partition method when partitioning in-process"""
     nproc: int | None = None
-    """start N local workers (default: the number of parts); ignored under torchrun"""
+    """start N local workers (default: the number of parts, divided by --nnodes); ignored under torchrun"""
+    nodes: Nodes = field(default_factory=Nodes)
+    """multi-node jobs"""
     model: Literal["gcn", "sage"] = "gcn"
     """gcn (Kipf & Welling) or sage (GraphSAGE mean aggregator with root weight)"""
     layers: int = 2
@@ -73,6 +76,7 @@ class GCNConfig:
 
     def validate(self) -> None:
         check_choices(self)
+        self.nodes.validate()
         if self.spec is None and self.partition is None:
             raise ConfigError("give a dataset SPEC or --partition DIR")
         for name, v, lo in (("layers", self.layers, 1), ("hidden", self.hidden, 1), ("epochs", self.epochs, 1),

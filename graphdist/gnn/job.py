@@ -61,9 +61,11 @@ def _world(cfg: GCNConfig) -> int:
         if cfg.parts is not None and cfg.parts != k:
             raise ConfigError(f"--parts {cfg.parts} does not match the artifact {cfg.partition}, "
                               f"which has k={k} parts")
-    nproc = cfg.nproc if cfg.nproc is not None else (k or 1)
-    if k is not None and nproc != k:
-        raise ConfigError(f"--nproc {nproc} does not match the {k} parts of the partition "
+    nn = cfg.nodes.nnodes
+    nproc = cfg.nproc if cfg.nproc is not None else max((k or 1) // nn, 1)
+    if k is not None and nproc * nn != k:
+        where = f"--nproc {nproc}" + (f" x --nnodes {nn}" if nn > 1 else "")
+        raise ConfigError(f"{where} does not match the {k} parts of the partition "
                           f"(world size must equal k)")
     return nproc
 
@@ -83,7 +85,7 @@ def run(cfg: GCNConfig) -> int:
             if nproc > torch.cuda.device_count():
                 raise ConfigError(f"--nproc {nproc} needs {nproc} GPUs on this node but "
                                   f"{torch.cuda.device_count()} are visible")
-    return run_job(worker, cfg, nproc)
+    return run_job(worker, cfg, nproc, cfg.nodes)
 
 
 def summary_line(rep: dict) -> str:

@@ -6,8 +6,6 @@ its traceback.
 """
 from __future__ import annotations
 
-from partitioners.errors import PartitionError
-
 
 class GraphdistError(Exception):
     """Base class: a user-facing problem (bad input, bad flag, mismatched artifact)."""
@@ -56,5 +54,11 @@ class Interrupted(GraphdistError):
         self.exit_code = 128 + int(signum)
 
 
-USER_ERRORS = (GraphdistError, PartitionError)
-"""Errors a user can cause: printed as one line, exit code 2."""
+def __getattr__(name: str):
+    """``USER_ERRORS`` = ``(GraphdistError, partitioners.PartitionError)``: errors a user can cause,
+    printed as one line with exit code 2. Built on first use, so that ``import graphdist`` does
+    not import partitioners (and torch) before the CLI has set up the environment."""
+    if name == "USER_ERRORS":
+        from partitioners.errors import PartitionError
+        return (GraphdistError, PartitionError)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

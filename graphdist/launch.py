@@ -58,19 +58,27 @@ def _path(obj) -> str:
 
 
 def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval: float = 0.2) -> int:
-    """Run ``fn(cfg)`` on ``nproc`` local workers; return an exit code.
+    """Run ``fn(cfg)`` on ``nproc`` workers on this node (with ``nodes``: on each of
+    ``nodes.nnodes`` nodes that run the same command); return an exit code.
 
-    Exit 2 when a worker reported a user error (it printed its own one-line message);
-    otherwise a failed worker raises :class:`DistributedError` naming its rank and exit code.
+    Exit 2 when a worker reported a user error (it printed its own one-line message), 128 +
+    signal when the job was interrupted; otherwise a failed worker or a lost node raises
+    :class:`DistributedError` with one line naming it.
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
-    # port 0: the agent's store binds a port the OS picks (as torchrun --standalone), so two jobs
-    # started at once cannot race for the same port; workers connect to the agent's store
-    lc = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"graphdist-{uuid.uuid4().hex[:8]}",
-                      rdzv_backend="c10d", rdzv_endpoint="127.0.0.1:0", max_restarts=0,
+    nodes = nodes or Nodes()
+    if nodes.nnodes == 1:
+        # port 0: the agent's store binds a port the OS picks (as torchrun --standalone), so two
+        # jobs started at once cannot race for the same port; workers connect to the agent's store
+        endpoint, run_id = "127.0.0.1:0", f"graphdist-{uuid.uuid4().hex[:8]}"
+    else:
+        endpoint, run_id = nodes.rdzv_endpoint, nodes.rdzv_id
+    lc = LaunchConfig(min_nodes=nodes.nnodes, max_nodes=nodes.nnodes, nproc_per_node=nproc, run_id=run_id,
+                      rdzv_backend="c10d", rdzv_endpoint=endpoint, max_restarts=0,
                       monitor_interval=monitor_interval, start_method="spawn")
     # the agent's own error log repeats what the workers and this function already say
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
@@ -82,6 +90,10 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
                                            config_mod.to_json(cfg))
     except SignalException as e:  # Ctrl-C / SIGTERM: the agent forwarded it to the workers, which
         return 128 + int(e.sigval)  # stopped at a step boundary and printed where (rank 0)
+    except RendezvousError as e:  # the node hosting the rendezvous store is gone, or never came
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise DistributedError(f"lost the job's rendezvous at {endpoint} (node of the store host gone, or "
+                               f"not all {nodes.nnodes} nodes joined): {type(e).__name__}: {first}") from None
     except ChildFailedError as e:
         codes = {int(r): f.exitcode for r, f in e.failures.items()}
         for c in (2, 128 + 2, 128 + 15):  # a user error or an interruption the workers reported
@@ -146,6 +158,12 @@ def guarded(fn, *args) -> int:
         sys.stderr.write(f"graphdist: error: rank {rank} of {world} ran out of memory: {first}\n")
         return 1
     except Exception as e:  # noqa: BLE001 - a bug: keep the traceback, then say where
+        if comm.is_collective_failure(e):  # a peer or the network failed outside a training loop
+            try:
+                comm.raise_peer_failure(e, "the job")
+            except DistributedError as de:
+                print_error(de)
+                return 2
         import traceback
         traceback.print_exc()
         comm.publish_error(f"{type(e).__name__}: {str(e)[:200]}")

@@ -8,15 +8,30 @@ import sys
 from graphdist.cli import main
 
 
-def test_help_lists_data():
+def test_help_lists_every_command():
     r = subprocess.run([sys.executable, "-m", "graphdist", "--help"], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and "data" in r.stdout
+    assert r.returncode == 0
+    listed = {ln.split()[0] for ln in r.stdout.splitlines() if ln.startswith("    ") and ln.split()}
+    assert {"data", "demo", "partition", "quality", "compare", "train-gcn", "train-dlrm"} <= listed, r.stdout
 
 
-def test_data_info_default_sbm(capsys):
-    assert main(["data", "info", "sbm:nodes=500,classes=2,avg_degree=4,features=3"]) == 0
-    out = capsys.readouterr().out
-    assert "nodes" in out and "500" in out and "fingerprint" in out and "split train/val/test" in out
+def test_data_info_reports_the_generated_graph(capsys):
+    from graphdist.data import load_graph
+    spec = "sbm:nodes=500,classes=2,avg_degree=4,features=3"
+    assert main(["data", "info", spec]) == 0
+    rows = dict(ln.split(None, 1) if not ln.startswith(("edges", "in-degree", "split")) else
+                (ln[:24].strip(), ln[24:].strip()) for ln in capsys.readouterr().out.splitlines())
+    g = load_graph(spec)
+    assert rows["nodes"] == "500" and rows["features"] == "3" and rows["classes"] == "2"
+    assert rows["edges (directed)"] == f"{g.num_edges:,}" and rows["fingerprint"] == g.fingerprint
+    assert rows["split train/val/test"] == "50 / 50 / 400"
+
+
+def test_data_info_click_logs(capsys):
+    assert main(["data", "info", "criteo-synth:rows=200,scale=0.001", "--json"]) == 0
+    s = json.loads(capsys.readouterr().out)
+    assert s["rows"] == 200 and s["dense_features"] == 13 and s["sparse_features"] == 26
+    assert len(s["table_rows"]) == 26 and min(s["table_rows"]) == 4 and 0.0 < s["click_rate"] < 1.0
 
 
 def test_data_info_json(capsys, cora_dir):

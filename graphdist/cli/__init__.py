@@ -38,7 +38,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def quiet_cpp_logs() -> None:
+    """torch's C++ warnings (a TCPStore peer gone, with 30 stack frames each) say what graphdist
+    already says in one line; keep C++ errors only, unless the user chose a level
+    (``TORCH_CPP_LOG_LEVEL``). Set before torch is imported, inherited by the workers."""
+    import os
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+
+
 def main(argv: list[str] | None = None) -> int:
+    quiet_cpp_logs()
     from graphdist.launch import guarded
     try:
         args = build_parser().parse_args(argv)

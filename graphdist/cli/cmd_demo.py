@@ -28,7 +28,9 @@ class DemoConfig:
 
 
 def _handler(args) -> int:
+    from graphdist.fileio import check_output_dir
     cfg = config.from_namespace(DemoConfig, args)
+    check_output_dir(cfg.out, "--out")
     out = Path(cfg.out)
     results = {}
     if cfg.only in (None, "gcn"):

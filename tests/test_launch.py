@@ -1,0 +1,162 @@
+"""Failures a user meets, as they really print: Ctrl-C and SIGTERM during training (one line,
+exit 130 / 143, resumable), a node lost from a multi-node job, unwritable outputs. Every job
+runs in its own process group, signalled the way a terminal or a scheduler would."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SPEC = "sbm:nodes=300,classes=3,avg_degree=5,features=8,seed=0"
+TRAIN = ["train-gcn", SPEC, "--parts", "2", "--method", "random", "--no-progress", "--timeout", "60"]
+
+
+def _start(args, env=None):
+    return subprocess.Popen([sys.executable, "-m", "graphdist", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def _wait_for(path: Path, procs, timeout: float = 150.0) -> None:
+    t0 = time.monotonic()
+    while not path.exists():
+        for p in procs:
+            if p.poll() is not None:
+                out, err = p.communicate()
+                pytest.fail(f"job ended early ({p.returncode}): {err[-2000:]}")
+        if time.monotonic() - t0 > timeout:
+            pytest.fail(f"{path} did not appear within {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+def _tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (torch's launcher starts workers in sessions of their own, so
+    signalling the launcher's process group does not reach them)."""
+    out, todo = [], [pid]
+    while todo:
+        q = todo.pop()
+        out.append(q)
+        r = subprocess.run(["pgrep", "-P", str(q)], capture_output=True, text=True)
+        todo += [int(x) for x in r.stdout.split()]
+    return out
+
+
+def _kill_all(p) -> None:
+    """Like losing the machine: the launcher and every worker it started, at once."""
+    for q in _tree(p.pid):
+        try:
+            os.kill(q, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _finish(p, timeout: float = 150.0):
+    try:
+        return p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            _kill_all(p)
+            p.communicate()
+
+
+def _graphdist_lines(err: str) -> list[str]:
+    return [ln for ln in err.splitlines() if ln.startswith("graphdist:")]
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_stops_at_an_epoch_with_one_line_and_resumes(tmp_path, sig, code):
+    ck = tmp_path / "ck"
+    p = _start(TRAIN + ["--epochs", "1000000", "--checkpoint-dir", str(ck), "--checkpoint-every", "10"])
+    _wait_for(ck / "latest", [p])
+    os.killpg(p.pid, sig)  # as a terminal's Ctrl-C (SIGINT) or a scheduler's preemption (SIGTERM)
+    _, err = _finish(p)
+    assert p.returncode == code, err[-3000:]
+    assert "Traceback" not in err and "frame #" not in err, err[-3000:]
+    lines = _graphdist_lines(err)
+    name = signal.Signals(sig).name
+    assert len(lines) == 1 and lines[0].startswith(f"graphdist: interrupted: {name} after epoch "), err[-3000:]
+    m = re.search(r"after epoch (\d+) of 1000000; latest checkpoint (\S+); continue with --resume", lines[0])
+    assert m, lines[0]
+    epoch, snap = int(m.group(1)), Path(m.group(2))
+    assert snap.is_dir() and (ck / "latest").read_text().strip() == snap.name
+    if sig == signal.SIGTERM:  # preemption: the stopping epoch itself is checkpointed
+        assert snap.name == f"step_{epoch:08d}"
+    done = int(snap.name.split("_")[1])
+    r = subprocess.run([sys.executable, "-m", "graphdist", *TRAIN, "--epochs", str(done + 3),
+                        "--checkpoint-dir", str(ck), "--resume", "--report", str(tmp_path / "r.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    import json
+    assert len(json.loads((tmp_path / "r.json").read_text())["losses"]) == done + 3
+
+
+def _node(port: int, ck: Path):
+    return _start(TRAIN + ["--epochs", "1000000", "--nnodes", "2", "--nproc", "1", "--rdzv-endpoint",
+                           f"127.0.0.1:{port}", "--rdzv-id", "lost-node", "--checkpoint-dir", str(ck),
+                           "--checkpoint-every", "10"])
+
+
+@pytest.mark.parametrize("lost", ["worker node", "store host"])
+def test_lost_node_ends_with_one_line(tmp_path, lost):
+    """Two nodes (two launchers on this machine); one is killed outright mid-training."""
+    from graphdist.runtime import free_port
+    ck, port = tmp_path / "ck", free_port()
+    host = _node(port, ck)
+    time.sleep(2.0)  # the first launcher hosts the rendezvous store
+    other = _node(port, ck)
+    _wait_for(ck / "latest", [host, other])
+    victim, survivor = (other, host) if lost == "worker node" else (host, other)
+    _kill_all(victim)
+    _finish(victim)
+    _, err = _finish(survivor)
+    assert survivor.returncode != 0
+    assert "Traceback" not in err and "frame #" not in err, err[-3000:]
+    lines = err.strip().splitlines()
+    assert lines and lines[-1].startswith("graphdist: error: "), err[-3000:]
+    if lost == "worker node":
+        assert "stopped responding" in lines[-1], lines[-1]
+    else:
+        assert "rendezvous" in lines[-1], lines[-1]
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (TRAIN + ["--epochs", "2", "--report", "/proc/graphdist/r.json"], "--report /proc/graphdist/r.json"),
+    (TRAIN + ["--epochs", "2", "--report", "{file}/r.json"], "--report {file}/r.json"),
+    (TRAIN + ["--epochs", "2", "--checkpoint-dir", "/proc/graphdist-ck"], "--checkpoint-dir /proc/graphdist-ck"),
+    (TRAIN + ["--epochs", "2", "--checkpoint-dir", "{file}/ck"], "--checkpoint-dir {file}/ck"),
+    (["demo", "--out", "{file}/demo"], "--out {file}/demo"),
+])
+def test_unwritable_outputs_stop_before_any_work(tmp_path, argv, flag):
+    f = tmp_path / "a_file"
+    f.write_text("x")
+    argv = [a.replace("{file}", str(f)) for a in argv]
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "graphdist", *argv], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"graphdist: error: {flag.replace('{file}', str(f))}: "), lines
+    assert "cannot write there" in lines[0]
+    assert time.monotonic() - t0 < 60  # refused up front, not after training
+
+
+def test_report_write_failure_keeps_the_result(tmp_path, capsys, monkeypatch):
+    """The disk fills up after training: the summary is printed first, then one line."""
+    import errno
+
+    from graphdist import fileio
+    from graphdist.errors import ConfigError
+    from graphdist.gnn import GCNConfig, run
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(fileio, "atomic_write_json", full)
+    with pytest.raises(ConfigError, match="could not write the report .No space left on device.; the summary above"):
+        run(GCNConfig(spec=SPEC, epochs=2, progress=False, report=str(tmp_path / "r.json")))
+    assert "test_acc" in capsys.readouterr().out

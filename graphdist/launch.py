@@ -80,8 +80,11 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
     lc = LaunchConfig(min_nodes=nodes.nnodes, max_nodes=nodes.nnodes, nproc_per_node=nproc, run_id=run_id,
                       rdzv_backend="c10d", rdzv_endpoint=endpoint, max_restarts=0,
                       monitor_interval=monitor_interval, start_method="spawn")
-    # the agent's own error log repeats what the workers and this function already say
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    # the agent's own log repeats what the workers and this function already say; its modules
+    # set their own levels (LOGLEVEL, default WARNING), so each logger is quietened by name
+    for name in [*logging.root.manager.loggerDict, "torch.distributed.elastic"]:
+        if name.startswith("torch.distributed.elastic") or name.startswith("torch.distributed.launcher"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     env_before = os.environ.get("OMP_NUM_THREADS")
     if env_before is None:  # one thread per worker unless the user says otherwise (torchrun's default)
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))

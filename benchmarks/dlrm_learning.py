@@ -10,7 +10,12 @@
    (first 80 % of lines, one epoch) and compared with a hashed logistic regression on the same
    split (26 categorical columns hashed into 2^20 weights + 13 log-dense weights, Adagrad, one
    epoch, same batch size).
-4. With ``--criteo PATH``: the first ``--lines`` lines of a real Criteo file, same comparison.
+4. The same with a 10k-line file (8k training rows: the small-data case where the old defaults,
+   batch 512 and learning rates 0.05, lost to logistic regression).
+5. 2D sparse parallelism at ``--nproc-2d`` ranks (default 4): ``--sharding row_wise`` 1D vs
+   ``--sparse-groups 2`` (sync every step, and every 10 steps), row-wise AdaGrad vs the
+   momentum-scaled variant, on criteo-synth and on the 100k-line Criteo-format file.
+6. With ``--criteo PATH``: the first ``--lines`` lines of a real Criteo file, same comparison.
 
 Prints one JSON object; the figures are recorded in BENCHMARKS.md.
 """
@@ -22,15 +27,19 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout (children too)
 
 def run_cli(args: list[str], report: str) -> dict:
     cmd = [sys.executable, "-m", "graphdist", "train-dlrm", *args, "--report", report, "--no-progress"]
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    root = str(Path(__file__).resolve().parents[1])  # the checkout's graphdist, not an installed one
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
     with open(report) as fh:
@@ -76,6 +85,24 @@ def hashed_logistic_regression(path: str, eval_fraction: float = 0.2, batch: int
             "train_rows": len(train), "eval_rows": len(ev)}
 
 
+def compare_2d(a, tsv: str) -> dict:
+    """1D row_wise vs 2D (2 replicas) with row-wise AdaGrad and its momentum-scaled variant."""
+    n = ["--nproc", str(a.nproc_2d), "--sharding", "row_wise"]
+    runs = {"1d rowwise_adagrad": [],
+            "1d rowwise_adagrad_scaled (= rowwise_adagrad at G=1)": ["--embedding-optimizer", "rowwise_adagrad_scaled"],
+            "2d rowwise_adagrad": ["--sparse-groups", "2"],
+            "2d rowwise_adagrad_scaled": ["--sparse-groups", "2", "--embedding-optimizer", "rowwise_adagrad_scaled"],
+            "2d rowwise_adagrad, sync every 10": ["--sparse-groups", "2", "--sync-every", "10"],
+            "2d rowwise_adagrad_scaled, sync every 10": ["--sparse-groups", "2", "--sync-every", "10",
+                                                         "--embedding-optimizer", "rowwise_adagrad_scaled"]}
+    out = {}
+    for data, spec in (("criteo-synth", ["criteo-synth:"]),
+                       ("synthetic Criteo-format TSV", [f"criteo:{tsv}", "--eval-fraction", "0.2"])):
+        out[data] = {k: run_cli([*spec, *n, *extra], os.path.join(a.out, f"2d_{len(out)}_{i}.json"))
+                     for i, (k, extra) in enumerate(runs.items())}
+    return out
+
+
 def head(src: str, dst: str, lines: int) -> None:
     with open(src, "rb") as fi, open(dst + ".tmp", "wb") as fo:
         for i, ln in enumerate(fi):
@@ -92,7 +119,8 @@ def main(argv=None) -> dict:
     p.add_argument("--tsv-rows", type=int, default=100_000, help="rows of the synthetic Criteo-format TSV")
     p.add_argument("--criteo", default=None, help="a real Criteo TSV (Kaggle train.txt or a day_* file)")
     p.add_argument("--lines", type=int, default=200_000, help="lines of --criteo to use")
-    p.add_argument("--skip", default="", help="comma list of parts to skip: synth,shuffled,tsv")
+    p.add_argument("--skip", default="", help="comma list of parts to skip: synth,shuffled,tsv,tsv10k,2d")
+    p.add_argument("--nproc-2d", type=int, default=4, help="ranks of the 2D vs 1D comparison")
     a = p.parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
     skip = set(filter(None, a.skip.split(",")))
@@ -103,14 +131,26 @@ def main(argv=None) -> dict:
     if "shuffled" not in skip:
         res["synth_shuffled_labels"] = run_cli(["criteo-synth:shuffle_labels=1", *n],
                                                os.path.join(a.out, "shuffled.json"))
-    if "tsv" not in skip:
-        from embeddings.synth import generate, write_tsv
-        tsv = os.path.join(a.out, "synthetic_criteo_format.tsv")
+    from embeddings.synth import generate, write_tsv
+    tsv = os.path.join(a.out, "synthetic_criteo_format.tsv")
+    if skip & {"tsv", "2d"} != {"tsv", "2d"}:
         write_tsv(generate(rows=a.tsv_rows, seed=11), tsv)
+    if "tsv" not in skip:
         res["synthetic_criteo_format_tsv"] = {
             "note": "SYNTHETIC data (criteo-synth) written in the Criteo TSV format; not real Criteo",
             "dlrm": run_cli([f"criteo:{tsv}", "--eval-fraction", "0.2", *n], os.path.join(a.out, "tsv.json")),
             "hashed_lr": hashed_logistic_regression(tsv)}
+    if "tsv10k" not in skip:
+        small = {}
+        for seed in (11, 12, 13):
+            f = os.path.join(a.out, f"synthetic_criteo_format_10k_{seed}.tsv")
+            write_tsv(generate(rows=10_000, seed=seed), f)
+            small[f"seed {seed}"] = {
+                "dlrm": run_cli([f"criteo:{f}", "--eval-fraction", "0.2", *n], os.path.join(a.out, f"tsv10k_{seed}.json")),
+                "hashed_lr": hashed_logistic_regression(f)}
+        res["synthetic_criteo_format_10k"] = small
+    if "2d" not in skip:
+        res["2d_vs_1d"] = compare_2d(a, tsv)
     if a.criteo:
         f = os.path.join(a.out, "criteo_head.tsv")
         head(a.criteo, f, a.lines)

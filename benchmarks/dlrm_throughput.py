@@ -14,22 +14,112 @@ same plan, fused row-wise Adagrad, dense Adagrad) on the same ``criteo-synth`` r
 Two separate models (same init) train side by side in one process group; timed blocks of
 ``--block`` steps alternate ``--rounds`` times, so load from other processes on the machine hits
 both alike. Prints a JSON line with both medians and the ratio graphdist / torchrec (target >= 0.95).
+
+2D vs 1D (``--vs-2d G``): both sides are ``train-dlrm``'s loop (``run_steps``); one model sharded
+over all W ranks (1D), the other G replicas of a W/G-rank sharding group synced every
+``--sync-every`` steps (2D); the ratio is 2D / 1D::
+
+    python benchmarks/dlrm_throughput.py --nproc 4 --vs-2d 2 --sharding table_wise     # CPU, gloo
+    python benchmarks/dlrm_throughput.py --device cuda --vs-2d 2                         # every GPU
+
+With ``--device cuda`` the 2D comparison runs on every visible GPU (NCCL, one rank per GPU,
+``--nproc`` ignored) and the 2D side is torchrec's ``DMPCollection``; the torchrec-loop
+comparison runs on ``--nproc`` GPUs (``benchmarks/gpu_suite.py`` uses one)::
+
+    python benchmarks/dlrm_throughput.py --device cuda --nproc 1 --rounds 3 --json out/dlrm_gpu.json
+
+``--json FILE`` also writes the printed result to FILE (atomically; checked writable first).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout (children too)
 
-def _cfg(a):
+def _cfg(a, groups: int = 1):
     from embeddings.config import DLRMTrainConfig
     return DLRMTrainConfig(spec=a.spec, sharding=a.sharding, batch_size=a.batch_size,
-                           eval_batch_size=8192, progress=False, print_plan=False,
+                           eval_batch_size=8192, progress=False, print_plan=False, device=a.device,
+                           sparse_groups=groups, sync_every=a.sync_every,
                            pipeline=True if a.pipeline else (False if a.no_pipeline else None))
+
+
+def _device(a, rank):
+    if a.device == "cuda":
+        torch.cuda.set_device(rank)
+        return torch.device("cuda", rank)
+    return torch.device("cpu")
+
+
+def _job_2d(rank, world, a):
+    """1D and 2D models of train-dlrm side by side, same data, alternating timed blocks."""
+    import logging
+    import warnings
+    warnings.filterwarnings("ignore")
+    logging.getLogger("torchrec").setLevel(logging.ERROR)
+    import torch.distributed as dist
+    from embeddings.trainer import build_sharded, load_splits, make_pipeline, run_steps
+    torch.set_num_threads(a.threads)
+    dev = _device(a, rank)
+    cfgs = {"1d": _cfg(a, 1), "2d": _cfg(a, a.vs_2d)}
+    data, _ = load_splits(cfgs["1d"])
+    models = {k: build_sharded(c, data, dev) for k, c in cfgs.items()}
+    pipes = {k: make_pipeline(cfgs[k], m.dmp, m.opt, dev) for k, m in models.items()}
+    K = a.block
+    cpu_s = {"1d": 0.0, "2d": 0.0}
+    rates = {"1d": [], "2d": []}
+
+    def block(side, r):
+        m = models[side]
+        run_steps(m.dmp, m.opt, pipes[side], data, cfgs[side], range(r * K, (r + 1) * K), dev, model=m)
+
+    for side in ("1d", "2d"):  # warm-up
+        models[side].dmp.train()
+        block(side, 0)
+    for r in range(1, a.rounds + 1):
+        for side in ("1d", "2d"):
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            dist.barrier()
+            t0, c0 = time.perf_counter(), time.process_time()
+            block(side, r)
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+            c1 = time.process_time()
+            dist.barrier()
+            cpu_s[side] += c1 - c0
+            rates[side].append(K * a.batch_size / (time.perf_counter() - t0))
+    plan = models["2d"].desc
+    return {"rates": rates, "cpu_s": cpu_s,
+            "a2a_bytes_per_step": {k: m.desc["ranks"][rank]["a2a_bytes_per_step"] for k, m in models.items()},
+            "sync_bytes_per_sync": plan["ranks"][rank]["sync_bytes_per_sync"],
+            "layout": {k: plan[k] for k in ("sharding_groups", "replica_groups")}}
+
+
+def main_2d(a) -> dict:
+    from graphdist.testing import run_ranks
+    world = torch.cuda.device_count() if a.device == "cuda" else a.nproc
+    ranks = run_ranks(_job_2d, world, (a,), timeout=3600, backend="nccl" if a.device == "cuda" else "gloo")
+    r = ranks[0]
+    med = {k: statistics.median(v) for k, v in r["rates"].items()}
+    pair = statistics.median(b / x for x, b in zip(r["rates"]["1d"], r["rates"]["2d"]))
+    cpu = {k: sum(x["cpu_s"][k] for x in ranks) for k in ("1d", "2d")}
+    out = {"mode": "2d_vs_1d", "device": a.device, "world_size": world, "sparse_groups": a.vs_2d,
+           "sync_every": a.sync_every, "sharding": a.sharding, "batch_size": a.batch_size,
+           "samples_per_s_1d": round(med["1d"], 1), "samples_per_s_2d": round(med["2d"], 1),
+           "ratio_2d_over_1d": round(med["2d"] / med["1d"], 3), "ratio_median_of_pairs": round(pair, 3),
+           "ratio_cpu_time": round(cpu["1d"] / cpu["2d"], 3),
+           "a2a_bytes_per_step_rank0": r["a2a_bytes_per_step"], "sync_bytes_per_sync_rank0": r["sync_bytes_per_sync"],
+           "layout": r["layout"], "block_steps": a.block, "rounds": a.rounds, "runs": r["rates"]}
+    print(json.dumps(out))
+    return out
 
 
 def _job(rank, world, a):
@@ -41,16 +131,16 @@ def _job(rank, world, a):
     from embeddings.data import make_batch
     from embeddings.trainer import build_sharded, load_splits, make_pipeline, run_steps
     torch.set_num_threads(a.threads)
+    dev = _device(a, rank)
     cfg = _cfg(a)
     data, _ = load_splits(cfg)
     per_epoch = len(data) // cfg.batch_size
     K = a.block
-    batches = [make_batch(data, (t % per_epoch) * cfg.batch_size, cfg.batch_size, rank, world)[0]
+    batches = [make_batch(data, (t % per_epoch) * cfg.batch_size, cfg.batch_size, rank, world)[0].to(dev)
                for t in range(K)]
-    cpu = torch.device("cpu")
-    tr_dmp, tr_opt, _ = build_sharded(cfg, data, cpu)
-    gd_dmp, gd_opt, _ = build_sharded(cfg, data, cpu)
-    pipe = make_pipeline(cfg, gd_dmp, gd_opt, cpu)
+    tr_dmp, tr_opt, _ = build_sharded(cfg, data, dev)
+    gd_dmp, gd_opt, _ = build_sharded(cfg, data, dev)
+    pipe = make_pipeline(cfg, gd_dmp, gd_opt, dev)
 
     def torchrec_block():
         for b in batches:
@@ -62,9 +152,13 @@ def _job(rank, world, a):
     cpu_s = {"torchrec": 0.0, "graphdist": 0.0}
 
     def timed(fn, side="torchrec"):
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
         dist.barrier()
         t0, c0 = time.perf_counter(), time.process_time()
         fn()
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
         c1 = time.process_time()
         dist.barrier()
         cpu_s[side] += c1 - c0  # this rank's CPU seconds: far less disturbed by other processes
@@ -73,12 +167,12 @@ def _job(rank, world, a):
     tr_dmp.train()
     gd_dmp.train()
     torchrec_block()  # warm-up both sides
-    run_steps(gd_dmp, gd_opt, pipe, data, cfg, range(0, K), cpu)
+    run_steps(gd_dmp, gd_opt, pipe, data, cfg, range(0, K), dev)
     tr, gd = [], []
     for r in range(a.rounds):  # alternate short blocks: machine noise hits both sides alike
         tr.append(K * cfg.batch_size / timed(torchrec_block))
         gd.append(K * cfg.batch_size / timed(lambda: run_steps(gd_dmp, gd_opt, pipe, data, cfg,
-                                                               range((r + 1) * K, (r + 2) * K), cpu),
+                                                               range((r + 1) * K, (r + 2) * K), dev),
                                              "graphdist"))
     return {"torchrec": tr, "graphdist": gd, "cpu_s": cpu_s}
 
@@ -99,9 +193,49 @@ def main(argv=None) -> dict:
     p.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     p.add_argument("--pipeline", action="store_true", help="graphdist side with TrainPipelineSparseDist")
     p.add_argument("--no-pipeline", action="store_true", help="graphdist side with the plain loop")
+    p.add_argument("--vs-2d", type=int, default=0, metavar="G",
+                   help="compare 2D sparse parallelism with G replicas against 1D instead")
+    p.add_argument("--sync-every", type=int, default=1, help="replica sync interval of the 2D side")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: one rank per visible GPU (NCCL); the 2D side is DMPCollection")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the result here (atomically)")
     a = p.parse_args(argv)
+    _check_args(p, a)
+    out = main_2d(a) if a.vs_2d else main_loop(a)
+    if a.json:
+        from graphdist.fileio import atomic_write_json
+        atomic_write_json(a.json, out)
+    return out
+
+
+def _check_args(p, a) -> None:
+    """Bad flags and an unwritable --json end here, before any work (argparse: one line, exit 2)."""
+    if a.nproc < 1 or a.rounds < 1 or a.block < 1 or a.batch_size < 1:
+        p.error("--nproc, --rounds, --block and --batch-size must be >= 1")
+    if a.device == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            p.error("--device cuda: no CUDA device is visible")
+        if not a.vs_2d and a.nproc > n:
+            p.error(f"--device cuda --nproc {a.nproc}: only {n} GPU(s) visible (one rank per GPU)")
+    if a.vs_2d:
+        world = torch.cuda.device_count() if a.device == "cuda" else a.nproc
+        if a.vs_2d < 1 or world % a.vs_2d:
+            p.error(f"--vs-2d {a.vs_2d} must divide the world size {world} ("
+                    + ("visible GPUs)" if a.device == "cuda" else "--nproc)"))
+    if a.json:
+        from graphdist.errors import ConfigError
+        from graphdist.fileio import check_output_file
+        try:
+            check_output_file(a.json, "--json")
+        except ConfigError as e:
+            p.error(str(e))
+
+
+def main_loop(a) -> dict:
+    """graphdist's loop vs the plain torchrec loop on ``--nproc`` ranks (CPU: gloo, CUDA: NCCL)."""
     from graphdist.testing import run_ranks
-    ranks = run_ranks(_job, a.nproc, (a,), timeout=3600)
+    ranks = run_ranks(_job, a.nproc, (a,), timeout=3600, backend="nccl" if a.device == "cuda" else "gloo")
     r = ranks[0]
     cpu_tr = sum(x["cpu_s"]["torchrec"] for x in ranks)
     cpu_gd = sum(x["cpu_s"]["graphdist"] for x in ranks)
@@ -118,7 +252,8 @@ def main(argv=None) -> dict:
            "ratio_best_block": round(max(r["graphdist"]) / max(r["torchrec"]), 3),
            "ratio_top_quartile": round(_topq(r["graphdist"]) / _topq(r["torchrec"]), 3), "runs": r, "nproc": a.nproc, "sharding": a.sharding,
            "batch_size": a.batch_size, "block_steps": a.block, "rounds": a.rounds, "pipeline": "on" if a.pipeline else ("off" if a.no_pipeline else "auto"),
-           "device": "cuda" if torch.cuda.is_available() else "cpu"}
+           "device": torch.cuda.get_device_name(0) if a.device == "cuda" else "cpu",
+           "graphdist_pipeline_used": a.pipeline or (a.device == "cuda" and not a.no_pipeline)}
     print(json.dumps(out))
     return out
 

@@ -5,8 +5,10 @@
     criteo.py     Criteo TSV streamed into a memory-mapped binary cache
     synth.py      criteo-synth: Criteo-shaped data with a planted click model
     model.py      DLRM / DCNv2 from torchrec modules, world-size independent initialisation
-    sharding.py   sharding plans (forced types or torchrec's planner) and their report
-    trainer.py    one rank's training loop, evaluation, checkpoints
+    sharding.py   sharding plans (forced types or torchrec's planner), their digest and report
+    twod.py       2D sparse parallelism: rank layout, DMPCollection (CUDA) or its CPU equivalent
+    build.py      splits, checks, the plan, the sharded model and its optimizers
+    trainer.py    one rank's training loop, replica sync, signals, checkpoints, evaluation
     metrics.py    AUC, log loss, normalised entropy
     job.py        a whole job: checks, then one process or N local workers
     demo.py       the DLRM part of ``graphdist demo``

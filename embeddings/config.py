@@ -12,7 +12,7 @@ from graphdist.launch import Nodes
 from graphdist.errors import ConfigError
 
 SHARDING_CHOICES = ("auto", *SHARDING_TYPES)
-EMB_OPTIMIZERS = ("rowwise_adagrad", "adagrad", "adam", "sgd")
+EMB_OPTIMIZERS = ("rowwise_adagrad", "rowwise_adagrad_scaled", "adagrad", "adam", "sgd")
 DENSE_OPTIMIZERS = ("adagrad", "adam", "sgd")
 
 
@@ -34,7 +34,7 @@ class DLRMTrainConfig:
     """hold out the last fraction of the rows (time order) for evaluation, in (0, 1)"""
     sharding: Literal[SHARDING_CHOICES] = "auto"
     """auto (torchrec's planner) or one sharding type for every table"""
-    batch_size: int = 512
+    batch_size: int = 256
     """GLOBAL batch size, split evenly across ranks (losses do not depend on the world size)"""
     eval_batch_size: int = 4096
     """global batch size for evaluation"""
@@ -47,12 +47,14 @@ class DLRMTrainConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     """model shape"""
     embedding_optimizer: Literal[EMB_OPTIMIZERS] = "rowwise_adagrad"
-    """fused optimizer of the embedding tables (adam: GPU only, FBGEMM's CPU kernels have none)"""
-    embedding_lr: float = 0.05
+    """fused optimizer of the embedding tables (adam: GPU only, FBGEMM's CPU kernels have none);
+    rowwise_adagrad_scaled: momentum-scaled row-wise AdaGrad of 2D sparse parallelism, the step
+    lr / (sqrt(v / G) + eps) with G = --sparse-groups (= rowwise_adagrad at G = 1)"""
+    embedding_lr: float = 0.02
     """learning rate of the embedding optimizer"""
     dense_optimizer: Literal[DENSE_OPTIMIZERS] = "adagrad"
     """optimizer of the dense (data-parallel) layers"""
-    dense_lr: float = 0.05
+    dense_lr: float = 0.01
     """learning rate of the dense optimizer"""
     num_embeddings_per_feature: list[int] | None = None
     """rows of each of the 26 tables, comma-separated (ids are hashed modulo this)"""
@@ -65,6 +67,14 @@ class DLRMTrainConfig:
     pipeline: bool | None = None
     """torchrec's TrainPipelineSparseDist (input all-to-all of batch i+1 overlaps batch i);
     automatic: on with CUDA, off on CPU, where it measured about 10% more CPU time per step"""
+    sparse_groups: int = 1
+    """2D sparse parallelism: G replicas of the sharded embedding model; each table is sharded
+    over a group of W/G ranks (all-to-all inside it) and the G replicas average their shards and
+    optimizer state every --sync-every steps (torchrec DMPCollection on CUDA). 1: every table is
+    sharded over all W ranks"""
+    sync_every: int = 1
+    """with --sparse-groups > 1: average the embedding replicas every N steps (also at the end
+    and before every checkpoint)"""
     memory_budget_gb: float | None = None
     """per-rank memory for embeddings + optimizer state; a plan that needs more stops
     (default: device memory, or host RAM / local ranks on CPU)"""
@@ -97,5 +107,21 @@ class DLRMTrainConfig:
             raise ConfigError(f"--steps must be >= 1, got {self.steps}")
         if self.checkpoint_every < 0:
             raise ConfigError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
+        if self.sparse_groups < 1:
+            raise ConfigError(f"--sparse-groups must be >= 1, got {self.sparse_groups}")
+        if self.sync_every < 1:
+            raise ConfigError(f"--sync-every must be >= 1, got {self.sync_every}")
+        if self.memory_budget_gb is not None and self.memory_budget_gb <= 0:
+            raise ConfigError(f"--memory-budget-gb must be > 0, got {self.memory_budget_gb}")
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("--resume needs --checkpoint-dir")
+
+    def check_outputs(self) -> None:
+        """Every output path is writable, before any work (one line naming the flag otherwise)."""
+        from graphdist.fileio import check_output_dir, check_output_file
+        if self.report:
+            check_output_file(self.report, "--report")
+        if self.checkpoint_dir:
+            check_output_dir(self.checkpoint_dir, "--checkpoint-dir")
+        if self.cache_dir:
+            check_output_dir(self.cache_dir, "--cache-dir")

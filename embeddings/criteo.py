@@ -136,6 +136,10 @@ def parse_lines_fast(lines: list[bytes]):
     n = len(lines)
     if n == 0:
         return None
+    # every line must have its own 40 fields: a 41-field line next to a 39-field one has the
+    # right total but would shift the columns of both
+    if any(ln.count(b"\t") != NUM_FIELDS - 1 for ln in lines):
+        return None
     text = b"".join(lines)
     if b"\r" in text:
         text = text.replace(b"\r\n", b"\n")

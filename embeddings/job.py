@@ -5,8 +5,9 @@
 
 With ``nproc > 1`` this process first checks the input (data, Criteo cache, flags, that the
 plan fits) so that mistakes end in one line and exit 2 before any worker starts, then starts the
-workers (:func:`graphdist.launch.launch`). :func:`worker` trains this rank, writes the report and
-prints the summary on rank 0.
+workers (:func:`graphdist.launch.launch`). Output paths are checked first, also by rank 0 of a
+worker (under an external torchrun nobody checked before). :func:`worker` trains this rank; rank
+0 prints the summary and then writes the report.
 """
 from __future__ import annotations
 
@@ -40,22 +41,24 @@ def precheck(cfg: DLRMTrainConfig, world: int, device_type: str) -> None:
     """Everything that can be wrong with the input, checked once before workers start."""
     import torch
 
+    from embeddings.build import load_splits, memory_budget, plan_for, validate
     from embeddings.sharding import check_memory
-    from embeddings.trainer import load_splits, memory_budget, plan_for, validate
     train, _ = load_splits(cfg)  # also builds the criteo binary cache once
-    validate(cfg, train, world)
-    _, _, desc = plan_for(cfg, train, world, world, device_type)
-    check_memory(desc, memory_budget(cfg, torch.device(device_type), world))
+    validate(cfg, train, world)  # --sparse-groups G divides the world size
+    local = cfg.nproc  # ranks per node
+    _, _, desc = plan_for(cfg, train, world, local, device_type)  # for S = W / G ranks with G > 1
+    check_memory(desc, memory_budget(cfg, torch.device(device_type), local))
 
 
 def worker(cfg: DLRMTrainConfig) -> int:
-    """Train this rank (process group from the environment); rank 0 writes the report and
-    prints the summary."""
+    """Train this rank (process group from the environment); rank 0 prints the summary, then
+    writes the report."""
     from embeddings.trainer import train
-    from graphdist.fileio import atomic_write_json
-    from graphdist.runtime import init_distributed, shutdown
+    from graphdist.runtime import env_world, init_distributed, shutdown
     quiet_torchrec()
     from graphdist import comm
+    if env_world()[0] == 0:  # under torchrun nobody checked the outputs before the workers started
+        cfg.check_outputs()
     ctx = init_distributed(cfg.device)
     try:
         report = train(cfg, ctx.device)
@@ -65,10 +68,21 @@ def worker(cfg: DLRMTrainConfig) -> int:
     finally:
         shutdown()
     if ctx.rank == 0:
+        print(summary_line(report), flush=True)  # the result first: a failed write does not lose it
         if cfg.report:
-            atomic_write_json(cfg.report, report, indent=1)
-        print(summary_line(report), flush=True)
+            write_report(cfg.report, report)
     return 0
+
+
+def write_report(path, report: dict) -> None:
+    """Atomic JSON write; a failure (disk full) is one line that says the result was printed."""
+    from graphdist.errors import ConfigError
+    from graphdist.fileio import atomic_write_json
+    try:
+        atomic_write_json(path, report, indent=1)
+    except OSError as e:
+        raise ConfigError(f"--report {path}: could not write the report ({e.strerror or e}); "
+                          "the summary above is the result") from None
 
 
 def require_torchrec() -> None:
@@ -91,8 +105,12 @@ def run(cfg: DLRMTrainConfig) -> int:
     require_torchrec()
     quiet_torchrec()
     cfg.validate()
+    cfg.check_outputs()
     _, dev_type = pick_backend(cfg.device)
     world = cfg.nproc * cfg.nodes.nnodes
+    if not under_launcher():
+        from embeddings.twod import layout_for
+        layout_for(world, cfg.sparse_groups)  # G divides W: before any data is read
     if world > 1 and not under_launcher():
         precheck(cfg, world, dev_type)
     return run_job(worker, cfg, cfg.nproc, cfg.nodes)
@@ -102,4 +120,7 @@ def summary_line(report: dict) -> str:
     return (f"auc {report['auc']:.4f}  logloss {report['logloss']:.4f}  ne {report['ne']:.4f}  "
             f"throughput {report['throughput/samples_per_s']:.0f} samples/s  steps {report['steps']}  "
             f"world_size {report['world_size']}"
+            + (f" ({report['sparse_groups']} replicas x {report['world_size'] // report['sparse_groups']})"
+               if report.get("sparse_groups", 1) > 1 else "")
+            + f"  peak mem {report['mem/peak_bytes'] / 2**20:.0f} MiB/rank"
             + (f"  bad_lines {report['bad_lines']}" if report['bad_lines'] else ""))

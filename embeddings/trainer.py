@@ -1,158 +1,74 @@
-"""Sharded DLRM training: DistributedModelParallel, fused embedding optimizer, train pipeline, eval.
+"""Sharded DLRM training: the step loop, replica sync, stop on signals, checkpoints, evaluation.
 
 Per step (global batch B, W ranks, b = B / W)::
 
-    rank r: rows [t*B + r*b, t*B + (r+1)*b)  ──►  Batch(dense [b,13], KJT 26 keys, labels [b])
+    rank r: slice Layout.slot(r) of the batch  ──►  Batch(dense [b,13], KJT 26 keys, labels [b])
       input all-to-all (ids to the table owners) ─► lookups ─► output all-to-all (pooled [b,26,D])
       ─► dense arch + interaction + over arch ─► mean BCE over b
-      backward: dense grads all-reduced (DDP, averaged); embedding grads returned by all-to-all,
-      divided by W (torchrec's gradient division) and applied in the fused kernel
-    => exactly the global-batch-mean update, whatever W is.
+      backward: dense grads all-reduced (DDP, averaged over W); embedding grads returned by
+      all-to-all, divided by the all-to-all group size (torchrec's gradient division) and
+      applied in the fused kernel
+    => at --sparse-groups 1 exactly the global-batch-mean update, whatever W is.
 
-The loss reported per step is the global-batch mean (local means averaged over ranks once at the
-end of the run, not per step, so logging costs no collective).
+With ``--sparse-groups G`` the all-to-all group is one sharding group of S = W/G ranks (whose
+slices are the g-th 1/G of the batch), and every ``--sync-every`` steps the G replicas of each
+shard average weights and optimizer state (:mod:`embeddings.twod`); also at the end and before
+every checkpoint, so a snapshot and the evaluated model are one model.
+
+SIGINT / SIGTERM (:class:`graphdist.runtime.GracefulStop`) are polled every
+:data:`STOP_POLL_STEPS` steps with one tiny all-reduce, so every rank stops after the same
+step; SIGTERM writes a checkpoint first (with ``--checkpoint-dir``); then
+:class:`~graphdist.errors.Interrupted` says where to resume. A failed collective names the peer
+(:func:`graphdist.comm.raise_peer_failure`); a local error is raised as itself.
+
+The loss reported per step is the global-batch mean (local means averaged over ranks once per
+segment, not per step, so logging costs no collective).
 """
 from __future__ import annotations
 
-import os
+import signal
 import time
 
 import torch
-import torch.distributed as dist
 
+from embeddings.build import (ShardedModel, build_sharded, epoch_warning, fill_embeddings,  # noqa: F401
+                              load_splits, memory_budget, optimizer_class, plan_for, total_steps,
+                              validate)
 from embeddings.config import DLRMTrainConfig
-from embeddings.data import ClickData, id_stats, load_click_data, make_batch, split_eval
-from embeddings.model import LossWrapper, build_model, init_rows, table_name
-from embeddings.sharding import EBC_PATH, build_plan, check_memory, describe_plan, format_plan
+from embeddings.data import ClickData, make_batch
+from embeddings.sharding import format_plan
 from graphdist import comm
-from graphdist.errors import ConfigError
-from graphdist.runtime import get_logger
+from graphdist.errors import USER_ERRORS, ArtifactError, Interrupted
+from graphdist.runtime import GracefulStop, get_logger, peak_memory_bytes
+
+STOP_POLL_STEPS = 10
+"""Steps between two checks (one all-reduce of one number) whether some rank got a signal."""
 
 
-def load_splits(cfg: DLRMTrainConfig) -> tuple[ClickData, ClickData]:
-    kw = dict(num_embeddings_per_feature=cfg.num_embeddings_per_feature,
-              num_embeddings_cap=cfg.num_embeddings, skip_bad_lines=cfg.skip_bad_lines,
-              cache_dir=cfg.cache_dir)
-    data = load_click_data(cfg.spec, **kw)
-    if cfg.eval_data:
-        ev = load_click_data(cfg.eval_data, **kw)
-        ev.num_embeddings = data.num_embeddings
-        return data, ev
-    return split_eval(data, cfg.eval_fraction)
+class _Stopper:
+    """The stop flag every rank agrees on: polled before every STOP_POLL_STEPS-th batch."""
+
+    def __init__(self, signalled: GracefulStop | None):
+        self.signalled = signalled
+        self.signum: int | None = None
+
+    def poll(self) -> bool:
+        mine = {None: 0.0, signal.SIGINT: 1.0}.get(self.signalled.signum if self.signalled else None, 1000.0)
+        total = float(comm.all_reduce_sum(torch.tensor([mine], dtype=torch.float64))[0])
+        if total > 0:
+            self.signum = signal.SIGTERM if total >= 1000.0 else signal.SIGINT
+        return self.signum is not None
 
 
-def validate(cfg: DLRMTrainConfig, train: ClickData, world_size: int) -> None:
-    cfg.validate()
-    if cfg.batch_size < 1 or cfg.batch_size % world_size:
-        raise ConfigError(f"--batch-size {cfg.batch_size} must be a positive multiple of the world size {world_size}")
-    if cfg.eval_batch_size < 1:
-        raise ConfigError(f"--eval-batch-size must be >= 1, got {cfg.eval_batch_size}")
-    if len(train) < cfg.batch_size:
-        raise ConfigError(f"{len(train)} training rows are fewer than one global batch of {cfg.batch_size}")
-    if cfg.steps is None and cfg.epochs < 1:
-        raise ConfigError(f"--epochs must be >= 1, got {cfg.epochs}")
-
-
-def total_steps(cfg: DLRMTrainConfig, n_train: int) -> int:
-    return int(cfg.steps) if cfg.steps is not None else cfg.epochs * (n_train // cfg.batch_size)
-
-
-def optimizer_class(name: str, lr: float):
-    """``(class, kwargs)``; torchrec maps these onto FBGEMM's fused kernels (EXACT_* / ADAM)."""
-    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
-    return {"rowwise_adagrad": (RowWiseAdagrad, {"lr": lr, "eps": 1e-8}),
-            "adagrad": (torch.optim.Adagrad, {"lr": lr, "eps": 1e-8}),
-            "adam": (torch.optim.Adam, {"lr": lr}),
-            "sgd": (torch.optim.SGD, {"lr": lr})}[name]
-
-
-def memory_budget(cfg: DLRMTrainConfig, device: torch.device, local_size: int) -> int:
-    if cfg.memory_budget_gb is not None:
-        return int(cfg.memory_budget_gb * 2**30)
-    if device.type == "cuda":
-        return int(torch.cuda.get_device_properties(device).total_memory)
-    from graphdist.runtime import host_memory_bytes
-    return host_memory_bytes() // max(local_size, 1)
-
-
-def plan_for(cfg: DLRMTrainConfig, train: ClickData, world_size: int, local_size: int,
-             device_type: str, pg=None):
-    """``(module, plan, description)`` - the unsharded module with tables on ``meta``."""
-    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
-    module = LossWrapper(build_model(cfg.model, train.dense.shape[1], train.num_embeddings, cfg.seed,
-                                     ebc_device="meta"))
-    # the fused optimizer must be attached before planning: it makes the planner pick FUSED kernels
-    cls, kw = optimizer_class(cfg.embedding_optimizer, cfg.embedding_lr)
-    apply_optimizer_in_backward(cls, module.get_submodule(EBC_PATH).parameters(), kw)
-    stats = id_stats(train)
-    plan = build_plan(module, cfg.sharding, train.num_embeddings, cfg.model.embedding_dim,
-                      world_size, local_size, device_type, cfg.batch_size // world_size,
-                      stats.pooling, pg)
-    desc = describe_plan(plan, train.num_embeddings, cfg.model.embedding_dim, world_size,
-                         cfg.batch_size, stats, cfg.embedding_optimizer)
-    fused = [n for n, t in desc["tables"].items() if t["kernel"] == "fused"]
-    if device_type == "cpu" and cfg.embedding_optimizer == "adam" and fused:
-        # FBGEMM's CPU kernels assert "Optimizer adam is not supported in CPU mode"
-        raise ConfigError(f"--embedding-optimizer adam has no fused CPU kernel in FBGEMM ({len(fused)} "
-                          "sharded tables); use rowwise_adagrad, adagrad or sgd on CPU, "
-                          "or --sharding data_parallel, or a GPU")
-    return module, plan, desc
-
-
-def fill_embeddings(dmp: torch.nn.Module, seed: int, num_embeddings: list[int], dim: int) -> None:
-    """Write :func:`init_rows` into every local shard (or replica) of every table."""
-    sd = dmp.state_dict()
-    with torch.no_grad():
-        for i, n in enumerate(num_embeddings):
-            key = [k for k in sd if k.endswith(f"embedding_bags.{table_name(i)}.weight")]
-            if len(key) != 1:
-                raise RuntimeError(f"table {table_name(i)}: state_dict keys {key}")
-            t = sd[key[0]]
-            if hasattr(t, "local_shards"):
-                for s in t.local_shards():
-                    (r0, c0), (nr, nc) = s.metadata.shard_offsets, s.metadata.shard_sizes
-                    s.tensor.copy_(init_rows(seed, i, n, dim, r0, r0 + nr, c0, c0 + nc))
-            else:
-                t.copy_(init_rows(seed, i, n, dim, 0, n, 0, dim))
-
-
-def build_sharded(cfg: DLRMTrainConfig, train: ClickData, device: torch.device, pg=None):
-    """``(dmp, optimizer, plan description)`` on the current process group."""
-    from torchrec.distributed import DistributedModelParallel
-    from torchrec.distributed.types import ShardingEnv
-    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
-    from torchrec.optim.optimizers import in_backward_optimizer_filter
-    pg = pg or dist.group.WORLD
-    world = comm.world(pg)[1]
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    module, plan, desc = plan_for(cfg, train, world, local, device.type, pg)
-    check_memory(desc, memory_budget(cfg, device, local))
-    dmp = DistributedModelParallel(module, env=ShardingEnv.from_process_group(pg), device=device,
-                                   plan=plan)
-    fill_embeddings(dmp, cfg.seed, train.num_embeddings, cfg.model.embedding_dim)
-    dcls, dkw = optimizer_class(cfg.dense_optimizer, cfg.dense_lr)
-    if dcls.__name__ == "RowWiseAdagrad":  # pragma: no cover - not offered for dense layers
-        raise ConfigError("rowwise_adagrad is an embedding optimizer")
-    rest = dict(in_backward_optimizer_filter(dmp.named_parameters()))
-    # data_parallel tables come back from DMP as plain replicated parameters (DDP all-reduces
-    # their gradients); they get the embedding optimizer, unfused, stepped with the dense one
-    replicated = {k: p for k, p in rest.items() if "embedding_bags" in k}
-    dense = {k: p for k, p in rest.items() if k not in replicated}
-    parts = [("fused", dmp.fused_optimizer),
-             ("dense", KeyedOptimizerWrapper(dense, lambda params: dcls(params, **dkw)))]
-    if replicated:
-        ecls, ekw = optimizer_class(cfg.embedding_optimizer, cfg.embedding_lr)
-        parts.append(("replicated_embeddings",
-                      KeyedOptimizerWrapper(replicated, lambda params: ecls(params, **ekw))))
-    opt = CombinedOptimizer(parts)
-    return dmp, opt, desc
-
-
-def step_batches(data: ClickData, cfg: DLRMTrainConfig, steps: range, rank: int, world: int):
-    """Batches of the given global steps (wrapping around the training rows every epoch)."""
+def step_batches(data: ClickData, cfg: DLRMTrainConfig, steps: range, slot: int, world: int,
+                 stopper: _Stopper | None = None):
+    """Batches of the given global steps (wrapping around the training rows every epoch);
+    ends early, on every rank alike, once ``stopper`` agrees that some rank was signalled."""
     per_epoch = len(data) // cfg.batch_size
     for t in steps:
-        yield make_batch(data, (t % per_epoch) * cfg.batch_size, cfg.batch_size, rank, world)[0]
+        if stopper is not None and t > steps.start and t % STOP_POLL_STEPS == 0 and stopper.poll():
+            return
+        yield make_batch(data, (t % per_epoch) * cfg.batch_size, cfg.batch_size, slot, world)[0]
 
 
 def use_pipeline(cfg: DLRMTrainConfig, device: torch.device) -> bool:
@@ -160,24 +76,45 @@ def use_pipeline(cfg: DLRMTrainConfig, device: torch.device) -> bool:
 
 
 def make_pipeline(cfg: DLRMTrainConfig, dmp, opt, device: torch.device):
-    """``TrainPipelineSparseDist`` over ``dmp`` when :func:`use_pipeline`, else None."""
+    """``TrainPipelineSparseDist`` over ``dmp`` when :func:`use_pipeline`, else None. Its own
+    DMPCollection sync is off: the trainer syncs (same place in the step, same interval rule
+    on CPU and CUDA)."""
     if not use_pipeline(cfg, device):
         return None
     from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
-    return TrainPipelineSparseDist(dmp, opt, device, execute_all_batches=True)
+    return TrainPipelineSparseDist(dmp, opt, device, execute_all_batches=True,
+                                   dmp_collection_sync_interval_batches=None)
+
+
+def _slot(sm, rank: int) -> int:
+    return sm.layout.slot(rank) if isinstance(sm, ShardedModel) else rank
 
 
 def run_steps(dmp, opt, pipe, data: ClickData, cfg: DLRMTrainConfig, steps: range,
-              device: torch.device, bar=None) -> list[float]:
-    """Train on the given global steps; returns this rank's local losses.
+              device: torch.device, bar=None, *, model: ShardedModel | None = None,
+              stopper: _Stopper | None = None, callbacks=()) -> list[float]:
+    """Train on the given global steps; returns this rank's local losses (fewer when stopped).
 
     With a pipeline (``TrainPipelineSparseDist``) the input all-to-all of batch i+1 is started
     before the forward of batch i; the pipeline is drained and detached at the end, so the
-    plain model is usable (eval, checkpoint) afterwards.
+    plain model is usable (eval, checkpoint) afterwards. With replicas (``model.sync``) they
+    are averaged after every step t with (t + 1) % --sync-every == 0. Losses stay on the device
+    until the end (one host sync per call, not one per step, which would stall a GPU's queue).
     """
     rank, world = comm.world()
-    it = step_batches(data, cfg, steps, rank, world)
-    out_losses: list[float] = []
+    it = step_batches(data, cfg, steps, _slot(model, rank), world, stopper)
+    sync = model.sync if model is not None else None
+    out_losses: list[torch.Tensor] = []
+
+    def after_step():
+        t = steps.start + len(out_losses) - 1
+        if sync is not None and (t + 1) % cfg.sync_every == 0:
+            sync()
+        for cb in callbacks:
+            cb(t + 1, out_losses[-1])
+        if bar is not None:
+            bar.update(1)
+
     if pipe is not None:
         pipe.reset()
         while True:
@@ -185,9 +122,8 @@ def run_steps(dmp, opt, pipe, data: ClickData, cfg: DLRMTrainConfig, steps: rang
                 out = pipe.progress(it)
             except StopIteration:
                 break
-            out_losses.append(float(out[0]))
-            if bar is not None:
-                bar.update(1)
+            out_losses.append(out[0].detach())
+            after_step()
         pipe.detach()
     else:
         for batch in it:
@@ -195,10 +131,9 @@ def run_steps(dmp, opt, pipe, data: ClickData, cfg: DLRMTrainConfig, steps: rang
             loss, _ = dmp(batch.to(device))
             loss.backward()
             opt.step()
-            out_losses.append(float(loss.detach()))
-            if bar is not None:
-                bar.update(1)
-    return out_losses
+            out_losses.append(loss.detach())
+            after_step()
+    return torch.stack(out_losses).float().cpu().tolist() if out_losses else []
 
 
 @torch.no_grad()
@@ -223,34 +158,39 @@ def evaluate(dmp, data: ClickData, cfg: DLRMTrainConfig, device: torch.device) -
     return click_metrics(allv[:, 1], allv[:, 0])
 
 
-def train(cfg: DLRMTrainConfig, device: torch.device | None = None) -> dict:
-    """Run training on the initialised default process group; returns the report (all ranks)."""
+def _prepare(cfg: DLRMTrainConfig, rank: int):
+    """The splits; rank 0 builds the Criteo cache once, the others then map it."""
+    if rank == 0 and any(s and s.startswith("criteo:") for s in (cfg.spec, cfg.eval_data)):
+        load_splits(cfg)
+    comm.barrier()
+    return load_splits(cfg)
+
+
+def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()) -> dict:
+    """Run training on the initialised default process group; returns the report (all ranks).
+
+    ``callbacks``: functions ``cb(steps_done, local_loss)`` called on every rank after each
+    step (the same steps everywhere), e.g. to watch progress; ``local_loss`` is this rank's loss
+    as a 0-d tensor on the device (``float()`` it only when needed: on a GPU that waits for the
+    step); their return value is ignored."""
     from graphdist.checkpoint import Checkpointer
     log = get_logger("graphdist.dlrm")
     rank, world = comm.world()
     device = device or torch.device("cpu")
-    if rank == 0 and any(s and s.startswith("criteo:") for s in (cfg.spec, cfg.eval_data)):
-        load_splits(cfg)  # rank 0 builds the binary cache once, the others then map it
-    comm.barrier()
-    train_data, eval_data = load_splits(cfg)
+    train_data, eval_data = _prepare(cfg, rank)
     validate(cfg, train_data, world)
     T = total_steps(cfg, len(train_data))
-    dmp, opt, desc = build_sharded(cfg, train_data, device)
+    warn = epoch_warning(cfg, len(train_data))
+    if warn and rank == 0:
+        log.warning(f"warning: {warn}")
+    sm = build_sharded(cfg, train_data, device)
+    dmp, opt, desc = sm.dmp, sm.opt, sm.desc
     if rank == 0 and cfg.print_plan:
         print(format_plan(desc), flush=True)
     start, losses = 0, []
     ckpt = Checkpointer(cfg.checkpoint_dir, cfg.keep_checkpoints) if cfg.checkpoint_dir else None
     if cfg.resume:
-        snap = ckpt.latest()
-        if snap is None:
-            log.info(f"no checkpoint in {cfg.checkpoint_dir}; starting from step 0")
-        else:
-            state = _state(dmp, opt)
-            meta = ckpt.load(snap, state)
-            dmp.load_state_dict(state["model"])
-            opt.load_state_dict(state["optim"])
-            start, losses = int(meta["step"]), [float(x) for x in meta["losses"]]
-            log.info(f"resumed from {snap} at step {start}")
+        start, losses = _resume(ckpt, cfg, sm, log)
     every = cfg.checkpoint_every if cfg.checkpoint_every > 0 else T
     bounds = sorted({min(s, T) for s in range(start, T, every)} | {T})
     pipe = make_pipeline(cfg, dmp, opt, device)
@@ -258,45 +198,115 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None) -> dict:
     if cfg.progress and rank == 0:
         from tqdm import tqdm
         bar = tqdm(total=T, initial=start, desc="train-dlrm", unit="step", dynamic_ncols=True)
-    local_losses: list[float] = []
+    new_losses: list[float] = []
     dmp.train()
     t_train = 0.0
-    seg_start = start
-    for seg_end in bounds:
-        if seg_end <= seg_start:
-            continue
-        t0 = time.perf_counter()
-        local_losses += run_steps(dmp, opt, pipe, train_data, cfg, range(seg_start, seg_end), device, bar)
-        t_train += time.perf_counter() - t0
-        seg_start = seg_end
-        if ckpt is not None and (cfg.checkpoint_every > 0 or seg_end == T):
-            ckpt.save(seg_end, _state(dmp, opt),
-                      {"losses": list(losses) + _global_losses(local_losses, world)})
-    if bar is not None:
-        bar.close()
-    new_losses = _global_losses(local_losses, world)
+    done, saved = start, (start if cfg.resume and start else 0)
+    last = [start]  # the last finished step, for naming where a collective failed
+
+    def track(step, loss):
+        last[0] = step
+    try:
+        with GracefulStop() as signalled:
+            stopper = _Stopper(signalled)
+            for seg_end in bounds:
+                if seg_end <= done:
+                    continue
+                t0 = time.perf_counter()
+                local = run_steps(dmp, opt, pipe, train_data, cfg, range(done, seg_end), device, bar,
+                                  model=sm, stopper=stopper, callbacks=[track, *callbacks])
+                t_train += time.perf_counter() - t0
+                done += len(local)
+                new_losses += _global_losses(local, world)
+                stopped = stopper.signum is not None
+                save = ckpt is not None and ((done == seg_end and (cfg.checkpoint_every > 0 or done == T))
+                                             or stopper.signum == signal.SIGTERM)
+                if sm.sync is not None and done % cfg.sync_every and (done == T or save):
+                    sm.sync()  # one model at the end and in every snapshot
+                if save:
+                    _save(ckpt, cfg, sm, done, losses + new_losses)
+                    saved = done
+                if stopped:
+                    raise _interrupted(stopper.signum, done, T, cfg, ckpt, saved)
+    except USER_ERRORS:
+        raise
+    except Exception as e:  # noqa: BLE001 - a failed collective names the peer; anything else is itself
+        if comm.is_collective_failure(e):
+            comm.raise_peer_failure(e, f"step {min(last[0] + 1, T)} of {T}")
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
     losses = list(losses) + new_losses
     n_steps = len(new_losses)
     tput = n_steps * cfg.batch_size / t_train if t_train > 0 else 0.0
     metrics = evaluate(dmp, eval_data, cfg, device)
-    report = {**{k: metrics[k] for k in ("auc", "logloss", "ne")},
-              "throughput/samples_per_s": tput, "steps": len(losses), "losses": losses,
-              "sharding_plan": {n: {"type": t["type"], "ranks": t["ranks"]} for n, t in desc["tables"].items()},
-              "world_size": world,
-              "plan": desc, "eval_samples": metrics["eval_samples"],
-              "eval_click_rate": metrics["eval_click_rate"], "train_samples": len(train_data),
-              "bad_lines": int(train_data.bad_lines + (eval_data.bad_lines if cfg.eval_data else 0)),
-              "time/train_s": t_train, "pipeline": pipe is not None, "config": _cfg_dict(cfg)}
-    return report
+    peaks = comm.all_gather_object(peak_memory_bytes(device))
+    for row in desc["ranks"]:
+        row["peak_bytes"] = int(peaks[row["rank"]])
+    return {**{k: metrics[k] for k in ("auc", "logloss", "ne")},
+            "throughput/samples_per_s": tput, "steps": len(losses), "losses": losses,
+            "sharding_plan": {n: {"type": t["type"], "ranks": t["ranks"]} for n, t in desc["tables"].items()},
+            "world_size": world, "sparse_groups": cfg.sparse_groups,
+            "plan": desc, "plan_digest": sm.plan_digest,
+            "mem/peak_bytes": int(max(peaks)), "mem/peak_bytes_per_rank": [int(p) for p in peaks],
+            "eval_samples": metrics["eval_samples"],
+            "eval_click_rate": metrics["eval_click_rate"], "train_samples": len(train_data),
+            "bad_lines": int(train_data.bad_lines + (eval_data.bad_lines if cfg.eval_data else 0)),
+            "time/train_s": t_train, "pipeline": pipe is not None, "config": _cfg_dict(cfg)}
+
+
+def _interrupted(signum, step, T, cfg, ckpt, saved) -> Interrupted:
+    name = signal.Signals(signum).name
+    if ckpt is None:
+        where = "no checkpoint (no --checkpoint-dir)"
+    elif saved:
+        where = f"latest checkpoint {ckpt.path(saved)}; continue with --resume"
+    else:
+        where = f"no checkpoint in {cfg.checkpoint_dir} yet"
+    return Interrupted(f"{name} after step {step} of {T}; {where}", signum)
+
+
+_RUN_KEYS = ("sharding", "sparse_groups", "seed", "batch_size", "embedding_optimizer")
+"""Config fields a checkpoint must agree with to be resumed."""
 
 
 def _state(dmp, opt) -> dict:
-    """What a checkpoint holds: the sharded model (embedding shards as ShardedTensors, dense
-    replicas) and every optimizer state (fused row-wise Adagrad sums included)."""
+    """What a checkpoint holds: the sharded model (embedding shards as ShardedTensors, or
+    DTensors with replicas, dense replicas) and every optimizer state (fused row-wise Adagrad
+    sums included)."""
     return {"model": dmp.state_dict(), "optim": opt.state_dict()}
 
 
+def _save(ckpt, cfg, sm, step: int, losses: list[float]) -> None:
+    ckpt.save(step, _state(sm.dmp, sm.opt),
+              {"losses": losses, "plan_digest": sm.plan_digest, **{k: getattr(cfg, k) for k in _RUN_KEYS}})
+
+
+def _resume(ckpt, cfg, sm, log) -> tuple[int, list[float]]:
+    snap = ckpt.latest()
+    if snap is None:
+        log.info(f"no checkpoint in {cfg.checkpoint_dir}; starting from step 0")
+        return 0, []
+    meta = ckpt.read_meta(snap)
+    for k in _RUN_KEYS:
+        if k in meta and meta[k] != getattr(cfg, k):
+            raise ArtifactError(f"checkpoint {snap} has {k}={meta[k]!r} but this run has "
+                                f"{getattr(cfg, k)!r}")
+    if meta.get("world_size") not in (None, comm.world()[1]):
+        raise ArtifactError(f"checkpoint {snap} was written by {meta.get('world_size')} ranks, "
+                            f"this run has {comm.world()[1]}")
+    state = _state(sm.dmp, sm.opt)
+    ckpt.load(snap, state)
+    sm.dmp.load_state_dict(state["model"])
+    sm.opt.load_state_dict(state["optim"])
+    log.info(f"resumed from {snap} at step {int(meta['step'])}")
+    return int(meta["step"]), [float(x) for x in meta["losses"]]
+
+
 def _global_losses(local: list[float], world: int) -> list[float]:
+    if not local and world > 1:  # every rank ran the same steps: all empty alike
+        return []
     t = comm.all_reduce_sum(torch.tensor(local, dtype=torch.float64))
     return (t / world).tolist()
 

@@ -186,3 +186,18 @@ def test_fast_parser_matches_line_by_line():
     for bad in (line("1", cats=["0000000g"] * 26), line("10"), line("1", dense=["1.5"] * 13),
                 line("1", cats=["0a0a0a0a0"] * 26), line("1", cats=["0a"] * 25)):
         assert parse_lines_fast([lines[0].encode(), bad.encode()]) is None
+
+
+def test_every_line_checked_not_only_the_total(tmp_path):
+    """A 41-field line next to a 39-field line has the right total field count; both are named."""
+    from embeddings.criteo import parse_lines_fast
+    long = line("1", cats=["0000000a"] * 27)   # 41 fields
+    short = line("0", cats=["0000000b"] * 25)  # 39 fields
+    assert parse_lines_fast([line().encode(), long.encode(), short.encode()]) is None
+    p = write(tmp_path / "shift.txt", [line(), long, short, line()])
+    with pytest.raises(DataFormatError) as e:
+        load_criteo(p)
+    assert f"{p}:2:" in str(e.value) and "expected 40 tab-separated fields, got 41" in str(e.value)
+    d = load_criteo(p, skip_bad_lines=True)
+    assert len(d) == 2 and d.bad_lines == 2
+    assert d.cat[:, :, 0].tolist() == [[10] * 26, [10] * 26]  # no column shifted in

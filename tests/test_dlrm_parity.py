@@ -1,4 +1,4 @@
-"""Sharded (2 ranks, gloo) vs unsharded single-process DLRM: forward, gradients, updates, 20 steps.
+"""Sharded (2 and 4 ranks, gloo) vs unsharded single-process DLRM: forward, gradients, updates, 20 steps.
 
 For every sharding type the sharded model must give, on the same global batch, the same logits,
 the same dense gradients (after DDP averaging) and the same embedding rows after one fused
@@ -32,7 +32,7 @@ def make_cfg(sharding: str, emb_opt: str):
     return DLRMTrainConfig(spec=SPEC, sharding=sharding, batch_size=B, eval_batch_size=256,
                            steps=STEPS, seed=5, embedding_optimizer=emb_opt, embedding_lr=0.1,
                            dense_lr=0.05, progress=False, print_plan=False, pipeline=True,
-                           model=ModelConfig(embedding_dim=8, dense_arch=[16], over_arch=[16]))
+                           model=ModelConfig(embedding_dim=16, dense_arch=[16], over_arch=[16]))
 
 
 def _quiet():
@@ -161,9 +161,10 @@ def ref_run(emb_opt: str, blocks: int):
     return (*first, losses)
 
 
-@pytest.fixture(scope="module")
-def sharded():
-    return run_ranks(_job, 2, timeout=170)
+@pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
+def sharded(request):
+    """``(world, per-rank results)``; column_wise needs D / W a multiple of 4: D = 16."""
+    return request.param, run_ranks(_job, request.param, timeout=400)
 
 
 def _close(a, b, what):
@@ -173,12 +174,32 @@ def _close(a, b, what):
     assert err <= TOL, f"{what}: max abs diff {err:.3g} > {TOL}"
 
 
+SMOOTH = 1e-7
+"""Dense AdaGrad's first step is ``-lr * g / (|g| + 1e-8)``: for a weight whose gradient is at
+rounding level (|g| ~ 1e-8, a sum that nearly cancels) the step is lr times rounding noise
+over eps, which no two summation orders agree on (1.4e-5 apart at 4 ranks). Updated dense weights
+are compared to 1e-5 where |g| >= SMOOTH (the step is a smooth function of g there) - all but a
+handful of elements; exact zeros included - and elsewhere only bounded by the step size."""
+
+
+def _close_updated(a, b, g, what):
+    a, b = torch.as_tensor(a, dtype=torch.float64), torch.as_tensor(b, dtype=torch.float64)
+    if g is None:
+        return _close(a, b, what)
+    g = torch.as_tensor(g).abs()
+    smooth = (g >= SMOOTH) | (g == 0)  # a zero gradient (dead unit) is exact: no step on either side
+    assert int((~smooth).sum()) <= max(2, a.numel() // 100), f"{what}: {int((~smooth).sum())} tiny gradients"
+    _close(a[smooth], b[smooth], what)
+    assert float((a - b).abs().max()) <= 2 * 0.05, what  # 2 x dense lr: both steps are at most lr
+
+
 @pytest.mark.parametrize("emb_opt", ["sgd", "rowwise_adagrad"])
 @pytest.mark.parametrize("sharding", TYPES)
 def test_one_step_matches_unsharded(sharded, sharding, emb_opt):
-    blocks = 2 if (sharding == "column_wise" and emb_opt == "rowwise_adagrad") else 1
+    world, sharded = sharded
+    blocks = world if (sharding == "column_wise" and emb_opt == "rowwise_adagrad") else 1
     logits, grads, ref_sd, _ = ref_run(emb_opt, blocks)
-    b = B // 2
+    b = B // world
     n_checked = 0
     for rank, res in enumerate(sharded):
         got = res[(sharding, emb_opt)]
@@ -187,7 +208,7 @@ def test_one_step_matches_unsharded(sharded, sharding, emb_opt):
         for k, g in got["grads"].items():
             _close(g, grads[k], f"{sharding} rank {rank} grad {k}")
         for k, v in got["dense_after"].items():
-            _close(v, ref_sd[k], f"{sharding} rank {rank} updated {k}")
+            _close_updated(v, ref_sd[k], grads.get(k), f"{sharding} rank {rank} updated {k}")
         for k, shards in got["shards"].items():
             for (r0, c0), t in shards:
                 _close(t, ref_sd[k][r0:r0 + t.shape[0], c0:c0 + t.shape[1]],
@@ -199,7 +220,8 @@ def test_one_step_matches_unsharded(sharded, sharding, emb_opt):
 
 @pytest.mark.parametrize("sharding", TYPES)
 def test_twenty_steps_same_losses(sharded, sharding):
-    ref = ref_run("rowwise_adagrad", 2 if sharding == "column_wise" else 1)[3]
+    world, sharded = sharded
+    ref = ref_run("rowwise_adagrad", world if sharding == "column_wise" else 1)[3]
     for rank, res in enumerate(sharded):
         got = res[(sharding, "losses")]
         assert len(got) == STEPS

@@ -1,0 +1,232 @@
+"""Everything before the first step: data splits, checks, the plan, the sharded model, optimizers.
+
+    train, ev = load_splits(cfg)
+    validate(cfg, train, world)
+    model = build_sharded(cfg, train, device)     # ShardedModel: dmp, opt, plan description,
+                                                  # layout, sync (2D) and the plan digest
+
+``--sparse-groups 1``: one ``DistributedModelParallel`` over all W ranks. ``G > 1``: the plan is
+made for one sharding group of S = W/G ranks and the model is replicated G times
+(:mod:`embeddings.twod`).
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from embeddings.config import DLRMTrainConfig
+from embeddings.data import ClickData, id_stats, load_click_data, split_eval
+from embeddings.model import LossWrapper, build_model, init_rows, table_name
+from embeddings.sharding import EBC_PATH, build_plan, check_memory, describe_plan, expand_2d, plan_hash
+from embeddings.twod import Layout, build_dmp_2d, layout_for
+from graphdist import comm
+from graphdist.errors import ConfigError
+
+MIN_STEPS_PER_EPOCH = 50
+"""Fewer optimizer steps than this per epoch draw a warning (a large batch on a small file)."""
+
+
+def load_splits(cfg: DLRMTrainConfig) -> tuple[ClickData, ClickData]:
+    kw = dict(num_embeddings_per_feature=cfg.num_embeddings_per_feature,
+              num_embeddings_cap=cfg.num_embeddings, skip_bad_lines=cfg.skip_bad_lines,
+              cache_dir=cfg.cache_dir)
+    data = load_click_data(cfg.spec, **kw)
+    if cfg.eval_data:
+        ev = load_click_data(cfg.eval_data, **kw)
+        ev.num_embeddings = data.num_embeddings
+        return data, ev
+    return split_eval(data, cfg.eval_fraction)
+
+
+def validate(cfg: DLRMTrainConfig, train: ClickData, world_size: int) -> None:
+    cfg.validate()
+    layout_for(world_size, cfg.sparse_groups)  # G divides W
+    if cfg.batch_size < 1 or cfg.batch_size % world_size:
+        raise ConfigError(f"--batch-size {cfg.batch_size} must be a positive multiple of the world size {world_size}")
+    if cfg.eval_batch_size < 1:
+        raise ConfigError(f"--eval-batch-size must be >= 1, got {cfg.eval_batch_size}")
+    if len(train) < cfg.batch_size:
+        raise ConfigError(f"{len(train)} training rows are fewer than one global batch of {cfg.batch_size}")
+    if cfg.steps is None and cfg.epochs < 1:
+        raise ConfigError(f"--epochs must be >= 1, got {cfg.epochs}")
+    if cfg.sparse_groups > 1 and cfg.embedding_optimizer == "adam":
+        raise ConfigError("--sparse-groups > 1 averages the replicas' row-wise/element-wise AdaGrad "
+                          "state ('sum', as DMPCollection.sync); --embedding-optimizer adam has none: use "
+                          "rowwise_adagrad, rowwise_adagrad_scaled, adagrad or sgd")
+
+
+def epoch_warning(cfg: DLRMTrainConfig, n_train: int) -> str | None:
+    """A warning when one epoch is only a few steps (the model barely trains)."""
+    per_epoch = n_train // cfg.batch_size
+    if per_epoch < MIN_STEPS_PER_EPOCH:
+        return (f"one epoch is only {per_epoch} steps ({n_train} training rows / --batch-size "
+                f"{cfg.batch_size}); the model will barely train: use a smaller --batch-size, more "
+                f"--epochs or --steps")
+    return None
+
+
+def total_steps(cfg: DLRMTrainConfig, n_train: int) -> int:
+    return int(cfg.steps) if cfg.steps is not None else cfg.epochs * (n_train // cfg.batch_size)
+
+
+def optimizer_class(name: str, lr: float, groups: int = 1):
+    """``(class, kwargs)``; torchrec maps these onto FBGEMM's fused kernels (EXACT_* / ADAM).
+
+    ``rowwise_adagrad_scaled`` (momentum-scaled row-wise AdaGrad, arXiv 2508.03854) steps by
+    ``lr / (sqrt(v / c) + eps)`` with ``c = groups``; that is exactly FBGEMM's
+    EXACT_ROWWISE_ADAGRAD with ``lr * sqrt(c)`` and ``eps * sqrt(c)`` (the state ``v`` is the
+    same, so the replica sync averages it unchanged); there is no fused kernel of its own."""
+    from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+    eps = 1e-8
+    if name == "rowwise_adagrad_scaled":
+        c = math.sqrt(groups)
+        return RowWiseAdagrad, {"lr": lr * c, "eps": eps * c}
+    return {"rowwise_adagrad": (RowWiseAdagrad, {"lr": lr, "eps": eps}),
+            "adagrad": (torch.optim.Adagrad, {"lr": lr, "eps": eps}),
+            "adam": (torch.optim.Adam, {"lr": lr}),
+            "sgd": (torch.optim.SGD, {"lr": lr})}[name]
+
+
+def state_optimizer(name: str) -> str:
+    """The optimizer whose state the plan report counts (the scaled variant keeps the same)."""
+    return "rowwise_adagrad" if name == "rowwise_adagrad_scaled" else name
+
+
+def memory_budget(cfg: DLRMTrainConfig, device: torch.device, local_size: int) -> int:
+    if cfg.memory_budget_gb is not None:
+        return int(cfg.memory_budget_gb * 2**30)
+    if device.type == "cuda":
+        return int(torch.cuda.get_device_properties(device).total_memory)
+    from graphdist.runtime import host_memory_bytes
+    return host_memory_bytes() // max(local_size, 1)
+
+
+def plan_for(cfg: DLRMTrainConfig, train: ClickData, world_size: int, local_size: int,
+             device_type: str, pg=None):
+    """``(module, plan, description)`` - the unsharded module with tables on ``meta``.
+
+    ``world_size`` is the whole job; with ``--sparse-groups G`` the plan is made for one
+    sharding group of ``world_size / G`` ranks (group ranks) and the description covers every
+    global rank (:func:`~embeddings.sharding.expand_2d`)."""
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    layout = layout_for(world_size, cfg.sparse_groups, local_size)
+    S = layout.size
+    module = LossWrapper(build_model(cfg.model, train.dense.shape[1], train.num_embeddings, cfg.seed,
+                                     ebc_device="meta"))
+    # the fused optimizer must be attached before planning: it makes the planner pick FUSED kernels
+    cls, kw = optimizer_class(cfg.embedding_optimizer, cfg.embedding_lr, cfg.sparse_groups)
+    apply_optimizer_in_backward(cls, module.get_submodule(EBC_PATH).parameters(), kw)
+    stats = id_stats(train)
+    group_local = layout.node_group_size if cfg.sparse_groups > 1 else local_size
+    group_batch = cfg.batch_size // cfg.sparse_groups
+    plan = build_plan(module, cfg.sharding, train.num_embeddings, cfg.model.embedding_dim,
+                      S, group_local, device_type, cfg.batch_size // world_size, stats.pooling, pg)
+    desc = describe_plan(plan, train.num_embeddings, cfg.model.embedding_dim, S, group_batch, stats,
+                         state_optimizer(cfg.embedding_optimizer))
+    desc = expand_2d(desc, layout)
+    fused = [n for n, t in desc["tables"].items() if t["kernel"] == "fused"]
+    if device_type == "cpu" and cfg.embedding_optimizer == "adam" and fused:
+        # FBGEMM's CPU kernels assert "Optimizer adam is not supported in CPU mode"
+        raise ConfigError(f"--embedding-optimizer adam has no fused CPU kernel in FBGEMM ({len(fused)} "
+                          "sharded tables); use rowwise_adagrad, adagrad or sgd on CPU, "
+                          "or --sharding data_parallel, or a GPU")
+    return module, plan, desc
+
+
+def fill_embeddings(dmp: torch.nn.Module, seed: int, num_embeddings: list[int], dim: int) -> None:
+    """Write :func:`init_rows` into every local shard (or replica) of every table: ShardedTensor
+    (1D), DTensor over local shards (2D) or a plain replicated table."""
+    sd = dmp.state_dict()
+    with torch.no_grad():
+        for i, n in enumerate(num_embeddings):
+            key = [k for k in sd if k.endswith(f"embedding_bags.{table_name(i)}.weight")]
+            if len(key) != 1:
+                raise RuntimeError(f"table {table_name(i)}: state_dict keys {key}")
+            t = sd[key[0]]
+            if hasattr(t, "to_local"):  # DTensor
+                t = t.to_local()
+                if hasattr(t, "local_shards"):
+                    for s, (r0, c0) in zip(t.local_shards(), t.local_offsets()):
+                        s.copy_(init_rows(seed, i, n, dim, r0, r0 + s.shape[0], c0, c0 + s.shape[1]))
+                    continue
+            if hasattr(t, "local_shards"):  # ShardedTensor
+                for s in t.local_shards():
+                    (r0, c0), (nr, nc) = s.metadata.shard_offsets, s.metadata.shard_sizes
+                    s.tensor.copy_(init_rows(seed, i, n, dim, r0, r0 + nr, c0, c0 + nc))
+            else:
+                t.copy_(init_rows(seed, i, n, dim, 0, n, 0, dim))
+
+
+@dataclass
+class ShardedModel:
+    """The sharded model of one rank and what the trainer needs around it."""
+
+    dmp: torch.nn.Module
+    """DistributedModelParallel (or DMPCollection on CUDA with --sparse-groups > 1)."""
+    opt: object
+    """CombinedOptimizer: fused tables (a view), dense layers, replicated (data_parallel) tables."""
+    desc: dict
+    """The plan report (:func:`~embeddings.sharding.describe_plan`, every global rank)."""
+    layout: Layout
+    """Sharding and replica groups (G = 1: one group of all ranks)."""
+    sync: object = None
+    """``sync()`` averaging the replicas (None at G = 1)."""
+    plan_digest: str = ""
+    """:func:`~embeddings.sharding.plan_hash` of the plan, checked equal on every rank."""
+
+    def __iter__(self):  # dmp, opt, desc = build_sharded(...)
+        return iter((self.dmp, self.opt, self.desc))
+
+
+def shard(module, plan, device: torch.device, layout: Layout, pg=None):
+    """``(dmp, sync)``: ``module`` sharded by ``plan``. One group (G = 1): torchrec's
+    ``DistributedModelParallel`` over ``pg`` (default: the whole job), no sync. G > 1: the plan
+    is for one sharding group and the model is replicated (:func:`embeddings.twod.build_dmp_2d`)."""
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv
+    if layout.groups > 1:
+        return build_dmp_2d(module, plan, device, layout)
+    dmp = DistributedModelParallel(module, env=ShardingEnv.from_process_group(pg or dist.group.WORLD),
+                                   device=device, plan=plan)
+    return dmp, None
+
+
+def make_optimizer(cfg: DLRMTrainConfig, dmp):
+    """One CombinedOptimizer: the fused tables (stepped inside backward), the dense layers and
+    the data_parallel tables."""
+    from torchrec.optim.keyed import CombinedOptimizer, KeyedOptimizerWrapper
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+    dcls, dkw = optimizer_class(cfg.dense_optimizer, cfg.dense_lr)
+    rest = dict(in_backward_optimizer_filter(dmp.named_parameters()))
+    # data_parallel tables come back from DMP as plain replicated parameters (DDP all-reduces
+    # their gradients over all ranks); they get the embedding optimizer, unfused, stepped with the
+    # dense one. They are not replicas that drift apart, so the scaled variant is not scaled there.
+    replicated = {k: p for k, p in rest.items() if "embedding_bags" in k}
+    dense = {k: p for k, p in rest.items() if k not in replicated}
+    parts = [("fused", dmp.fused_optimizer),
+             ("dense", KeyedOptimizerWrapper(dense, lambda params: dcls(params, **dkw)))]
+    if replicated:
+        ecls, ekw = optimizer_class(cfg.embedding_optimizer, cfg.embedding_lr, 1)
+        parts.append(("replicated_embeddings",
+                      KeyedOptimizerWrapper(replicated, lambda params: ecls(params, **ekw))))
+    return CombinedOptimizer(parts)
+
+
+def build_sharded(cfg: DLRMTrainConfig, train: ClickData, device: torch.device, pg=None) -> ShardedModel:
+    """The sharded model on the current process group (every rank must call it); the plan must
+    be the same on every rank (checked by its digest before anything is placed)."""
+    pg = pg or dist.group.WORLD
+    world = comm.world(pg)[1]
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    layout = layout_for(world, cfg.sparse_groups, local)
+    module, plan, desc = plan_for(cfg, train, world, local, device.type, pg)
+    digest = plan_hash(plan)
+    comm.check_same(digest, "the torchrec sharding plan (digest)")
+    check_memory(desc, memory_budget(cfg, device, local))
+    dmp, sync = shard(module, plan, device, layout, pg)
+    fill_embeddings(dmp, cfg.seed, train.num_embeddings, cfg.model.embedding_dim)
+    return ShardedModel(dmp, make_optimizer(cfg, dmp), desc, layout, sync, digest)

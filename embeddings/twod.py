@@ -1,0 +1,185 @@
+"""2D sparse parallelism: G replicas of an S-rank sharded embedding model (world W = G x S).
+
+Rank layout (torchrec ``DMPCollection``'s default, ``use_inter_host_allreduce=False``)::
+
+    rank r:  sharding group g = r % G   members {g + G*j : j < S}   group rank j = r // G
+             replica group       j      members {G*j + g : g < G}   (G consecutive ranks)
+
+    W = 8, G = 2 (S = 4):  sharding groups {0,2,4,6} {1,3,5,7}; replica groups {0,1} {2,3} {4,5} {6,7}
+
+The all-to-all of the embedding lookups stays inside a sharding group; the replica groups are
+blocks of G consecutive ranks, so with G dividing the ranks per node the replica sync never
+leaves a node (as DMPCollection advertises). Replica group g of the data takes the g-th 1/G of
+the global batch (:meth:`Layout.slot`).
+
+Both paths issue the same collectives:
+
+* CUDA: torchrec's ``DMPCollection`` (plan for S ranks, remapped by DMPCollection itself);
+  ``sync()`` is ``DMPCollection.sync``.
+* CPU (DMPCollection asserts CUDA/MTIA): the same ``DeviceMesh(("replicate", "shard"))``, the
+  plan remapped the same way, torchrec's ``ShardingEnv2D`` and a plain
+  ``DistributedModelParallel``; :class:`ReplicaSync` caches the tensors DMPCollection caches
+  (every ``SplitTableBatchedEmbeddingBagsCodegen``'s ``split_embedding_weights()`` and the
+  ``"sum"`` of its ``get_optimizer_state()``, found by the same walk) and all-reduces them with
+  ``allreduce_coalesced(AVG)`` on the replica group, one call per dtype, weights first.
+
+Under ``ShardingEnv2D`` dense layers and data_parallel tables are DDP over the whole world
+(gradients averaged over all W ranks), exactly as in DMPCollection; only fused (sharded)
+tables are replicas that drift apart between syncs.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from graphdist.errors import ConfigError
+
+__all__ = ["Layout", "layout_for", "build_dmp_2d", "ReplicaSync"]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each rank sits in a W = G x S job."""
+
+    world: int
+    """W, all ranks."""
+    groups: int
+    """G, replicas of the sharded model (= number of sharding groups)."""
+    local_size: int = 0
+    """ranks per node (0: unknown, taken as W)."""
+
+    @property
+    def size(self) -> int:
+        """S, ranks per sharding group."""
+        return self.world // self.groups
+
+    def position(self, rank: int) -> tuple[int, int]:
+        """``(sharding group g, group rank j)`` of global ``rank``."""
+        return rank % self.groups, rank // self.groups
+
+    def sharding_group(self, g: int) -> list[int]:
+        return [g + self.groups * j for j in range(self.size)]
+
+    def replica_group(self, j: int) -> list[int]:
+        return [self.groups * j + g for g in range(self.groups)]
+
+    def global_rank(self, g: int, j: int) -> int:
+        return g + self.groups * j
+
+    def slot(self, rank: int) -> int:
+        """Which of the W equal slices of a global batch ``rank`` trains on: sharding group g
+        takes the g-th 1/G of the batch, in group-rank order (= ``rank`` at G = 1)."""
+        g, j = self.position(rank)
+        return g * self.size + j
+
+    @property
+    def node_group_size(self) -> int:
+        """Members of one sharding group on one node (torchrec's ``node_group_size``, the
+        'host' of table_row_wise inside a group): L/G when G divides the L ranks per node."""
+        L = self.local_size or self.world
+        if L >= self.world:
+            return self.size
+        n = L // self.groups if L % self.groups == 0 else 1
+        return n if n >= 1 and self.size % n == 0 else 1
+
+    def describe(self) -> dict:
+        return {"sparse_groups": self.groups, "sharding_group_size": self.size,
+                "sharding_groups": [self.sharding_group(g) for g in range(self.groups)],
+                "replica_groups": [self.replica_group(j) for j in range(self.size)]}
+
+
+def layout_for(world: int, groups: int, local_size: int = 0) -> Layout:
+    """The layout, or :class:`ConfigError` when G does not divide W."""
+    if groups < 1 or world % groups:
+        raise ConfigError(f"--sparse-groups {groups} must divide the world size {world} "
+                          f"(W = G x S: G replicas of an S-rank sharding group)")
+    return Layout(world, groups, local_size)
+
+
+def remap_plan(plan, rank: int, layout: Layout):
+    """A copy of ``plan`` (group ranks 0..S-1) with global ranks for ``rank``'s sharding group,
+    as ``DMPCollection._remap_sharding_plan`` does (``p -> p*G + g``); placements stay
+    ``rank:N/cpu`` on CPU (ShardedTensor rejects ``cpu:K``)."""
+    from torch.distributed import _remote_device
+    from torch.distributed._shard.sharding_spec import EnumerableShardingSpec
+    plan = copy.deepcopy(plan)
+    G, g = layout.groups, rank % layout.groups
+    for mp in plan.plan.values():
+        for ps in mp.values():
+            ps.ranks = [p * G + g for p in ps.ranks] if ps.ranks is not None else None
+            if isinstance(ps.sharding_spec, EnumerableShardingSpec):
+                for sh in ps.sharding_spec.shards:
+                    new = sh.placement.rank() * G + g
+                    dev = sh.placement.device()
+                    where = "cpu" if dev.type == "cpu" else f"{dev.type}:{new % max(layout.local_size, 1)}"
+                    sh.placement = _remote_device(f"rank:{new}/{where}")
+    return plan
+
+
+class ReplicaSync:
+    """DMPCollection's ``sync()`` for a model built on CPU: averages every fused table shard
+    and its optimizer state ("sum") across the replica group."""
+
+    def __init__(self, dmp, replica_pg):
+        from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+            SplitTableBatchedEmbeddingBagsCodegen as TBE)
+        self.replica_pg = replica_pg
+        found: list = []
+
+        def walk(m):  # DMPCollection._group_sharded_modules, default context
+            if isinstance(m, TBE):
+                found.append(m)
+            if hasattr(m, "_lookups"):
+                for lookup in m._lookups:
+                    walk(lookup)
+            for _, child in m.named_children():
+                walk(child)
+        walk(dmp._dmp_wrapped_module)
+        self.weights_by_dtype: dict = {}
+        self.optimizer_tensors_by_dtype: dict = {}
+        for tbe in found:  # DMPCollection._cache_sync_tensors
+            for w in tbe.split_embedding_weights():
+                self.weights_by_dtype.setdefault(w.dtype, []).append(w)
+            for state in tbe.get_optimizer_state():
+                self.optimizer_tensors_by_dtype.setdefault(state["sum"].dtype, []).append(state["sum"])
+
+    def bytes_per_sync(self) -> int:
+        return sum(t.numel() * t.element_size() for d in (self.weights_by_dtype, self.optimizer_tensors_by_dtype)
+                   for ts in d.values() for t in ts)
+
+    def __call__(self, include_optimizer_state: bool = True) -> None:
+        opts = dist.AllreduceCoalescedOptions()
+        opts.reduceOp = dist.ReduceOp.AVG
+        for tensors in self.weights_by_dtype.values():
+            self.replica_pg.allreduce_coalesced(tensors, opts=opts).wait()
+        if include_optimizer_state:
+            for tensors in self.optimizer_tensors_by_dtype.values():
+                self.replica_pg.allreduce_coalesced(tensors, opts=opts).wait()
+
+
+def build_dmp_2d(module, plan, device: torch.device, layout: Layout, sharders=None):
+    """``(dmp, sync)``: ``module`` sharded by ``plan`` (made for S ranks, group ranks) inside this
+    rank's sharding group, replicated across the G groups; ``sync()`` averages the replicas."""
+    W, S = layout.world, layout.size
+    if device.type in ("cuda", "mtia"):
+        from torchrec.distributed.model_parallel import DMPCollection
+        dmp = DMPCollection(module=module, device=device, plan=copy.deepcopy(plan), world_size=W,
+                            sharding_group_size=S, global_pg=dist.group.WORLD,
+                            node_group_size=layout.node_group_size, sharders=sharders)
+        return dmp, dmp.sync
+    from torch.distributed.device_mesh import DeviceMesh
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv2D
+    rank = dist.get_rank()
+    # DMPCollection._create_process_groups: rows are sharding groups, columns replica groups
+    mesh = DeviceMesh(device_type=device.type, mesh=[layout.sharding_group(g) for g in range(layout.groups)],
+                      mesh_dim_names=("replicate", "shard"))
+    sharding_pg, replica_pg = mesh.get_group(mesh_dim="shard"), mesh.get_group(mesh_dim="replicate")
+    env = ShardingEnv2D(sharding_pg=sharding_pg, replica_pg=replica_pg, global_pg=dist.group.WORLD,
+                        device_mesh=mesh, node_group_size=layout.node_group_size)
+    dmp = DistributedModelParallel(module, env=env, device=device, plan=remap_plan(plan, rank, layout),
+                                   sharders=sharders)
+    return dmp, ReplicaSync(dmp, replica_pg)

@@ -1,0 +1,61 @@
+"""train-dlrm on CUDA (skipped without a GPU): smoke and parity on one GPU, and on two GPUs
+1D parity (NCCL) and 2D sparse parallelism through torchrec's own DMPCollection against the
+same single-process G-replica reference as the CPU path (tests/test_dlrm_2d.py).
+
+GPU kernels sum in other orders than the CPU references, so losses are compared to 1e-4.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from graphdist.testing import run_ranks
+from tests.conftest import requires_cuda
+
+GPU_TOL = 1e-4
+two_gpus = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                              reason="needs two CUDA GPUs")
+
+
+def _train(rank, world, kind, sharding):
+    from embeddings.job import quiet_torchrec
+    quiet_torchrec()
+    torch.cuda.set_device(rank)
+    dev = torch.device("cuda", rank)
+    from embeddings.trainer import train
+    if kind == "2d":
+        from tests.test_dlrm_2d import make_cfg
+        cfg = make_cfg(sharding, groups=2, device="cuda")
+    else:
+        from tests.test_dlrm_parity import make_cfg
+        cfg = make_cfg(sharding, "rowwise_adagrad")
+    rep = train(cfg, dev)
+    return {k: rep[k] for k in ("losses", "auc", "world_size", "pipeline", "plan")}
+
+
+@requires_cuda
+def test_one_gpu_smoke_and_parity_with_unsharded_cpu_reference():
+    from tests.test_dlrm_parity import STEPS, ref_run
+    r = run_ranks(_train, 1, ("1d", "table_wise"), backend="nccl", timeout=600)[0]
+    assert r["world_size"] == 1 and r["pipeline"] and len(r["losses"]) == STEPS and np.isfinite(r["auc"])
+    np.testing.assert_allclose(r["losses"], ref_run("rowwise_adagrad", 1)[3], atol=GPU_TOL, rtol=0)
+
+
+@two_gpus
+@pytest.mark.parametrize("sharding", ["table_wise", "row_wise", "data_parallel"])
+def test_two_gpus_parity_with_unsharded_cpu_reference(sharding):
+    from tests.test_dlrm_parity import ref_run
+    for r in run_ranks(_train, 2, ("1d", sharding), backend="nccl", timeout=600):
+        np.testing.assert_allclose(r["losses"], ref_run("rowwise_adagrad", 1)[3], atol=GPU_TOL, rtol=0)
+
+
+@two_gpus
+@pytest.mark.parametrize("sharding", ["table_wise", "row_wise"])
+def test_two_gpus_dmpcollection_matches_replica_reference(sharding):
+    """W = 2, G = 2 (sharding groups of one GPU): DMPCollection and its sync()."""
+    from tests.test_dlrm_2d import reference
+    ref = reference(sharding, "rowwise_adagrad", 1)[0]
+    for r in run_ranks(_train, 2, ("2d", sharding), backend="nccl", timeout=600):
+        assert r["plan"]["sharding_groups"] == [[0], [1]] and r["plan"]["replica_groups"] == [[0, 1]]
+        np.testing.assert_allclose(r["losses"], ref, atol=GPU_TOL, rtol=0)

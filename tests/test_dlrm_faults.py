@@ -1,0 +1,217 @@
+"""train-dlrm under failures, as a user meets them: Ctrl-C / SIGTERM (one line, exit 130 / 143,
+resumable, SIGTERM checkpoints first), a rank that dies or fails with a local error (the peer
+names it), unwritable outputs (exit 2 before any work), a report that cannot be written (the
+summary was printed first), and a warning for an epoch of a few steps.
+
+Faults are injected from here only: run as a script, this file is a ``graphdist`` entry point
+whose rank RANK dies (``die``: ``os._exit(3)``, like a killed node) or raises (``raise``: a bug
+in that rank) after step STEP, through the public ``callbacks`` of
+:func:`embeddings.trainer.train`::
+
+    python -m tests.test_dlrm_faults die|raise RANK STEP train-dlrm SPEC ...
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+SPEC = "criteo-synth:rows=4000,scale=0.0005,seed=1"
+SMALL = ["--batch-size", "64", "--embedding-dim", "8", "--dense-arch", "16", "--over-arch", "16",
+         "--no-progress"]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _start(args):
+    return subprocess.Popen([sys.executable, "-m", "graphdist", "train-dlrm", SPEC, *SMALL, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True, env=ENV)
+
+
+def _wait_for(path: Path, p, timeout: float = 240.0) -> None:
+    t0 = time.monotonic()
+    while not path.exists():
+        if p.poll() is not None:
+            pytest.fail(f"job ended early ({p.returncode}): {p.communicate()[1][-3000:]}")
+        if time.monotonic() - t0 > timeout:
+            os.killpg(p.pid, signal.SIGKILL)
+            pytest.fail(f"{path} did not appear within {timeout:.0f}s")
+        time.sleep(0.2)
+
+
+def _finish(p, timeout: float = 240.0):
+    try:
+        return p.communicate(timeout=timeout)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.communicate()
+
+
+def _lines(err: str) -> list[str]:
+    return [ln for ln in err.splitlines() if ln.startswith("graphdist:")]
+
+
+@pytest.mark.parametrize("sig, code, groups", [(signal.SIGINT, 130, 1), (signal.SIGTERM, 143, 2)],
+                         ids=["SIGINT-1d", "SIGTERM-2d"])
+def test_signal_stops_after_a_step_with_one_line_and_resumes(tmp_path, sig, code, groups):
+    ck = tmp_path / "ck"
+    p = _start(["--nproc", "2", "--sparse-groups", str(groups), "--steps", "1000000",
+                "--checkpoint-dir", str(ck), "--checkpoint-every", "20"])
+    _wait_for(ck / "latest", p)
+    os.killpg(p.pid, sig)  # as a terminal's Ctrl-C (SIGINT) or a scheduler's preemption (SIGTERM)
+    _, err = _finish(p)
+    assert p.returncode == code, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    lines = _lines(err)
+    name = signal.Signals(sig).name
+    assert len(lines) == 1, err[-3000:]
+    m = re.fullmatch(rf"graphdist: interrupted: {name} after step (\d+) of 1000000; latest checkpoint "
+                     r"(\S+); continue with --resume", lines[0])
+    assert m, lines[0]
+    step, snap = int(m.group(1)), Path(m.group(2))
+    assert snap.is_dir() and (ck / "latest").read_text().strip() == snap.name
+    if sig == signal.SIGTERM:  # preemption: the stopping step itself is checkpointed
+        assert snap.name == f"step_{step:08d}"
+    done = int(snap.name.split("_")[1])
+    rep = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "graphdist", "train-dlrm", SPEC, *SMALL, "--nproc", "2",
+                        "--sparse-groups", str(groups), "--steps", str(done + 3), "--checkpoint-dir", str(ck),
+                        "--resume", "--report", str(rep)], capture_output=True, text=True, timeout=300, env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert len(json.loads(rep.read_text())["losses"]) == done + 3
+
+
+def _agent_store():
+    """A TCPStore held by the test as torchrun's agent holds its own; ranks connect as clients."""
+    import torch.distributed as dist
+    return dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+
+
+def _ranks(mode: str, rank: int, step: int):
+    """Two ranks as an external torchrun starts them; rank ``rank`` fails after step ``step``."""
+    store = _agent_store()
+    # as a module from the repository root: a script's own folder (tests/) would be sys.path[0]
+    cmd = [sys.executable, "-m", "tests.test_dlrm_faults", mode, str(rank), str(step), "train-dlrm", SPEC,
+           *SMALL, "--steps", "400"]
+    procs = []
+    for r in range(2):
+        env = dict(ENV, RANK=str(r), WORLD_SIZE="2", LOCAL_RANK=str(r), LOCAL_WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(store.port), TORCHELASTIC_USE_AGENT_STORE="True")
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                      cwd=ROOT))
+    out = []
+    try:
+        for p in procs:
+            out.append(p.communicate(timeout=240))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return procs, out
+
+
+def test_dead_rank_is_named_by_its_peer():
+    procs, out = _ranks("die", 1, 5)
+    assert procs[1].returncode == 3
+    assert procs[0].returncode == 2, out[0][1][-3000:]
+    lines = [ln for ln in out[0][1].splitlines() if ln.startswith("graphdist: error:")]
+    assert len(lines) == 1 and "rank 0: collective failed during step 6 of 400" in lines[0], out[0][1][-3000:]
+    assert "rank 1 stopped responding" in lines[0], lines[0]
+
+
+def test_local_error_is_itself_and_named_by_its_peer():
+    procs, out = _ranks("raise", 1, 5)
+    err1 = out[1][1]
+    assert procs[1].returncode == 1, err1[-3000:]
+    assert "RuntimeError: injected fault on rank 1" in err1 and "Traceback" in err1  # a bug keeps its traceback
+    assert "graphdist: error: rank 1 of 2 failed with RuntimeError" in err1
+    assert procs[0].returncode == 2, out[0][1][-3000:]
+    lines = [ln for ln in out[0][1].splitlines() if ln.startswith("graphdist: error:")]
+    assert len(lines) == 1 and "rank 1 failed: RuntimeError: injected fault on rank 1" in lines[0], lines
+
+
+@pytest.mark.parametrize("flag, make", [("--report", lambda d: str(d / "f" / "r.json")),
+                                        ("--checkpoint-dir", lambda d: str(d / "f" / "ck")),
+                                        ("--cache-dir", lambda d: str(d / "f"))])
+def test_unwritable_output_is_one_line_before_any_work(tmp_path, flag, make):
+    (tmp_path / "f").write_text("a file where a directory is needed")
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "graphdist", "train-dlrm", "criteo-synth:rows=10000000",
+                        "--nproc", "2", flag, make(tmp_path)], capture_output=True, text=True, timeout=120,
+                       env=ENV)
+    assert r.returncode == 2, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"graphdist: error: {flag} "), r.stderr[-2000:]
+    assert time.monotonic() - t0 < 60  # 10M rows were never generated
+
+
+def _job_report_fails(rank, world, report):
+    import contextlib
+    import io
+    from unittest import mock
+
+    from embeddings.config import DLRMTrainConfig
+    from embeddings.job import worker
+    from graphdist.launch import guarded
+    cfg = DLRMTrainConfig(spec="criteo-synth:rows=2000,scale=0.0005", batch_size=32, steps=3,
+                          progress=False, print_plan=False, report=report)
+    out, err = io.StringIO(), io.StringIO()
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device")
+    with mock.patch("graphdist.fileio.atomic_write_json", full), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        code = guarded(worker, cfg)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_report_write_failure_says_the_result_is_above(tmp_path):
+    from graphdist.testing import run_ranks
+    code, out, err = run_ranks(_job_report_fails, 1, (str(tmp_path / "r.json"),), timeout=240)[0]
+    assert code == 2
+    assert out.strip().splitlines()[-1].startswith("auc ")  # the summary, printed before the write
+    lines = _lines(err)
+    assert len(lines) == 1 and "No space left on device" in lines[0] and "the summary above is the result" in lines[0]
+
+
+def test_an_epoch_of_few_steps_warns(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "graphdist", "train-dlrm", "criteo-synth:rows=2000,scale=0.0005",
+                        "--batch-size", "512", "--no-progress"], capture_output=True, text=True, timeout=240,
+                       env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "one epoch is only 3 steps (1600 training rows / --batch-size 512)" in r.stderr
+    assert "steps 3" in r.stdout
+
+
+def _main(argv: list[str]) -> int:
+    mode, bad_rank, bad_step = argv[0], int(argv[1]), int(argv[2])
+    from embeddings import trainer
+    real = trainer.train
+
+    def train(cfg, device=None, callbacks=()):
+        from graphdist import comm
+        rank = comm.world()[0]
+
+        def fault(step, loss):
+            if rank == bad_rank and step == bad_step:
+                if mode == "die":
+                    os._exit(3)
+                raise RuntimeError(f"injected fault on rank {rank}")
+        return real(cfg, device, callbacks=[*callbacks, fault])
+
+    trainer.train = train
+    from graphdist.cli import main
+    return main(argv[3:])
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))

@@ -105,9 +105,12 @@ def main(argv=None) -> int:
         del ip, c, v
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
 
-        def step_gd():
+        ids, epoch = torch.arange(n, device=dev), [0]
+
+        def step_gd():  # as train-gcn: dropout keyed by global node id
+            epoch[0] += 1
             opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x, adj), y).backward()
+            F.cross_entropy(model(x, adj, ids=ids, step=epoch[0]), y).backward()
             opt.step()
         if dev.type == "cuda":
             torch.cuda.reset_peak_memory_stats(dev)

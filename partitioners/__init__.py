@@ -9,11 +9,11 @@ from partitioners.errors import MissingBackendError, PartitionError
 from partitioners.quality import (QUALITY_KEYS, bytes_per_layer, comm_volume, edge_cut,
                                   edge_cut_fraction, edge_imbalance, max_recv, max_send,
                                   node_imbalance, quality, recv_per_part, replication_factor,
-                                  send_matrix, send_per_part)
+                                  send_matrix, send_per_part, moved_rows)
 
 __all__ = [
     "partition", "METHODS", "BALANCES", "PartitionError", "MissingBackendError", "quality",
     "QUALITY_KEYS", "edge_cut", "edge_cut_fraction", "comm_volume", "max_recv", "max_send",
     "node_imbalance", "edge_imbalance", "replication_factor", "bytes_per_layer", "send_matrix",
-    "recv_per_part", "send_per_part",
+    "recv_per_part", "send_per_part", "moved_rows",
 ]

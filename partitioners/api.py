@@ -8,11 +8,13 @@
     metis      undirected edge cut  one weight                 pymetis
     kaminpar   undirected edge cut  one weight                 kaminpar
     mtkahypar  halo volume (km1)    one weight                 mtkahypar
-    auto       halo volume          nodes AND edges (caps)     pymetis (else restreamed ldg)
+    auto       moved rows (mvc)     nodes AND edges (caps)     pymetis (else restreamed ldg)
 
-``auto`` = multi-constraint METIS k-way (nodes and in-edges balanced at once; volume and cut
-objectives, a small portfolio), each refined by :mod:`partitioners.refine` (rebalance into both
-caps, then vectorised boundary moves on the halo-volume objective); the lowest volume wins.
+``auto`` = multi-constraint METIS k-way (nodes and in-edges balanced at once; volume, cut and
+hub-weighted cut objectives, a small portfolio), each refined by :mod:`partitioners.refine`
+(rebalance into both caps, then vectorised boundary moves on the halo volume); the one with
+the fewest rows moved with pre/post aggregation (``moved_rows``, then ``moved_max_recv``) is
+refined once more on that objective (:mod:`partitioners.moved`).
 """
 from __future__ import annotations
 
@@ -60,7 +62,8 @@ def partition(graph, k: int, *, method: str = "auto", imbalance: float = 0.03, s
     part's nodes = its SpMM work) or ``both``; default ``both`` for ``auto``, ``nodes`` for
     the others. ``seed`` makes every method deterministic. ``options`` go to the method
     (``passes``/``batch_size`` for streaming, ``preset`` for kaminpar/mtkahypar,
-    ``rounds`` for auto's refinement, ``initial`` for auto's starting method)."""
+    ``rounds`` for auto's refinement, ``initial`` for auto's starting methods, ``alternations``
+    for its moved-rows refinement)."""
     if balance is None:
         balance = "both" if method == "auto" else "nodes"
     k = _validate(graph, k, method, imbalance, balance, node_weights)
@@ -98,47 +101,55 @@ def _run(graph, k, method, imbalance, seed, weights, options) -> np.ndarray:
 
 
 def _auto(graph, k, imbalance, seed, weights, options) -> np.ndarray:
-    """Portfolio: each initial partition is rebalanced into every cap and refined on the
-    volume objective; the lowest volume among those within all caps wins (else the least
-    overloaded). Initials ``name@slack``: multi-constraint METIS (``metis-vol`` /
-    ``metis-cut`` objective) balancing every constraint of ``weights`` at once to
-    ``slack * imbalance`` (the rest is room for the refinement), ``mtkahypar``, or ``ldg`` /
-    ``fennel`` (the fallback without pymetis). Graphs over 8M edges use one METIS run (cut
-objective) and at most 10 refinement rounds."""
+    """Portfolio: each initial partition is rebalanced into every cap and refined on the halo
+    volume; among those within all caps the fewest moved rows win (then the smallest
+    ``moved_max_recv``; else the least overloaded), and the winner is refined on the moved rows
+    themselves. Initials ``name@slack``: multi-constraint METIS (``metis-vol`` / ``metis-cut``
+    objective, ``metis-hub``: cut with edges at hubs made cheap) balancing every constraint of
+    ``weights`` at once to ``slack * imbalance`` (the rest is room for the refinement),
+    ``mtkahypar``, or ``ldg`` / ``fennel`` (the fallback without pymetis). The moved-rows
+    refinement alternates 3 times (2 above 1M edges). Graphs over 8M edges use one METIS run (cut
+    objective), at most 10 refinement rounds and one alternation."""
     from partitioners import backends, streaming
+    from partitioners.moved import moved_key, refine_moved
     from partitioners.refine import VolumeRefiner
+    big = graph.num_edges > 8_000_000
     # METIS' volume objective is several times slower than the cut objective on large
     # power-law graphs (rmat scale 20: > 6 minutes vs 86 s); big graphs get one cut run
-    default = (("metis-vol@0.3", "metis-vol@0.1", "metis-cut@0.3")
-               if graph.num_edges <= 8_000_000 else ("metis-cut@0.3",))
+    default = ("metis-cut@0.3",) if big else ("metis-vol@0.3", "metis-vol@0.1", "metis-cut@0.3", "metis-hub@0.3")
     initials = options.get("initial", default)
     if isinstance(initials, str):
         initials = tuple(initials.split(","))
     refiner = VolumeRefiner(graph, k, weights)
-    rounds = int(options.get("rounds", 50 if graph.num_edges <= 8_000_000 else 10))
+    rounds = int(options.get("rounds", 10 if big else 50))
     best, best_key = None, None
     for spec in initials:
         name, _, slack = spec.partition("@")
         slack = float(slack) if slack else 0.3
         try:
-            if name in ("metis-vol", "metis-cut", "metis"):
+            if name in ("metis-vol", "metis-cut", "metis-hub", "metis"):
                 a0 = backends.metis_partition(graph, k, weights, seed=seed, imbalance=imbalance * slack,
-                                              objective="vol" if name == "metis-vol" else "cut")
+                                              objective="vol" if name == "metis-vol" else "cut",
+                                              hub_cut=name == "metis-hub")
             elif name == "mtkahypar":
                 a0 = backends.mtkahypar_partition(graph, k, weights, imbalance=imbalance * slack, seed=seed)
             elif name in ("ldg", "fennel"):
                 a0 = streaming.stream_partition(graph, k, weights, seed=seed, method=name, passes=3)
             else:
                 raise PartitionError(f"unknown initial method '{name}' for auto "
-                                     "(metis-vol, metis-cut, mtkahypar, ldg, fennel)")
+                                     "(metis-vol, metis-cut, metis-hub, mtkahypar, ldg, fennel)")
         except MissingBackendError:
             continue
         a = refiner.run(a0, rounds=rounds, seed=seed)
         over = float((refiner.loads(a) / refiner.caps[:, None]).max())
-        key = (max(over, 1.0), refiner.volume(a))
+        key = (max(over, 1.0), moved_key(graph, a, k))
         if best_key is None or key < best_key:
             best, best_key = a, key
     if best is None:  # no backend at all: streaming start
         a0 = streaming.stream_partition(graph, k, weights, seed=seed, method="ldg", passes=3)
         best = refiner.run(a0, rounds=rounds, seed=seed)
+    if (refiner.loads(best) <= refiner.caps[:, None] + 1e-9).all():
+        alternations = 1 if big else 2 if graph.num_edges > 1_000_000 else 3
+        best = refine_moved(graph, best, k, weights, rounds=rounds, seed=seed,
+                            alternations=int(options.get("alternations", alternations)))
     return best

@@ -118,13 +118,14 @@ def _metis_lib():
 
 
 def metis_kway(s, k: int, vwgt: np.ndarray, *, imbalance: float, seed: int,
-               objective: str = "cut") -> np.ndarray:
+               objective: str = "cut", adjwgt: np.ndarray | None = None) -> np.ndarray:
     """METIS k-way on symmetric CSR ``s`` with ``vwgt [N, ncon]`` integer weights (several
-    constraints balanced at once, each to ``1 + imbalance``); ``objective`` cut or vol."""
+    constraints balanced at once, each to ``1 + imbalance``); ``objective`` cut or vol;
+    ``adjwgt`` optional integer edge weights (aligned with ``s.indices``, symmetric) for the cut."""
     n, ncon = vwgt.shape
     lib = _metis_lib()
     if lib is None:
-        if ncon != 1 or objective != "cut":
+        if ncon != 1 or objective != "cut" or adjwgt is not None:
             raise MissingBackendError(f"multi-constraint/volume METIS needs pymetis' METIS_PartGraphKway "
                                       f"with 64-bit idx_t and 32-bit real_t, and this build fails that "
                                       f"check ({_METIS['why']}); install it with: pip install pymetis==2025.2.2")
@@ -149,7 +150,9 @@ def metis_kway(s, k: int, vwgt: np.ndarray, *, imbalance: float, seed: int,
     vw = np.ascontiguousarray(vwgt, dtype=idx).reshape(-1)
     ub = np.full(ncon, 1.0 + imbalance, dtype=np.float32)
     obj, part = np.zeros(1, idx), np.zeros(n, idx)
-    rc = lib.METIS_PartGraphKway(ptr(nv), ptr(nc), ptr(xadj), ptr(adj), ptr(vw), None, None,
+    ew = None if adjwgt is None else np.ascontiguousarray(np.maximum(adjwgt, 1), dtype=idx)
+    rc = lib.METIS_PartGraphKway(ptr(nv), ptr(nc), ptr(xadj), ptr(adj), ptr(vw), None,
+                                 None if ew is None else ptr(ew),
                                  ptr(nparts), None, ptr(ub), ptr(opts), ptr(obj), ptr(part))
     if rc != 1:  # METIS_OK
         raise RuntimeError(f"METIS_PartGraphKway failed with status {rc} (n={n}, k={k})")
@@ -157,9 +160,12 @@ def metis_kway(s, k: int, vwgt: np.ndarray, *, imbalance: float, seed: int,
 
 
 def metis_partition(graph, k: int, weights: Weights, *, imbalance: float, seed: int,
-                    objective: str = "cut") -> np.ndarray:
+                    objective: str = "cut", hub_cut: bool = False) -> np.ndarray:
     """METIS k-way (``PartGraphKway``, never recursive bisection) on the undirected graph,
-    balancing every constraint of ``weights`` at once (multi-constraint METIS)."""
+    balancing every constraint of ``weights`` at once (multi-constraint METIS). ``hub_cut``:
+    edge ``{u, v}`` weighs ``64 / max(deg u, deg v)`` (at least 1) in the cut, so edges at hubs
+    are cheap to cut: with pre/post aggregation a hub's cut edges cost one row per part, not
+    one per edge."""
     _import("pymetis", "metis")
     n = int(graph.num_nodes)
     if k == 1 or n == 0:
@@ -168,7 +174,12 @@ def metis_partition(graph, k: int, weights: Weights, *, imbalance: float, seed: 
     vw = np.stack([np.round(w).astype(np.int64) if np.allclose(w, np.round(w))
                    else np.round(16 * w / max(float(w.mean()), 1e-12)).astype(np.int64)
                    for w in weights.w], 1)
-    return metis_kway(s, k, vw, imbalance=imbalance, seed=seed, objective=objective)
+    ew = None
+    if hub_cut:
+        deg = np.diff(s.indptr)
+        rows = np.repeat(np.arange(n), deg)
+        ew = np.maximum(np.round(64.0 / np.maximum(deg[rows], deg[s.indices])), 1).astype(np.int64)
+    return metis_kway(s, k, vw, imbalance=imbalance, seed=seed, objective=objective, adjwgt=ew)
 
 
 def _write_metis(path: str, s, vw: np.ndarray) -> None:
@@ -205,6 +216,17 @@ def kaminpar_partition(graph, k: int, weights: Weights, *, imbalance: float, see
     return np.asarray(parts, dtype=np.int64)
 
 
+def unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct pairs ``(a_i, b_i)`` sorted by ``(a, b)``, without an ``a * n + b`` key (which
+    overflows int64 above ~3e9 nodes)."""
+    a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+    o = np.lexsort((b, a))
+    a, b = a[o], b[o]
+    keep = np.ones(a.size, dtype=bool)
+    keep[1:] = (a[1:] != a[:-1]) | (b[1:] != b[:-1])
+    return a[keep], b[keep]
+
+
 _MTK = {}
 
 
@@ -229,9 +251,8 @@ def mtkahypar_partition(graph, k: int, weights: Weights, *, imbalance: float, se
     deg = np.diff(indptr)
     dst = np.repeat(np.arange(n, dtype=np.int64), deg)
     src = indices
-    key = np.concatenate([src * n + dst, np.arange(n, dtype=np.int64) * (n + 1)])
-    key = np.unique(key)
-    net, pin = key // n, key % n
+    loops = np.arange(n, dtype=np.int64)
+    net, pin = unique_pairs(np.concatenate([src, loops]), np.concatenate([dst, loops]))
     nptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(net, minlength=n), out=nptr[1:])
     vw = single_weight(weights)

@@ -9,6 +9,9 @@ A partition is ``assignment[N]`` (part id of every node, ``0 <= id < k``). For a
     comm_volume = sum_p |halo(p)|            (= rows moved per layer)
     send[p, q]  = |{ j in part p : j in halo(q) }|   (k x k, zero diagonal)
     max_recv    = max_q sum_p send[p, q] ;  max_send = max_p sum_q send[p, q]
+    moved_rows  = sum over ordered part pairs of a minimum vertex cover of the pair's cut
+                  (rows moved per layer with pre/post aggregation, :mod:`partitioners.cover`)
+    moved_max_recv = the busiest receiver's share of moved_rows
 
 Balance: nodes of part p = |{i : a[i] == p}|; edges of part p = sum of in-degrees of its nodes
 (the SpMM rows it computes). Imbalance = max part / mean part - 1.
@@ -26,11 +29,12 @@ from partitioners.errors import PartitionError
 __all__ = [
     "edge_cut", "edge_cut_fraction", "comm_volume", "max_recv", "max_send", "node_imbalance",
     "edge_imbalance", "replication_factor", "bytes_per_layer", "send_matrix", "recv_per_part",
-    "send_per_part", "quality", "check_assignment", "QUALITY_KEYS",
+    "send_per_part", "quality", "check_assignment", "QUALITY_KEYS", "moved_rows",
 ]
 
 QUALITY_KEYS = ("edge_cut", "edge_cut_fraction", "comm_volume", "max_recv", "max_send",
-                "node_imbalance", "edge_imbalance", "replication_factor")
+                "node_imbalance", "edge_imbalance", "replication_factor", "moved_rows",
+                "moved_max_recv")
 """Keys of :func:`quality` (plus ``bytes_per_layer`` when a feature width is given)."""
 
 _DENSE_LIMIT = 1 << 28  # N*k cells of the dense membership bitmap (256 MiB of bool)
@@ -182,6 +186,14 @@ def replication_factor(graph, assignment) -> float:
     return (n + comm_volume(graph, assignment)) / n if n else 1.0
 
 
+def moved_rows(graph, assignment, k: int | None = None) -> int:
+    """Rows moved per layer with pre/post aggregation chosen by a minimum vertex cover per
+    ordered part pair (<= :func:`comm_volume`)."""
+    from partitioners.cover import matching_size
+    a, k = check_assignment(graph, assignment, k)
+    return matching_size(graph, a, k)[0]
+
+
 def bytes_per_layer(graph, assignment, feature_dim: int, dtype_bytes: int = 4) -> int:
     """Bytes of halo features moved per layer: ``comm_volume * feature_dim * dtype_bytes``."""
     return comm_volume(graph, assignment) * int(feature_dim) * int(dtype_bytes)
@@ -199,6 +211,8 @@ def quality(graph, assignment, feature_dim: int | None = None, k: int | None = N
     recv = np.bincount(q, minlength=k)
     send = np.bincount(a[j], minlength=k)
     deg = c.deg.astype(np.float64)
+    from partitioners.cover import matching_size
+    moved, moved_recv = matching_size(graph, a, k)
     out = {
         "edge_cut": cut,
         "edge_cut_fraction": cut / e if e else 0.0,
@@ -208,6 +222,8 @@ def quality(graph, assignment, feature_dim: int | None = None, k: int | None = N
         "node_imbalance": _imbalance(None, a, k),
         "edge_imbalance": _imbalance(deg, a, k),
         "replication_factor": (n + vol) / n if n else 1.0,
+        "moved_rows": moved,
+        "moved_max_recv": int(moved_recv.max()) if k else 0,
     }
     if feature_dim is not None:
         out["bytes_per_layer"] = vol * int(feature_dim) * 4

@@ -1,8 +1,10 @@
 """Distributed GCN/SAGE == single-process PyG on the same weights, for k in {1, 2, 4} with
-random and METIS partitions: logits, weight gradients (1e-5 relative) and 20 epochs of losses.
-With dropout on, k ranks give the losses of one rank (masks keyed by global node id).
+random and METIS partitions, in both halo modes (plain, mvc pre/post aggregation) at 32 bits:
+logits, weight gradients (1e-5 relative) and 20 epochs of losses. With dropout on, k ranks give
+the losses of one rank (masks keyed by global node id).
 
-One ``run_ranks`` job per k evaluates every (partition, model) case, to keep the file fast.
+One ``run_ranks`` job per k evaluates every (partition, model, halo mode) case, to keep the
+file fast.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from graphdist.testing import run_ranks
 N, FEAT, HID, C = 80, 12, 16, 4
 MODELS = ("gcn", "sage")
 METHODS = ("random", "metis")
+HALOS = ("plain", "mvc")
 
 
 def make_graph(seed: int = 0) -> Graph:
@@ -118,14 +121,14 @@ def pyg_train_losses(kind, graph, state, epochs=20, layers=2, batch_norm=False):
 
 
 # ------------------------------------------------------------------ distributed side
-def _dist_case(rank, ws, graph, a, kind, state):
+def _dist_case(rank, ws, graph, a, kind, state, halo):
     from graphdist import comm
     from graphdist.halo.spmm import SparseAdj
-    lg = build_plan(graph, a, rank, ws)
+    lg = build_plan(graph, a, rank, ws).reordered("rcm")
     model = GNN(kind, FEAT, HID, C, 3, dropout=0.0)
     model.load_state_dict(state)
-    adj = SparseAdj.for_model(lg, kind)
-    ex = comm.HaloExchanger.from_local_graph(lg)
+    adj = SparseAdj.for_model(lg, kind, halo=halo)
+    ex = comm.HaloExchanger.from_local_graph(lg, halo=halo)
     out = model(lg.x, adj, ex)
     n_train = float(graph.train_mask.sum())
     loss = F.cross_entropy(out[lg.train_mask], lg.y[lg.train_mask], reduction="sum") / n_train
@@ -135,40 +138,54 @@ def _dist_case(rank, ws, graph, a, kind, state):
     return lg.owned.numpy(), out.detach().numpy(), {k: p.grad.numpy() for k, p in model.named_parameters()}
 
 
-def _dist_train(rank, ws, graph, a, kind, batch_norm=False, dropout=0.0):
+def _dist_train(rank, ws, graph, a, kind, batch_norm=False, dropout=0.0, halo="mvc", label_rate=0.0):
     import torch.distributed as dist
 
     from graphdist.runtime import DistContext, init_distributed
     from graphdist.gnn.trainer import GCNConfig, fit
     lg = build_plan(graph, a, rank, ws)
     cfg = GCNConfig(spec="test", model=kind, layers=2, hidden=HID, dropout=dropout, epochs=20, seed=5,
-                    progress=False, batch_norm=batch_norm)
+                    progress=False, batch_norm=batch_norm, halo=halo, label_rate=label_rate)
     ctx = init_distributed("cpu") if dist.is_initialized() else DistContext(0, 1, 0, "none", torch.device("cpu"))
     return fit(cfg, lg, {}, ctx)["losses"]
 
 
-def _exchange_check(rank, ws, graph, a):
-    """Plain exchange: halo rows arrive with their owners' values; each owned row's gradient
-    is 1 + the number of peers that received it."""
+def _exchange_check(rank, ws, graph, a, halo):
+    """The exchange through the product path (``SparseAdj.propagate``): with h = global node ids
+    and the mean adjacency, every owned row gets the mean id of its in-neighbours, and the
+    gradient of sum(out * w) reaches each owned row as sum_v w_v / deg_v over its out-edges."""
     from graphdist import comm
+    from graphdist.halo.spmm import SparseAdj
     lg = build_plan(graph, a, rank, ws)
-    h = lg.owned.double()[:, None].requires_grad_()
-    full = comm.HaloExchanger.from_local_graph(lg)(h)
-    ok_fwd = torch.equal(full[:, 0].detach().long(), torch.cat([lg.owned, lg.halo]))
-    full.sum().backward()
-    want = 1 + torch.bincount(lg.send_idx, minlength=lg.num_owned)
-    return ok_fwd and torch.equal(h.grad[:, 0].long(), want)
+    adj = SparseAdj.for_model(lg, "sage", halo=halo)
+    ex = comm.HaloExchanger.from_local_graph(lg, halo=halo)
+    h = lg.owned.double()[:, None].repeat(1, 3).float().requires_grad_()
+    out = adj.propagate(h, ex)
+    src, dst = graph.edge_index
+    deg = torch.bincount(dst, minlength=N).clamp(min=1).double()
+    want = torch.zeros(N, dtype=torch.float64).index_add_(0, dst, src.double()) / deg
+    ok_fwd = torch.allclose(out[:, 0].double(), want[lg.owned], rtol=1e-6)
+    w = (lg.owned % 5 + 1).float()[:, None]
+    (out * w).sum().backward()
+    wg = (torch.arange(N) % 5 + 1).double() / deg
+    want_g = torch.zeros(N, dtype=torch.float64).index_add_(0, src, wg[dst])
+    return ok_fwd and torch.allclose(h.grad[:, 0].double(), want_g[lg.owned], rtol=1e-6)
 
 
 def _rank_job(rank, ws, graph, assignments, states, train_states):
-    res = {"exchange_ok": all(_exchange_check(rank, ws, graph, a) for a in assignments.values())}
+    res = {"exchange_ok": all(_exchange_check(rank, ws, graph, a, halo) for a in assignments.values()
+                              for halo in HALOS)}
     for method, a in assignments.items():
         for kind in MODELS:
-            res[(method, kind)] = _dist_case(rank, ws, graph, a, kind, states[kind])
-    res["train"] = {kind: _dist_train(rank, ws, graph, assignments["metis"], kind) for kind in MODELS}
+            for halo in HALOS:
+                res[(method, kind, halo)] = _dist_case(rank, ws, graph, a, kind, states[kind], halo)
+    res["train"] = {(kind, halo): _dist_train(rank, ws, graph, assignments[method], kind, halo=halo)
+                    for kind in MODELS for halo, method in zip(HALOS, METHODS[::-1])}
+    res["train_mvc_random"] = _dist_train(rank, ws, graph, assignments["random"], "gcn", halo="mvc")
     res["train_bn"] = _dist_train(rank, ws, graph, assignments["random"], "gcn", batch_norm=True)
     res["train_dropout"] = {kind: _dist_train(rank, ws, graph, assignments["random"], kind, dropout=0.5)
                             for kind in MODELS}
+    res["train_label"] = _dist_train(rank, ws, graph, assignments["metis"], "gcn", dropout=0.5, label_rate=0.5)
     return res
 
 
@@ -199,22 +216,25 @@ def test_parity_with_pyg(graph, k):
         F.cross_entropy(ref[graph.train_mask], graph.y[graph.train_mask]).backward()
         ref_grads = pyg_grads(kind, convs)
         for method in METHODS:
-            logits = torch.zeros_like(ref)
-            for r in range(k):
-                owned, out, grads = results[r][(method, kind)]
-                logits[torch.from_numpy(owned)] = torch.from_numpy(out)
-                for name, g in grads.items():  # every rank holds the full all-reduced gradient
-                    assert _rel_close(torch.from_numpy(g), ref_grads[name]), (kind, method, r, name)
-            assert _rel_close(logits, ref.detach()), (kind, method)
+            for halo in HALOS:
+                logits = torch.zeros_like(ref)
+                for r in range(k):
+                    owned, out, grads = results[r][(method, kind, halo)]
+                    logits[torch.from_numpy(owned)] = torch.from_numpy(out)
+                    for name, g in grads.items():  # every rank holds the full all-reduced gradient
+                        assert _rel_close(torch.from_numpy(g), ref_grads[name]), (kind, method, halo, r, name)
+                assert _rel_close(logits, ref.detach()), (kind, method, halo)
         # 20 epochs of training (dropout 0): same losses as the PyG loop on the same init
         torch.manual_seed(5)
         st = GNN(kind, FEAT, HID, C, 2, dropout=0.0).state_dict()
         want = pyg_train_losses(kind, graph, st)
-        for r in range(k):
-            got = results[r]["train"][kind]
+        runs = [results[r]["train"][(kind, halo)] for r in range(k) for halo in HALOS]
+        if kind == "gcn":
+            runs += [results[r]["train_mvc_random"] for r in range(k)]
+        for got in runs:
             assert len(got) == 20
             for g_, w_ in zip(got, want):
-                assert abs(g_ - w_) <= 1e-5 * abs(w_), (kind, r, got, want)
+                assert abs(g_ - w_) <= 1e-5 * abs(w_), (kind, got, want)
     # batch norm with global statistics == BatchNorm1d over the whole graph
     torch.manual_seed(5)
     st = GNN("gcn", FEAT, HID, C, 2, dropout=0.0).state_dict()
@@ -225,10 +245,16 @@ def test_parity_with_pyg(graph, k):
     # dropout 0.5: k ranks draw the masks one process draws, so the losses are one process's
     for kind in MODELS:
         want = _dist_train(0, 1, graph, torch.zeros(N, dtype=torch.int64), kind, dropout=0.5)
-        assert want[0] != results[0]["train"][kind][0]  # dropout is really on
+        assert want[0] != results[0]["train"][(kind, "mvc")][0]  # dropout is really on
         for r in range(k):
             got = results[r]["train_dropout"][kind]
             assert max(abs(g_ - w_) / abs(w_) for g_, w_ in zip(got, want)) <= 1e-5, (kind, r, got, want)
+    # masked label embedding: the labelled share is drawn by global id, so k ranks = 1 rank too
+    want = _dist_train(0, 1, graph, torch.zeros(N, dtype=torch.int64), "gcn", dropout=0.5, label_rate=0.5)
+    assert want != _dist_train(0, 1, graph, torch.zeros(N, dtype=torch.int64), "gcn", dropout=0.5)
+    for r in range(k):
+        got = results[r]["train_label"]
+        assert max(abs(g_ - w_) / abs(w_) for g_, w_ in zip(got, want)) <= 1e-5, (r, got, want)
 
 
 @pytest.fixture(autouse=True)

@@ -130,3 +130,121 @@ def test_parts_roundtrip(tmp_path):
     part_path(tmp_path, 2).write_bytes(b"garbage")
     with pytest.raises(ArtifactError, match="part_00002"):
         load_part(tmp_path, 2)
+
+
+# ------------------------------------------------------------------ pre/post aggregation (mvc)
+def star() -> Graph:
+    """0 -> 1, 2, 3 and 4 -> 1, 5 -> 1 (directed); parts {0, 4, 5} | {1, 2, 3}."""
+    return Graph.from_edges(torch.tensor([0, 0, 0, 4, 5]), torch.tensor([1, 2, 3, 1, 1]), 6, symmetrize=False,
+                            x=torch.arange(6.0)[:, None])
+
+
+STAR = torch.tensor([0, 1, 1, 1, 0, 0])
+
+
+def test_mvc_plan_by_hand():
+    p0, p1 = build_plans(star(), STAR, 2)
+    # cover of the cut {0,4,5} -> {1,2,3}: row 0 raw (it feeds 1, 2, 3), one partial sum 4 + 5 for node 1
+    assert p0.owned[p0.send_idx].tolist() == [0, 4, 5] and p0.send_raw.tolist() == [True, False, False]
+    assert p0.pre_dst.tolist() == [1] and p0.pre_send_counts == [0, 1]
+    assert p0.owned[p0.pre_src[p0.pre_ptr[0]:p0.pre_ptr[1]]].tolist() == [4, 5]
+    assert p1.halo.tolist() == [0, 4, 5] and p1.halo_raw.tolist() == [True, False, False]
+    assert p1.owned[p1.pre_rows].tolist() == [1] and p1.pre_recv_counts == [1, 0]
+    lay0, lay1 = p0.exchange_layout("mvc"), p1.exchange_layout("mvc")
+    assert lay0.send_counts == [0, 2] and lay1.recv_counts == [2, 0]  # 2 rows instead of 3
+    assert p0.exchange_layout("plain").send_counts == [0, 3]
+
+
+def test_mvc_operators_by_hand():
+    from graphdist.halo.spmm import SparseAdj
+    p0, p1 = build_plans(star(), STAR, 2)
+    t = SparseAdj.for_model(p0, "sage", halo="mvc").send.A.to_dense()
+    assert t.tolist() == [[1, 0, 0], [0, 1, 1]]          # row 0 raw; 4 + 5 summed (mean: right = 1)
+    h = SparseAdj.for_model(p1, "sage", halo="mvc").halo.A.to_dense()
+    # node 1 has in-degree 3: 1/3 of raw 0 and 1/3 of the partial sum; nodes 2, 3 take raw 0
+    assert torch.allclose(h, torch.tensor([[1 / 3, 1 / 3], [1.0, 0.0], [1.0, 0.0]]))
+    # gcn: the sender weights each summed source by d_u^-1/2, the receiver the sum by d_v^-1/2
+    t = SparseAdj.for_model(p0, "gcn", halo="mvc").send.A.to_dense()
+    assert torch.allclose(t, torch.tensor([[1.0, 0, 0], [0, 1.0, 1.0]]))  # d = 1 + 0 for 4 and 5
+    h = SparseAdj.for_model(p1, "gcn", halo="mvc").halo.A.to_dense()
+    assert torch.allclose(h, torch.tensor([[4 ** -0.5, 4 ** -0.5], [2 ** -0.5, 0], [2 ** -0.5, 0]]))
+
+
+def _simulated(plans, model, halo, h_global):
+    """Every rank's ``A @ [h ; halo]`` with the exchange simulated in one process."""
+    from graphdist.halo.spmm import SparseAdj
+    adjs = [SparseAdj.for_model(p, model, halo=halo) for p in plans]
+    lays = [p.exchange_layout(halo) for p in plans]
+    sends = []
+    for p, adj in zip(plans, adjs):
+        h = h_global[p.owned]
+        s = adj.send.mm(h) if adj.send is not None else h[p.send_idx]
+        sends.append(torch.split(s, lays[p.rank].send_counts))
+    outs = []
+    for p, adj in zip(plans, adjs):
+        recv = torch.cat([sends[s][p.rank] for s in range(len(plans))])
+        out = adj.own.mm(h_global[p.owned])
+        if adj.halo is not None:
+            out = out + adj.halo.mm(recv)
+        outs.append(out)
+    return outs
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage", "sym"])
+def test_mvc_equals_plain_and_dense(model):
+    gen = torch.Generator().manual_seed(1)
+    n = 60
+    g = Graph.from_edges(torch.randint(0, n, (300,), generator=gen), torch.randint(0, n, (300,), generator=gen), n,
+                         symmetrize=False, self_loops=True)
+    a = torch.randint(0, 4, (n,), generator=gen)
+    plans = build_plans(g, a, 4)
+    assert sum(p.exchange_layout("mvc").recv_counts[s] for p in plans for s in range(4)) < \
+        sum(p.num_halo for p in plans)  # the cover saves rows here
+    (whole,) = build_plans(g, torch.zeros(n, dtype=torch.long), 1)
+    rows, cols, vals = whole.edges(model)
+    dense = torch.zeros(n, n, dtype=torch.float64)
+    dense[rows, cols] = vals
+    h = torch.randn(n, 5, generator=gen)
+    want = (dense @ h.double()).float()
+    for halo in ("plain", "mvc"):
+        for p, out in zip(plans, _simulated(plans, model, halo, h)):
+            assert torch.allclose(out, want[p.owned], atol=1e-5), (model, halo, p.rank)
+
+
+def test_validate_detects_mvc_asymmetry():
+    plans = build_plans(star(), STAR, 2)
+    plans[0].pre_src = torch.tensor([1, 1])  # sums 4 twice where part 1 left out 4 and 5
+    with pytest.raises(ArtifactError, match="are not the edges"):
+        validate_plans(plans)
+    plans = build_plans(star(), STAR, 2)
+    plans[1].halo_raw = torch.tensor([True, True, False])
+    with pytest.raises(ArtifactError, match="other raw rows"):
+        validate_plans(plans)
+
+
+def test_reordered_part_is_the_same_graph():
+    gen = torch.Generator().manual_seed(2)
+    n = 50
+    g = Graph.from_edges(torch.randint(0, n, (200,), generator=gen), torch.randint(0, n, (200,), generator=gen), n,
+                         x=torch.randn(n, 3, generator=gen))
+    plans = build_plans(g, torch.arange(n) % 3, 3)
+    h = torch.randn(n, 4, generator=gen)
+    for halo in ("plain", "mvc"):
+        base = _simulated(plans, "gcn", halo, h)
+        for order in ("rcm", "degree"):
+            moved = [p.reordered(order) for p in plans]
+            validate_plans(moved)
+            assert not all(torch.equal(m.owned, p.owned) for m, p in zip(moved, plans))
+            for m, p, b, o in zip(moved, plans, base, _simulated(moved, "gcn", halo, h)):
+                assert torch.equal(m.x, g.x[m.owned])
+                pos = torch.searchsorted(p.owned, m.owned)  # p.owned is ascending
+                assert torch.allclose(o, b[pos], atol=1e-6)
+
+
+def test_old_part_format_is_refused(tmp_path):
+    write_parts(tmp_path, path6(), A3)
+    d = torch.load(part_path(tmp_path, 0), weights_only=True)
+    d["format_version"] = 1
+    torch.save(d, part_path(tmp_path, 0))
+    with pytest.raises(ArtifactError, match="part format 1.*rebuild"):
+        load_part(tmp_path, 0)

@@ -131,6 +131,10 @@ def test_lost_node_ends_with_one_line(tmp_path, lost):
     (TRAIN + ["--epochs", "2", "--checkpoint-dir", "/proc/graphdist-ck"], "--checkpoint-dir /proc/graphdist-ck"),
     (TRAIN + ["--epochs", "2", "--checkpoint-dir", "{file}/ck"], "--checkpoint-dir {file}/ck"),
     (["demo", "--out", "{file}/demo"], "--out {file}/demo"),
+    (["partition", "sbm:nodes=400", "--parts", "2", "--out", "{file}/p"], "--out {file}/p"),
+    (["partition", "sbm:nodes=400", "--parts", "2", "--out", "/proc/graphdist-p"], "--out /proc/graphdist-p"),
+    (["compare", "sbm:nodes=400", "--parts", "2", "--json", "{file}/c.json"], "--json {file}/c.json"),
+    (["compare", "sbm:nodes=400", "--parts", "2", "--plot", "/proc/graphdist/c.png"], "--plot /proc/graphdist/c.png"),
 ])
 def test_unwritable_outputs_stop_before_any_work(tmp_path, argv, flag):
     f = tmp_path / "a_file"

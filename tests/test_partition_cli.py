@@ -40,8 +40,17 @@ def test_partition_writes_a_complete_artifact(artifact):
     check_artifact(meta, g, 4)  # no error
     art = read_artifact(artifact)  # also readable like the meta dict
     assert art["k"] == 4 and art.get("method") == "ldg"
-    if "parts" in meta:  # per-rank files from graphdist.halo.parts
-        assert len([f for f in files if f.startswith("part_")]) == 4
+    # per-rank files, summarised in meta.json from the plans themselves
+    parts = meta["parts"]
+    assert parts["files"] == [f"part_{r:05d}.pt" for r in range(4)] and set(parts["files"]) <= files
+    assert parts["owned_nodes"] == np.bincount(a.numpy(), minlength=4).tolist()
+    src, dst = g.edge_index.numpy()
+    an = a.numpy()
+    halo = [len({j for j, i in zip(src, dst) if an[i] == p and an[j] != p}) for p in range(4)]
+    assert parts["halo_rows"] == halo and meta["quality"]["comm_volume"] == sum(halo)
+    assert sum(parts["moved_rows"]) == meta["quality"]["moved_rows"] < sum(halo)
+    assert max(parts["moved_rows"]) == meta["quality"]["moved_max_recv"]
+    assert set(meta["sha256"]) == {"assignment.npy"} | set(parts["files"])
 
 
 def test_same_seed_same_artifact(artifact, tmp_path):
@@ -54,10 +63,16 @@ def test_quality_table_and_json(artifact, capsys):
     assert main(["quality", str(artifact)]) == 0
     out = capsys.readouterr().out
     assert "halo volume" in out and "edge imb" in out and "ldg" in out
+    assert "moved rows" in out
     assert main(["quality", str(artifact), "--json", "--feature-dim", "64"]) == 0
     q = json.loads(capsys.readouterr().out)
     assert set(q) == set(QUALITY_KEYS) | {"bytes_per_layer"}
-    assert q["bytes_per_layer"] == q["comm_volume"] * 64 * 4
+    # the figures describe the assignment on disk: halo rows counted here from its edges
+    g, a = load_graph(SPEC), np.load(artifact / "assignment.npy")
+    src, dst = g.edge_index.numpy()
+    pairs = {(j, a[i]) for j, i in zip(src, dst) if a[j] != a[i]}
+    assert q["comm_volume"] == len(pairs) and q["bytes_per_layer"] == len(pairs) * 64 * 4
+    assert q["edge_cut"] == int((a[src] != a[dst]).sum())
 
 
 def test_compare_table_json_and_plot(tmp_path, capsys):
@@ -115,6 +130,37 @@ def test_corrupt_artifacts_are_rejected(artifact, tmp_path, capsys):
     (half / "meta.json").unlink()
     with pytest.raises(ArtifactError, match="incomplete"):
         read_artifact(half)
+
+
+def test_replaced_files_and_old_formats_are_refused(artifact, tmp_path, capsys):
+    # a valid but different assignment: the cached figures would be stale, so quality refuses
+    other = _copy(artifact, tmp_path / "other")
+    a = np.load(other / "assignment.npy")
+    np.save(other / "assignment.npy", np.roll(a, 1))
+    assert main(["quality", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "assignment.npy was changed after partitioning" in err
+    assert f"graphdist partition {SPEC} --parts 4 --method ldg --out {other}" in err
+    # a replaced part file: quality and the rank loading it refuse
+    from graphdist.halo.parts import load_part
+    swapped = _copy(artifact, tmp_path / "swapped")
+    import shutil
+    shutil.copy(swapped / "part_00001.pt", swapped / "part_00002.pt")
+    assert main(["quality", str(swapped)]) == 2
+    assert "part_00002.pt was changed after partitioning" in capsys.readouterr().err
+    with pytest.raises(ArtifactError, match="part_00002.pt was changed"):
+        load_part(swapped, 2)
+    assert load_part(swapped, 1).rank == 1
+    # an artifact of the previous format (before the pre-aggregation plan) says how to rebuild it
+    old = _copy(artifact, tmp_path / "old")
+    meta = json.loads((old / "meta.json").read_text())
+    meta["format_version"] = 1
+    (old / "meta.json").write_text(json.dumps(meta))
+    for argv in (["quality", str(old)], ["train-gcn", "--partition", str(old)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "format 1, this graphdist reads format 2" in err
+        assert f"rebuild it with: graphdist partition {SPEC} --parts 4 --method ldg --out {old}" in err
 
 
 def test_fingerprint_and_k_mismatch_name_both_values(artifact):

@@ -204,3 +204,102 @@ def test_metis_width_selftest_detects_a_foreign_build(monkeypatch):
     monkeypatch.setitem(backends._METIS, "why", "idx_t is not 64-bit (4-byte options seen)")
     with pytest.raises(MissingBackendError, match="4-byte options seen.*pymetis==2025.2.2"):
         partition(grid(4, 4), 2, method="metis", balance="both")
+
+
+# ------------------------------------------------------------------ rows moved (pre/post aggregation)
+def test_role_bound_is_an_upper_bound_of_moved_rows_and_exact_in_gains():
+    from partitioners.moved import moved_pins, roles
+    from partitioners.quality import moved_rows
+    rng = np.random.default_rng(4)
+    n, k = 80, 4
+    g = Graph.from_edges(rng.integers(0, n, 300), rng.integers(0, n, 300), n, symmetrize=False)
+    a = rng.integers(0, k, n)
+    w = make_weights(g, k, 0.03, "both")
+    for raw in (roles(g, a, k), np.ones(n, dtype=bool), rng.random(n) < 0.5):
+        r = VolumeRefiner(g, k, w, pins=moved_pins(g, raw))
+        phi = r.phi(a)
+        assert r.volume(a, phi) >= moved_rows(g, a, k)
+        gains = r.gains(a, phi, np.arange(n))
+        for v in range(0, n, 9):  # the refiner's gains are exact for the bound
+            for q in range(k):
+                if q != a[v]:
+                    b = a.copy()
+                    b[v] = q
+                    assert gains[v, q] == r.volume(a) - r.volume(b)
+    # all raw = the plain halo volume
+    assert VolumeRefiner(g, k, w, pins=moved_pins(g, np.ones(n, dtype=bool))).volume(a) == \
+        quality(g, a, k=k)["comm_volume"]
+
+
+def test_refine_moved_never_worse_and_keeps_caps():
+    from partitioners.moved import moved_key, refine_moved
+    g = graph("rmat")
+    k = 8
+    w = make_weights(g, k, 0.03, "both")
+    r = VolumeRefiner(g, k, w)
+    a = r.run(partition(g, k, method="ldg", seed=1, balance="both").numpy(), rounds=4)
+    b = refine_moved(g, a, k, w, rounds=10, alternations=2)
+    assert moved_key(g, b, k) <= moved_key(g, a, k)
+    assert (r.loads(b) <= np.asarray(w.caps)[:, None] + 1e-9).all()
+
+
+def test_auto_chooses_by_moved_rows():
+    g = graph("rmat")
+    q_auto = quality(g, partition(g, 8), k=8)
+    q_vol = quality(g, partition(g, 8, initial="metis-vol@0.3", alternations=0), k=8)
+    assert q_auto["moved_rows"] <= q_vol["moved_rows"]
+    assert q_auto["node_imbalance"] <= 0.03 + 1e-9 and q_auto["edge_imbalance"] <= 0.03 + 1e-9
+
+
+def test_sparse_pin_counts_match_dense(monkeypatch):
+    import partitioners.refine as pr
+    rng = np.random.default_rng(5)
+    n, k = 200, 6
+    g = Graph.from_edges(rng.integers(0, n, 900), rng.integers(0, n, 900), n)
+    w = make_weights(g, k, 0.03, "both")
+    a0 = rng.integers(0, k, n)
+    dense = VolumeRefiner(g, k, w)
+    phi_d = dense.phi(a0)
+    monkeypatch.setattr(pr, "_DENSE_LIMIT", 0)  # every PinCounts from here on is the sorted-key kind
+    sparse = VolumeRefiner(g, k, w)
+    phi_s = sparse.phi(a0)
+    assert phi_d.flat is not None and phi_s.flat is None
+    keys = np.arange(n * k)
+    assert np.array_equal(phi_d.get(keys), phi_s.get(keys))
+    assert phi_d.volume() == phi_s.volume() == quality(g, a0, k=k)["comm_volume"]
+    cand = np.arange(n)
+    assert np.array_equal(dense.gains(a0, phi_d, cand), sparse.gains(a0, phi_s, cand))
+    assert np.array_equal(dense.run(a0, seed=1), sparse.run(a0, seed=1))
+
+
+@pytest.mark.parametrize("start", ["ldg", "random"])
+def test_vectorised_rebalance_from_a_bad_start(start):
+    g = graph("rmat")
+    k = 8
+    w = make_weights(g, k, 0.03, "both")
+    caps = np.asarray(w.caps)[:, None]
+    r = VolumeRefiner(g, k, w)
+    a = partition(g, k, method=start).numpy()  # nodes balanced, R-MAT hubs pile up in-edges
+    assert (r.loads(a) > caps).any()
+    assert r.rebalance(a)
+    assert (r.loads(a) <= caps + 1e-9).all()
+    # from node-balanced METIS (4x the edge cap on one part) the overload drops to near zero
+    b = partition(g, k, method="metis").numpy()
+    before = np.maximum(r.loads(b) / caps - 1, 0).sum()
+    r.rebalance(b)
+    assert np.maximum(r.loads(b) / caps - 1, 0).sum() < 0.01 * before
+
+
+def test_hypergraph_pins_are_exact_beyond_3e9_nodes():
+    # mtkahypar's net/pin list used to be np.unique(src * n + dst): at n = 3.5e9 that key
+    # overflows int64 and distinct pairs collide; unique_pairs sorts the pairs themselves
+    from partitioners.backends import unique_pairs
+    n = 3_500_000_000
+    a = np.array([n - 1, 5, n - 1, 5, 2**40, n - 1], dtype=np.int64)
+    b = np.array([n - 2, 7, n - 2, 6, 3, 0], dtype=np.int64)
+    want = [(5, 6), (5, 7), (n - 1, 0), (n - 1, n - 2), (2**40, 3)]
+    with np.errstate(over="ignore"):
+        key = np.unique(a * n + b)
+    assert list(zip((key // n).tolist(), (key % n).tolist())) != want  # the old key misreads pairs
+    net, pin = unique_pairs(a, b)
+    assert list(zip(net.tolist(), pin.tolist())) == want

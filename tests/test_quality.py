@@ -8,8 +8,10 @@ import torch
 from graphdist.data.graph import Graph
 from graphdist.errors import USER_ERRORS
 from partitioners import (QUALITY_KEYS, PartitionError, bytes_per_layer, comm_volume, edge_cut,
-                          edge_cut_fraction, edge_imbalance, max_recv, max_send, node_imbalance,
-                          quality, recv_per_part, replication_factor, send_matrix, send_per_part)
+                          edge_cut_fraction, edge_imbalance, max_recv, max_send, moved_rows,
+                          node_imbalance, quality, recv_per_part, replication_factor, send_matrix,
+                          send_per_part)
+from partitioners.cover import halo_cover
 
 
 def directed(edges, n):
@@ -35,7 +37,10 @@ def test_hand_counted_directed_graph():
     assert edge_imbalance(g, a) == pytest.approx(3 / 2.5 - 1)
     assert replication_factor(g, a) == pytest.approx(7 / 4)
     assert bytes_per_layer(g, a, 16) == 3 * 16 * 4
+    # pre/post aggregation: 0 -> 2 and 1 -> 2 become one partial sum for node 2; 3 -> 0 stays
+    assert moved_rows(g, a) == 2
     q = quality(g, a, feature_dim=16)
+    assert q["moved_rows"] == 2 and q["moved_max_recv"] == 1
     assert set(q) == set(QUALITY_KEYS) | {"bytes_per_layer"}
     assert q["comm_volume"] == 3 and q["edge_cut"] == 3 and q["bytes_per_layer"] == 192
     assert set(quality(g, a)) == set(QUALITY_KEYS)
@@ -46,10 +51,10 @@ def test_a_source_is_counted_once_per_receiving_part():
     g = directed([(0, 1), (0, 2), (0, 3)], 4)
     a = torch.tensor([0, 1, 1, 1])
     assert edge_cut(g, a) == 3
-    assert comm_volume(g, a) == 1
+    assert comm_volume(g, a) == 1 and moved_rows(g, a) == 1
     # leaves in parts 1, 2, 3: the row goes to three parts
     a3 = torch.tensor([0, 1, 2, 3])
-    assert comm_volume(g, a3) == 3
+    assert comm_volume(g, a3) == 3 and moved_rows(g, a3) == 3
     np.testing.assert_array_equal(send_matrix(g, a3)[0], [0, 1, 1, 1])
     assert max_send(g, a3) == 3 and max_recv(g, a3) == 1
 
@@ -73,8 +78,32 @@ def test_undirected_path_into_two_halves():
     assert q["edge_imbalance"] == pytest.approx(0.0)
 
 
+def _max_matching(edges) -> int:
+    """Kuhn's augmenting paths on a list of (left, right) edges (reference only)."""
+    adj: dict = {}
+    for u, v in edges:
+        adj.setdefault(u, []).append(v)
+    match: dict = {}
+
+    def augment(u, seen):
+        for v in adj[u]:
+            if v not in seen:
+                seen.add(v)
+                if v not in match or augment(match[v], seen):
+                    match[v] = u
+                    return True
+        return False
+    return sum(augment(u, set()) for u in adj)
+
+
 def brute_force(src, dst, n, a, k):
     halo = [set() for _ in range(k)]
+    pairs: dict = {}
+    for j, i in zip(src, dst):
+        if a[j] != a[i]:
+            pairs.setdefault((a[j], a[i]), set()).add((j, i))
+    moved = {p: _max_matching(sorted(e)) for p, e in pairs.items()}
+    moved_recv = [sum(m for (s, r), m in moved.items() if r == q) for q in range(k)]
     cut = 0
     for j, i in zip(src, dst):
         if a[j] != a[i]:
@@ -95,6 +124,7 @@ def brute_force(src, dst, n, a, k):
         "max_recv": max(len(h) for h in halo), "max_send": int(send.sum(1).max()),
         "node_imbalance": nodes.max() / (n / k) - 1, "edge_imbalance": edges.max() / (len(src) / k) - 1,
         "replication_factor": (n + vol) / n, "bytes_per_layer": vol * 7 * 4,
+        "moved_rows": sum(moved.values()), "moved_max_recv": max(moved_recv),
     }, send
 
 
@@ -115,6 +145,24 @@ def test_matches_brute_force_on_random_graphs(seed):
     for key, v in ref.items():
         assert got[key] == pytest.approx(v), key
     np.testing.assert_array_equal(send_matrix(g, a), send)
+    # the cover behind moved_rows: it covers every cut edge, and never needs more rows than
+    # the plain halo or the partial sums alone would
+    c = halo_cover(g, a, k)
+    assert c.moved_rows == ref["moved_rows"]
+    assert (c.raw_cover[c.row] | c.pre_cover[c.col]).all()
+    assert c.moved_rows <= min(c.raw_node.size, c.pre_node.size)
+
+
+def test_cover_by_hand():
+    # part 0 = {0, 4, 5}, part 1 = {1, 2, 3}; 0 -> 1, 2, 3 (a source with three targets) and
+    # 4 -> 1, 5 -> 1 (a target with two more sources): send row 0 raw, one partial sum for 1
+    g = directed([(0, 1), (0, 2), (0, 3), (4, 1), (5, 1)], 6)
+    a = np.array([0, 1, 1, 1, 0, 0])
+    c = halo_cover(g, a, 2)
+    assert c.moved_rows == 2 and comm_volume(g, a) == 3
+    assert c.raw_node[c.raw_cover].tolist() == [0] and c.pre_node[c.pre_cover].tolist() == [1]
+    assert sorted(zip(c.src[c.edge_pre].tolist(), c.dst[c.edge_pre].tolist())) == [(4, 1), (5, 1)]
+    np.testing.assert_array_equal(c.moved_per_receiver(a, 2), [0, 2])
 
 
 def test_explicit_k_counts_empty_parts():

@@ -18,6 +18,8 @@ _LABELS = [  # (key, header, format)
     ("comm_volume", "halo volume", "{:,}"),
     ("max_recv", "max recv", "{:,}"),
     ("max_send", "max send", "{:,}"),
+    ("moved_rows", "moved rows", "{:,}"),
+    ("moved_max_recv", "moved max", "{:,}"),
     ("edge_cut", "edge cut", "{:,}"),
     ("edge_cut_fraction", "cut frac", "{:.3f}"),
     ("node_imbalance", "node imb", "{:.1%}"),
@@ -66,11 +68,14 @@ def _quality(args) -> int:
                        ("time", f"{meta.get('time', {}).get('partition_s', float('nan')):.2f} s")])
     parts = meta.get("parts") or {}
     if parts.get("owned_nodes") and parts.get("halo_rows"):
-        edges = parts.get("local_edges") or [None] * len(parts["owned_nodes"])
-        rows = [[str(r), f"{o:,}", f"{h:,}", f"{e:,}" if e is not None else "-"]
-                for r, (o, h, e) in enumerate(zip(parts["owned_nodes"], parts["halo_rows"], edges))]
+        n = len(parts["owned_nodes"])
+        edges = parts.get("local_edges") or [None] * n
+        moved = parts.get("moved_rows") or [None] * n
+        fmt = lambda v: f"{v:,}" if v is not None else "-"  # noqa: E731
+        rows = [[str(r), fmt(o), fmt(h), fmt(m), fmt(e)]
+                for r, (o, h, m, e) in enumerate(zip(parts["owned_nodes"], parts["halo_rows"], moved, edges))]
         print()
-        print(text_table(["part", "owned nodes", "halo rows", "local edges"], rows))
+        print(text_table(["part", "owned nodes", "halo rows", "moved rows", "local edges"], rows))
     return 0
 
 

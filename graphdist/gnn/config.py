@@ -51,6 +51,19 @@ class GCNConfig:
     """divide each feature row by its sum (Kipf's Cora preprocessing)"""
     patience: int = 0
     """early stopping: stop after N epochs without a better validation accuracy (0 = never)"""
+    halo: Literal["plain", "mvc"] = "mvc"
+    """halo exchange: plain sends every halo row raw; mvc sends, per peer pair, raw rows or
+    pre-aggregated partial sums as a minimum vertex cover of the cut picks (exact, fewer rows)"""
+    halo_bits: Literal[32, 16, 8, 4, 2] = 32
+    """bits per halo value in flight, forward and backward: 32 = float32 (exact); 16, 8, 4, 2 =
+    per-row offset and scale, stochastic rounding, packed bytes (fewer bytes, not exact)"""
+    label_rate: float = 0.0
+    """masked label embedding (UniMP, SuperGCN's companion of 2-bit halos): each epoch a share
+    of the training nodes, drawn by global id, feed their label into the input (the loss is
+    taken on the others); evaluation feeds every training label. 0 = off; 0.62 as SuperGCN"""
+    reorder: Literal["rcm", "degree", "none"] = "rcm"
+    """order of a rank's owned rows for SpMM locality (reverse Cuthill-McKee, descending degree,
+    or the global id order); the result does not depend on it"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto (CUDA when available), cpu or cuda; one GPU per local rank"""
     report: str | None = field(default=None, metadata={"metavar": "FILE"})
@@ -86,6 +99,8 @@ class GCNConfig:
                 raise ConfigError(f"--{name} must be >= {lo}, got {v}")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"--dropout must be in [0, 1), got {self.dropout}")
+        if not 0.0 <= self.label_rate < 1.0:
+            raise ConfigError(f"--label-rate must be in [0, 1), got {self.label_rate}")
         if self.lr <= 0 or self.weight_decay < 0:
             raise ConfigError(f"--lr must be > 0 and --weight-decay >= 0, got {self.lr} and {self.weight_decay}")
         for name, v in (("parts", self.parts), ("nproc", self.nproc)):

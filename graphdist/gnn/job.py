@@ -80,6 +80,9 @@ def run(cfg: GCNConfig) -> int:
     nproc = 1
     if not under_launcher():
         nproc = _world(cfg)
+        if cfg.halo_bits < 32 and nproc * cfg.nodes.nnodes == 1:
+            raise ConfigError(f"--halo-bits {cfg.halo_bits} quantises the halo exchange, but a 1-part job has "
+                              "none; use --halo-bits 32 or train on k >= 2 parts")
         if dev_type == "cuda":
             import torch
             if nproc > torch.cuda.device_count():
@@ -92,5 +95,6 @@ def summary_line(rep: dict) -> str:
     mb = rep["comm/halo_bytes_per_epoch"] / 1e6
     return (f"test_acc {rep['test_acc']:.4f} (best val {rep['best_val_acc']:.4f} at epoch {rep['best_epoch']}), "
             f"final loss {rep['losses'][-1]:.4f}, {rep['time/epoch_s'] * 1e3:.1f} ms/epoch, "
-            f"halo {rep['comm/halo_rows_per_epoch']:,} rows = {mb:.2f} MB/epoch, "
+            f"halo {rep['comm/halo_rows_per_epoch']:,} rows = {mb:.2f} MB/epoch "
+            f"({rep.get('comm/halo', 'plain')}, {rep.get('comm/halo_bits', 32)} bit), "
             f"peak mem {rep['mem/peak_bytes'] / 2**20:.0f} MiB/rank, world size {rep['world_size']}")

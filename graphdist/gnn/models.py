@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphdist import comm
+from graphdist.halo.keyed import key32 as _key32
+from graphdist.halo.keyed import keyed_bits
 from graphdist.halo.spmm import SparseAdj
 
 
@@ -93,54 +95,32 @@ class GlobalBatchNorm(nn.Module):
         return d * (var + self.eps).rsqrt() * self.weight + self.bias
 
 
-_M24 = 1 << 24
-
-
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """lowbias32 integer hash on int32 tensors (wrapping multiplies, logical shifts)."""
-    x = x ^ ((x >> 16) & 0xFFFF)
-    x = x * 0x7FEB352D
-    x = x ^ ((x >> 15) & 0x1FFFF)
-    x = x * (0x846CA68B - (1 << 32))
-    return x ^ ((x >> 16) & 0xFFFF)
-
-
-def _key32(*values: int) -> int:
-    """A 32-bit key (as a signed int32 value) from small integers, e.g. (seed, epoch, layer)."""
-    h = 0x811C9DC5
-    for v in values:
-        h = ((h ^ (int(v) & 0xFFFFFFFF)) * 0x01000193) & 0xFFFFFFFF
-        h = ((h ^ (h >> 15)) * 0x2C1B3C6D) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
 def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int) -> torch.Tensor:
-    """Dropout whose mask is a function of ``(key, global row id, column)`` only::
+    """Dropout whose mask is a function of ``(key, global row id, column)`` only
+    (:func:`graphdist.halo.keyed.keyed_bits`: an xor, a multiply and a compare per element,
+    several times cheaper than ``torch.bernoulli`` on a CPU)::
 
-        keep[i, j] = hash(hash(id_i ^ key), j) >= p * 2^24      (24-bit uniform per element)
+        keep[i, j] = bits(key, id_i, j) >= (p - 1/2) * 2^32      (signed 32-bit compare)
 
     so a row is dropped alike on whichever rank owns it, and k ranks draw exactly the masks of
     one process (``ids`` = the rows' global node ids, ``key`` from (seed, epoch, layer))."""
-    ids = ids.to(device=h.device, dtype=torch.int64)
-    folded = ((ids & 0xFFFFFFFF) ^ ((ids >> 32) * 0x9E3779B1)) & 0xFFFFFFFF
-    rows = torch.where(folded >= 1 << 31, folded - (1 << 32), folded).to(torch.int32)
-    rows = _mix32(rows ^ key)
-    cols = torch.arange(h.shape[1], dtype=torch.int32, device=h.device) * (0x85EBCA6B - (1 << 32))
-    u = (_mix32(rows[:, None] ^ cols[None, :]) >> 8) & (_M24 - 1)
-    keep = u >= int(p * _M24)
-    return h * keep.to(h.dtype) * (1.0 / (1.0 - p))
+    keep = keyed_bits(ids.to(h.device), h.shape[1], key) >= int(p * (1 << 32)) - (1 << 31)
+    return h * keep.to(h.dtype).mul_(1.0 / (1.0 - p))
 
 
 class GNN(nn.Module):
     """``L`` layers of GCN or SAGE; ReLU (and optional global batch norm) between layers,
     dropout before every layer (Kipf: dropout on the input too).
 
-    ``forward(x, adj, exchange, ids=, step=)``: with ``ids`` (the global node ids of the rows of
-    ``x``) dropout is :func:`keyed_dropout` keyed by ``(seed, step, layer)``, the same on any
-    number of ranks; without, it is ``F.dropout`` on torch's RNG."""
+    ``forward(x, adj, exchange, ids=, step=, labels=)``: with ``ids`` (the global node ids of the
+    rows of ``x``) dropout is :func:`keyed_dropout` keyed by ``(seed, step, layer)``, the same on
+    any number of ranks; without, it is ``F.dropout`` on torch's RNG. With ``label_classes`` the
+    model has a masked label embedding (UniMP, "Masked Label Prediction", as SuperGCN pairs with
+    2-bit halos): ``labels [n]`` (class, or -1 = unknown) add a learned class vector (initially
+    zero) to the input rows whose label is known."""
 
     def __init__(self, model: str, f_in: int, hidden: int, f_out: int, layers: int = 2,
-                 dropout: float = 0.5, batch_norm: bool = False, seed: int = 0):
+                 dropout: float = 0.5, batch_norm: bool = False, seed: int = 0, label_classes: int = 0):
         super().__init__()
         if model not in ("gcn", "sage"):
             raise ValueError(f"model must be gcn or sage, got {model!r}")
@@ -151,10 +131,15 @@ class GNN(nn.Module):
         self.seed = seed
         self.convs = nn.ModuleList(layer(a, b) for a, b in zip(dims[:-1], dims[1:]))
         self.norms = nn.ModuleList(GlobalBatchNorm(hidden) for _ in range(layers - 1)) if batch_norm else None
+        self.label_emb = nn.Embedding(label_classes, f_in) if label_classes else None
+        if self.label_emb is not None:  # zero: training starts from the model without labels
+            nn.init.zeros_(self.label_emb.weight)
 
     def forward(self, x, adj: SparseAdj, exchange=None, *, ids: torch.Tensor | None = None,
-                step: int = 0):
+                step: int = 0, labels: torch.Tensor | None = None):
         h = x
+        if self.label_emb is not None and labels is not None:
+            h = h + self.label_emb(labels.clamp(min=0)) * (labels >= 0).to(h.dtype)[:, None]
         last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):
             if self.dropout > 0 and self.training:

@@ -56,16 +56,17 @@ def train(cfg: GCNConfig) -> dict:
     return fit(cfg, lg, pinfo, ctx)
 
 
-def check_plan(lg) -> None:
+def check_plan(lg, halo: str = "plain") -> None:
     """Every rank must hold a part of the same graph and plan: the fingerprints agree, and what
-    rank s sends to r is what r expects from s (one small all-gather of the counts)."""
+    rank s sends to r in ``halo`` mode is what r expects from s (one small all-gather of the counts)."""
     comm.check_same(lg.fingerprint, "graph fingerprint")
-    sends = comm.all_gather_object(list(lg.send_counts))
-    bad = [(s, lg.rank) for s in range(lg.world_size) if sends[s][lg.rank] != lg.recv_counts[s]]
+    lay = lg.exchange_layout(halo)
+    sends = comm.all_gather_object(list(lay.send_counts))
+    bad = [(s, lg.rank) for s in range(lg.world_size) if sends[s][lg.rank] != lay.recv_counts[s]]
     if bad:
         s, r = bad[0]
         raise ArtifactError(f"halo plans disagree: rank {s} sends {sends[s][r]} rows to rank {r}, which "
-                            f"expects {lg.recv_counts[s]} (parts from different artifacts?)")
+                            f"expects {lay.recv_counts[s]} (parts from different artifacts?)")
 
 
 def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
@@ -76,20 +77,24 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     (the epoch is checkpointed when ``checkpoint_dir`` is set)."""
     rank, ws, dev = ctx.rank, ctx.world_size, ctx.device
     log = get_logger()
+    if cfg.halo_bits < 32 and ws == 1:
+        raise ConfigError(f"--halo-bits {cfg.halo_bits} quantises the halo exchange, but a 1-part job has "
+                          "none; use --halo-bits 32 or train on k >= 2 parts")
+    lg = lg.reordered(cfg.reorder)  # owned rows in locality order; every result is order-free
     x = lg.x
     if x is None or lg.y is None or lg.train_mask is None:
         raise ConfigError("the graph needs features x, labels y and a train mask to train a GCN; for a "
                           "graph without node data add ,features=degree (or ,features=random:64) and "
                           ",labels=random:8 to an edgelist or npz spec")
-    check_plan(lg)
+    check_plan(lg, cfg.halo)
     if cfg.row_normalize:
         x = x / x.sum(1, keepdim=True).clamp(min=1.0)
     x, y, ids = x.to(dev), lg.y.to(dev), lg.owned.to(dev)
     masks = [m.to(dev) if m is not None else torch.zeros_like(lg.train_mask, device=dev)
              for m in (lg.train_mask, lg.val_mask, lg.test_mask)]
     n_classes = int(comm.all_reduce_max(torch.tensor([lg.num_classes], device=dev)).item())
-    adj = SparseAdj.for_model(lg, cfg.model, dev)
-    ex = comm.HaloExchanger.from_local_graph(lg, dev)
+    adj = SparseAdj.for_model(lg, cfg.model, dev, halo=cfg.halo)
+    ex = comm.HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed)
     counts = comm.all_reduce_sum(torch.stack([m.sum() for m in masks]).to(torch.float64))
     n_train = float(counts[0])
     if n_train == 0:
@@ -97,7 +102,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
 
     torch.manual_seed(cfg.seed)
     model = GNN(cfg.model, x.shape[1], cfg.hidden, n_classes, cfg.layers, cfg.dropout, cfg.batch_norm,
-                seed=cfg.seed).to(dev)
+                seed=cfg.seed, label_classes=n_classes if cfg.label_rate > 0 else 0).to(dev)
     comm.broadcast_module(model)
     opt = torch.optim.Adam(model.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
     hist = {"losses": [], "val_acc": [], "test_acc": [], "train_acc": [], "epoch_s": []}
@@ -115,22 +120,27 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         with GracefulStop() as signalled:
             for epoch in range(start + 1, cfg.epochs + 1):
                 ex.stats.reset()
+                ex.set_step(epoch)
+                ex.measure = epoch == start + 1 or epoch % 10 == 0  # quantisation error, now and then
                 with Timer(dev) as t:
                     model.train()
                     opt.zero_grad(set_to_none=True)
-                    out = model(x, adj, ex, ids=ids, step=epoch)
-                    tm = masks[0]
-                    loss = F.cross_entropy(out[tm], y[tm], reduction="sum") / n_train
+                    ex.start_pass()
+                    tm, labels_in, denom = _label_split(cfg, masks[0], y, ids, epoch, n_train)
+                    out = model(x, adj, ex, ids=ids, step=epoch, labels=labels_in)
+                    loss = F.cross_entropy(out[tm], y[tm], reduction="sum") / denom
                     loss.backward()
                     comm.all_reduce_grads(model.parameters())
                     opt.step()
                     model.eval()
                     with torch.no_grad():
-                        pred = model(x, adj, ex).argmax(1)
+                        ex.start_pass()
+                        known = torch.where(masks[0], y, -1) if cfg.label_rate > 0 else None
+                        pred = model(x, adj, ex, labels=known).argmax(1)
                         ok = pred == y
                         # the last entry carries this rank's stop request to every rank
                         sig = {None: 0.0, signal.SIGINT: 1.0}.get(signalled.signum, 1000.0)
-                        m = torch.stack([loss.detach().double() * n_train] +
+                        m = torch.stack([loss.detach().double() * n_train] +  # mean loss, times n_train
                                         [(ok & mk).sum().double() for mk in masks] +
                                         [torch.tensor(sig, dtype=torch.float64, device=dev)])
                         comm.all_reduce_sum(m)
@@ -173,6 +183,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     peak = comm.all_reduce_max(torch.tensor([float(peak_memory_bytes(dev))], dtype=torch.float64, device=dev))
     peaks = comm.all_gather_object(peak_memory_bytes(dev))
     best = _best(hist["val_acc"])
+    rel_error = _rel_error(ex, len(model.convs), dev) if cfg.halo_bits < 32 else None
     return {
         "test_acc": hist["test_acc"][best] if hist["test_acc"] else None,
         "best_val_acc": hist["val_acc"][best] if hist["val_acc"] else None,
@@ -181,6 +192,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "time/epoch_s": statistics.median(hist["epoch_s"]) if hist["epoch_s"] else None,
         "comm/halo_bytes_per_epoch": int(stats[1]),
         "comm/halo_rows_per_epoch": int(stats[0]),
+        "comm/halo": cfg.halo,
+        "comm/halo_bits": cfg.halo_bits,
+        "comm/halo_rel_error": rel_error,
         "mem/peak_bytes": int(peak.item()),
         "mem/peak_bytes_per_rank": peaks,
         "world_size": ws,
@@ -191,6 +205,36 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "device": str(dev),
         "config": asdict(cfg),
     }
+
+
+def _label_split(cfg, train, y, ids, epoch: int, n_train: float):
+    """``(nodes the loss is taken on, labels fed to the input (-1 = none), loss divisor)``. With
+    ``label_rate`` a share of the training nodes, drawn by (seed, epoch, global id), feeds its
+    label in and the loss is on the rest (divided by their global count, so k ranks = 1)."""
+    if cfg.label_rate <= 0:
+        return train, None, n_train
+    from graphdist.halo.keyed import key32, keyed_bits
+    draw = keyed_bits(ids, 1, key32(cfg.seed, epoch, 0x1AB))[:, 0]
+    prop = train & (draw < int(cfg.label_rate * (1 << 32)) - (1 << 31))
+    sup = train & ~prop
+    denom = float(comm.all_reduce_sum(sup.sum().double().reshape(1))[0])
+    return sup, torch.where(prop, y, -1), max(denom, 1.0)
+
+
+def _rel_error(ex, layers: int, dev) -> dict:
+    """Relative error ``||x_hat - x|| / ||x||`` of the quantised halo rows per layer, over all
+    ranks and the measured epochs: ``{"forward": [...], "backward": [...]}`` (None where a layer
+    sent nothing in that direction)."""
+    sums = torch.zeros(2, layers, 2, dtype=torch.float64)
+    for (direction, tag), (e2, n2) in ex.stats.errors.items():
+        if tag < layers:
+            sums[0 if direction == "forward" else 1, tag] += torch.tensor([e2, n2], dtype=torch.float64)
+    sums = comm.all_reduce_sum(sums.to(dev)).cpu()
+    out = {}
+    for i, name in enumerate(("forward", "backward")):
+        out[name] = [float((sums[i, j, 0] / sums[i, j, 1]).sqrt()) if sums[i, j, 1] > 0 else None
+                     for j in range(layers)]
+    return out
 
 
 def _interrupted(signum, epoch, cfg, ckpt, saved) -> Interrupted:
@@ -204,8 +248,10 @@ def _interrupted(signum, epoch, cfg, ckpt, saved) -> Interrupted:
     return Interrupted(f"{name} after epoch {epoch} of {cfg.epochs}; {where}", signum)
 
 
-_RUN_KEYS = ("model", "layers", "hidden", "batch_norm", "seed")
+_RUN_KEYS = ("model", "layers", "hidden", "batch_norm", "seed", "label_rate")
 """Config fields a checkpoint must agree with to be resumed."""
+_RUN_DEFAULTS = {"label_rate": 0.0}
+"""What a checkpoint written before a key existed had (it resumes as that)."""
 
 
 def _state(model, opt) -> dict:
@@ -235,7 +281,7 @@ def _load(ckpt, cfg, ws, fingerprint, model, opt) -> tuple[int, dict]:
         raise ArtifactError(f"checkpoint {snap} is for graph fingerprint {meta.get('fingerprint')}, "
                             f"this run's graph has {fingerprint}")
     for k in _RUN_KEYS:
-        if meta.get(k) != getattr(cfg, k):
+        if meta.get(k, _RUN_DEFAULTS.get(k)) != getattr(cfg, k):
             raise ArtifactError(f"checkpoint {snap} has {k}={meta.get(k)!r} but this run has {getattr(cfg, k)!r}")
     state = _state(model, opt)
     ckpt.load(snap, state)

@@ -1,11 +1,16 @@
 """The partitioned graph: what each rank holds and how halo rows move.
 
-    plan.py       LocalGraph (owned rows, halo columns, exchange plan) built for all ranks in
-                  one process, validated for symmetry
+    local.py      LocalGraph: owned rows, halo columns, both exchange plans (plain, mvc), the
+                  model normalisations, locality reordering
+    plan.py       builds every part's LocalGraph in one process and validates them together
     artifact.py   the partition artifact directory (meta.json, assignment.npy, part files)
     parts.py      per-part files: a rank reads only its own
     setup.py      where a rank's part comes from (an artifact, or partitioning in-process)
-    spmm.py       the normalised adjacency and ``A @ [h ; halo(h)]`` overlapped with the exchange
+    spmm.py       the adjacency as sparse operators and ``A @ [h ; halo(h)]`` overlapped with
+                  the exchange
+    quant.py      quantised halo rows (offset/scale per row, stochastic rounding, packing)
+    keyed.py      random bits that are functions of (key, global id, column): dropout masks and
+                  rounding noise equal on any number of ranks
 
 Shared by every workload that trains on a partitioned graph (``graphdist.gnn``, and the graph
 recommender). The exchange itself is :class:`graphdist.comm.HaloExchanger`.

@@ -2,7 +2,8 @@
 
     DIR/
       meta.json          format_version, fingerprint, num_nodes, num_edges, k, method,
-                         params, quality, time, parts (summary of the per-part files)
+                         params, quality, time, parts (summary of the per-part files),
+                         sha256 (of assignment.npy and of every part file)
       assignment.npy     int64 [N]: part of every node, in the loader's node order
       part_00000.pt ...  one file per rank (graphdist.halo.parts.write_parts)
 
@@ -10,9 +11,14 @@ Writing is atomic: everything goes into a temporary sibling directory, ``meta.js
 then one ``rename`` puts it in place (an existing artifact is moved aside first and removed
 after the swap). A killed run leaves only a ``.DIR.tmp-*`` sibling, never a ``DIR`` that reads
 as complete; a directory without ``meta.json`` is reported as incomplete.
+
+Reading checks what was written: ``assignment.npy`` and each part file must have the SHA-256
+recorded in ``meta.json`` (a replaced file is refused, never read with stale figures), and an
+artifact of another format version is refused with the command that rebuilds it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -25,11 +31,12 @@ import torch
 
 from graphdist.errors import ArtifactError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: part files carry the pre/post-aggregation (mvc) plan; meta.json records SHA-256 hashes."""
 META = "meta.json"
 ASSIGNMENT = "assignment.npy"
 
-__all__ = ["write_artifact", "read_artifact", "read_meta", "check_artifact", "Artifact",
+__all__ = ["write_artifact", "read_artifact", "read_meta", "check_artifact", "check_hash", "Artifact",
            "FORMAT_VERSION"]
 
 
@@ -98,6 +105,7 @@ def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, qua
                      "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         }
         meta["parts"] = parts
+        meta["sha256"] = {name: file_sha256(tmp / name) for name in [ASSIGNMENT] + parts["files"]}
         with open(tmp / META, "w") as f:  # written last: its presence marks completeness
             json.dump(meta, f, indent=2, sort_keys=False, default=_json_default)
             f.write("\n")
@@ -115,6 +123,35 @@ def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, qua
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def file_sha256(path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def check_hash(meta: dict, directory, name: str) -> None:
+    """Refuse ``directory/name`` unless its SHA-256 is the one ``meta.json`` recorded."""
+    want = (meta.get("sha256") or {}).get(name)
+    path = Path(directory) / name
+    if want is None:
+        raise ArtifactError(f"{Path(directory) / META}: no hash recorded for {name}; {rebuild_hint(meta, directory)}")
+    got = file_sha256(path)
+    if got != want:
+        raise ArtifactError(f"{path} was changed after partitioning (sha256 {got[:12]}, meta.json has "
+                            f"{want[:12]}); {rebuild_hint(meta, directory)}")
+
+
+def rebuild_hint(meta: dict, directory) -> str:
+    """``rebuild it with: graphdist partition SPEC --parts K --method M --out DIR``."""
+    p = meta.get("params") or {}
+    spec = p.get("spec") or meta.get("graph") or "SPEC"
+    k = meta.get("k", p.get("k", "K"))
+    method = meta.get("method") or "M"
+    return f"rebuild it with: graphdist partition {spec} --parts {k} --method {method} --out {directory}"
 
 
 def _json_default(o):
@@ -149,7 +186,8 @@ def read_meta(directory) -> dict:
         raise ArtifactError(f"{d / META}: unreadable ({e})") from None
     ver = meta.get("format_version") if isinstance(meta, dict) else None
     if ver != FORMAT_VERSION:
-        raise ArtifactError(f"{d / META}: format version {ver}, expected {FORMAT_VERSION}")
+        raise ArtifactError(f"{d}: partition artifact format {ver}, this graphdist reads format {FORMAT_VERSION}; "
+                            + rebuild_hint(meta if isinstance(meta, dict) else {}, d))
     for key in ("fingerprint", "num_nodes", "k"):
         if key not in meta:
             raise ArtifactError(f"{d / META}: missing key '{key}'")
@@ -170,6 +208,7 @@ def read_artifact(directory) -> Artifact:
         raise ArtifactError(f"{path}: unreadable ({e})") from None
     a = torch.from_numpy(np.ascontiguousarray(arr).astype(np.int64, copy=False))
     _check_assignment(a, int(meta["num_nodes"]), int(meta["k"]), path)
+    check_hash(meta, d, ASSIGNMENT)
     return Artifact(meta, a)
 
 

@@ -2,10 +2,11 @@
 
     DIR/part_00000.pt  ...  DIR/part_{k-1:05d}.pt     (torch.save of a dict of tensors)
 
-Each file holds one :class:`~graphdist.halo.plan.LocalGraph` (see :mod:`graphdist.halo.plan` for the
-layout: owned global ids, local CSR over ``[owned | halo from peer 0 | ... ]``, send/recv
-index lists, global degrees of all local columns, the part's x/y/masks) plus
-``format_version`` and the graph ``fingerprint``. ``meta.json`` and ``assignment.npy`` belong
+Each file holds one :class:`~graphdist.halo.local.LocalGraph` (see :mod:`graphdist.halo.local` for
+the layout: owned global ids, local CSR over ``[owned | halo from peer 0 | ... ]``, the plain and
+the pre-aggregation (mvc) exchange plans, global degrees of all local columns, the part's
+x/y/masks) plus ``format_version`` and the graph ``fingerprint``. Inside an artifact,
+:func:`load_part` checks the file's SHA-256 against ``meta.json`` before reading it. ``meta.json`` and ``assignment.npy`` belong
 to :mod:`graphdist.halo.artifact`, which calls :func:`write_parts` into its temp dir.
 """
 from __future__ import annotations
@@ -18,7 +19,8 @@ from graphdist.errors import ArtifactError, MissingFileError
 from graphdist.fileio import atomic_torch_save
 from graphdist.halo.plan import LocalGraph, build_plans, plan_stats
 
-PART_FORMAT_VERSION = 1
+PART_FORMAT_VERSION = 2
+"""2: the mvc plan (halo_raw, send_raw, pre_rows, pre_ptr, pre_src, pre_dst and counts)."""
 
 
 def part_path(directory, rank: int) -> Path:
@@ -54,13 +56,17 @@ def load_part(directory, rank: int) -> LocalGraph:
     path = part_path(directory, rank)
     if not path.exists():
         raise MissingFileError(f"{path}: part file for rank {rank} not found (re-run `graphdist partition`)")
+    if (Path(directory) / "meta.json").exists():
+        from graphdist.halo.artifact import check_hash, read_meta
+        check_hash(read_meta(directory), directory, path.name)
     try:
         d = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001
         raise ArtifactError(f"{path}: cannot read part file: {e}") from e
     ver = d.pop("format_version", None)
     if ver != PART_FORMAT_VERSION:
-        raise ArtifactError(f"{path}: part format version {ver}, expected {PART_FORMAT_VERSION}")
+        raise ArtifactError(f"{path}: part format {ver}, this graphdist reads format {PART_FORMAT_VERSION}; "
+                            "rebuild the artifact with `graphdist partition`")
     if d.get("rank") != rank:
         raise ArtifactError(f"{path}: file holds part {d.get('rank')}, expected {rank}")
     return LocalGraph(**d)

@@ -1,119 +1,30 @@
-"""Local graph and halo plan of each part, as plain tensors (no torch.distributed here).
+"""Building the :class:`~graphdist.halo.local.LocalGraph` of every part, and checking that the
+plans of all parts agree (see :mod:`graphdist.halo.local` for the layout).
 
-Rank ``r`` owns the nodes with ``assignment == r`` (in ascending global id). Its **halo** is the
-set of remote in-neighbours of its owned nodes: every source ``j`` of an edge ``j -> i`` with
-``i`` owned by ``r`` and ``j`` owned by some peer ``s != r``. Local column ids::
+Both exchange plans are cut from whole-graph arrays computed once (:class:`_Shared`):
 
-    columns  0 .. n_own-1 | n_own .. n_own+h0-1 | ... | ... +h_{k-1}-1
-             owned rows   | halo from peer 0    | ... | halo from peer k-1
-                            (sorted by global id within each peer block; h_r = 0)
+* plain: the distinct ``(source u, receiving part)`` pairs of the cut edges, sorted by
+  ``(receiving part, owner of u, u)`` for the receive side and ``(owner, receiving part, u)``
+  for the send side, so rank s's send list to r is exactly r's halo block from s, in order;
+* mvc: the König cover of all ordered part pairs at once (:func:`partitioners.cover.halo_cover`):
+  covered ``(u, r)`` pairs are sent raw; every other cut edge ``u -> v`` enters the partial
+  sum of ``(v, owner of u)``, a covered pair, sent in ascending order of ``v``.
 
-    indptr  [n_own+1]   local CSR over owned destination rows
-    indices [nnz]       local column id of each in-neighbour (sorted per row)
-    send_idx[sum(send_counts)]  owned-local rows to send, grouped by peer 0,1,..,k-1
-    send_counts[k]      rows r sends to each peer      (send_counts[r] == 0)
-    recv_counts[k]      halo rows r receives per peer  (recv_counts[r] == 0)
-
-Symmetry: the rows ``r`` sends to ``s`` (``owned[r][send_idx block s]``) are exactly the
-global ids of ``s``'s "halo from peer r" block, in the same order (both are sorted by global
-id), so ``all_to_all_single(recv, gather(send_idx), recv_counts, send_counts)`` fills the halo.
-
-GCN normalisation (Kipf & Welling, as PyG ``gcn_norm``): ``D^-1/2 (A + I) D^-1/2`` with
-``d_i = 1 + global in-degree of i`` (existing self-loops replaced by one of weight 1). Halo
-columns need their *global* degree, so each part stores ``col_deg`` for all its columns.
+Sorting uses :func:`graphdist.sparse.lex_order` (no ``a * n + b`` keys that could overflow
+int64 on huge graphs). :func:`validate_plans` checks, for every ordered pair, that the raw rows,
+the partial sums and the very edges summed into them are the same on both sides.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import numpy as np
 import torch
 
 from graphdist.errors import ArtifactError
-from graphdist.sparse import coo_to_csr, index2ptr, lex_order, ptr2index
+from graphdist.halo.local import HALO_MODES, MODELS, ExchangeLayout, LocalGraph
+from graphdist.sparse import index2ptr, lex_order, ptr2index
 
-
-@dataclass(eq=False)
-class LocalGraph:
-    """One rank's share of the graph: owned rows, halo columns, exchange plan, node data."""
-
-    rank: int
-    """This part's id (= the rank that trains on it)."""
-    world_size: int
-    """Number of parts k."""
-    num_global_nodes: int
-    """N of the whole graph."""
-    owned: torch.Tensor
-    """``[n_own]`` int64 global ids of owned nodes, ascending; local row ``i`` = ``owned[i]``."""
-    indptr: torch.Tensor
-    """``[n_own+1]`` int64 local CSR row pointer (rows = owned destinations)."""
-    indices: torch.Tensor
-    """``[nnz]`` int64 local column ids ``[owned | halo]`` of each in-neighbour."""
-    halo: torch.Tensor
-    """``[n_halo]`` int64 global ids of halo columns, grouped by owning peer, ascending within."""
-    recv_counts: list[int]
-    """Halo rows received from each peer (``len == world_size``)."""
-    send_idx: torch.Tensor
-    """``[sum(send_counts)]`` int64 owned-local rows to send, grouped by destination peer."""
-    send_counts: list[int]
-    """Rows sent to each peer (``len == world_size``)."""
-    col_deg: torch.Tensor
-    """``[n_own+n_halo]`` int64 global in-degree (without self-loops) of every local column."""
-    x: torch.Tensor | None = None
-    """``[n_own, F]`` float32 owned features."""
-    y: torch.Tensor | None = None
-    """``[n_own]`` int64 owned labels."""
-    train_mask: torch.Tensor | None = None
-    """``[n_own]`` bool."""
-    val_mask: torch.Tensor | None = None
-    """``[n_own]`` bool."""
-    test_mask: torch.Tensor | None = None
-    """``[n_own]`` bool."""
-    num_classes: int = 0
-    """Global number of classes (max label + 1 over the whole graph)."""
-    fingerprint: str = ""
-    """Fingerprint of the graph this part was cut from."""
-
-    @property
-    def num_owned(self) -> int:
-        return int(self.owned.numel())
-
-    @property
-    def num_halo(self) -> int:
-        return int(self.halo.numel())
-
-    @property
-    def num_cols(self) -> int:
-        return self.num_owned + self.num_halo
-
-    def row_of_edges(self) -> torch.Tensor:
-        """``[nnz]`` local destination row of each stored edge."""
-        return ptr2index(self.indptr, int(self.indices.numel()))
-
-    def gcn_adjacency(self):
-        """``(indptr, indices, values)`` of ``D^-1/2 (A+I) D^-1/2`` restricted to owned rows."""
-        n = self.num_owned
-        rows = self.row_of_edges()
-        cols = self.indices
-        keep = cols != rows  # drop existing self-loops; one of weight 1 is added below
-        rows = torch.cat([rows[keep], torch.arange(n)])
-        cols = torch.cat([cols[keep], torch.arange(n)])
-        dinv = (self.col_deg.to(torch.float64) + 1.0).rsqrt()
-        vals = (dinv[rows] * dinv[cols]).to(torch.float32)
-        return coo_to_csr(rows, cols, vals, n, self.num_cols)
-
-    def mean_adjacency(self):
-        """``(indptr, indices, values)`` of the mean aggregator (``1/in-degree`` per row)."""
-        deg = (self.indptr[1:] - self.indptr[:-1]).clamp(min=1).to(torch.float32)
-        vals = (1.0 / deg)[self.row_of_edges()]
-        return self.indptr.clone(), self.indices.clone(), vals
-
-    def nbytes(self) -> int:
-        return sum(int(t.numel() * t.element_size()) for t in
-                   (self.owned, self.indptr, self.indices, self.halo, self.send_idx, self.col_deg,
-                    self.x, self.y, self.train_mask, self.val_mask, self.test_mask) if t is not None)
-
-    def to_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+__all__ = ["LocalGraph", "ExchangeLayout", "build_plan", "build_plans", "validate_plans", "plan_stats",
+           "MODELS", "HALO_MODES"]
 
 
 def _check_assignment(graph, assignment, k) -> torch.Tensor:
@@ -125,28 +36,52 @@ def _check_assignment(graph, assignment, k) -> torch.Tensor:
     return a
 
 
+def _t(x) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64))
+
+
 class _Shared:
     """Whole-graph arrays every part's plan is cut from (computed once, vectorised)."""
 
     def __init__(self, graph, a, k):
+        from partitioners.cover import halo_cover
         n = graph.num_nodes
         self.a, self.k, self.n = a, k, n
         order = torch.argsort(a, stable=True)  # nodes grouped by part, ascending id within
-        starts = index2ptr(a[order], k)
-        self.starts, self.order = starts, order
+        self.order, self.starts = order, index2ptr(a[order], k)
         self.local_of = torch.empty(n, dtype=torch.int64)  # position of node in its owner's list
-        self.local_of[order] = torch.arange(n) - starts[a[order]]
+        self.local_of[order] = torch.arange(n) - self.starts[a[order]]
         src, dst = graph.indices, graph.dst_of_edges()
-        deg = graph.in_degree() - torch.bincount(dst[src == dst], minlength=n)
-        self.deg = deg
-        pd, ps = a[dst], a[src]
-        cross = pd != ps
-        # distinct (receiving part, source node) pairs, sorted by (part, owner of source, id)
-        key = torch.unique((pd[cross] * k + ps[cross]) * n + src[cross])
-        self.h_part, self.h_owner, self.h_node, self.h_starts = _decode(key, k, n)
-        # same pairs sorted by (owner of source, receiving part, id) for the send lists
-        skey = torch.sort((self.h_owner * k + self.h_part) * n + self.h_node).values
-        self.s_owner, self.s_part, self.s_node, self.s_starts = _decode(skey, k, n)
+        self.deg = graph.in_degree() - torch.bincount(dst[src == dst], minlength=n)
+        an = a.numpy()
+        c = halo_cover(graph, an, k)
+        # plain halo pairs (u, receiving part q); receive order (q, owner, u), send order (owner, q, u)
+        u, q, raw = _t(c.raw_node), _t(c.raw_part), torch.from_numpy(c.raw_cover)
+        own = a[u]
+        r = lex_order(q * k + own, u, n)
+        self.h_part, self.h_owner, self.h_node, self.h_raw = q[r], own[r], u[r], raw[r]
+        self.h_starts = index2ptr(self.h_part, k)
+        s = lex_order(own * k + q, u, n)
+        self.s_owner, self.s_part, self.s_node, self.s_raw = own[s], q[s], u[s], raw[s]
+        self.s_starts = index2ptr(self.s_owner, k)
+        # partial sums: covered (v, sending part p); receive order (owner of v, p, v), send (p, owner, v)
+        cov = np.flatnonzero(c.pre_cover)
+        v, p = _t(c.pre_node[cov]), _t(c.pre_part[cov])
+        ov = a[v]
+        r = lex_order(ov * k + p, v, n)
+        self.pr_part, self.pr_from, self.pr_node = ov[r], p[r], v[r]
+        self.pr_starts = index2ptr(self.pr_part, k)
+        s = lex_order(p * k + ov, v, n)
+        self.ps_from, self.ps_part, self.ps_node = p[s], ov[s], v[s]
+        self.ps_starts = index2ptr(self.ps_from, k)
+        # edges summed into each partial sum sent: row = send position of its (v, p) pair
+        send_pos = np.full(c.pre_node.size, -1, dtype=np.int64)
+        send_pos[cov[s.numpy()]] = np.arange(cov.size)
+        pre = c.edge_pre
+        trow, tsrc = _t(send_pos[c.col[pre]]), _t(c.src[pre])
+        o = lex_order(trow, tsrc, n)
+        self.t_row, self.t_src = trow[o], tsrc[o]
+        self.t_ptr = index2ptr(self.t_row, cov.size)
 
 
 def build_plan(graph, assignment, rank: int, k: int, *, _shared: _Shared | None = None) -> LocalGraph:
@@ -156,11 +91,8 @@ def build_plan(graph, assignment, rank: int, k: int, *, _shared: _Shared | None 
     owned = sh.order[sh.starts[rank]:sh.starts[rank + 1]]
     n_own = owned.numel()
     hs, he = int(sh.h_starts[rank]), int(sh.h_starts[rank + 1])
-    halo, halo_owner = sh.h_node[hs:he], sh.h_owner[hs:he]
-    recv_counts = torch.bincount(halo_owner, minlength=k).tolist()
+    halo = sh.h_node[hs:he]
     ss, se = int(sh.s_starts[rank]), int(sh.s_starts[rank + 1])
-    send_idx = sh.local_of[sh.s_node[ss:se]]
-    send_counts = torch.bincount(sh.s_part[ss:se], minlength=k).tolist()
     # local CSR: rows = owned nodes, cols via a global->local map for this part
     col_of = torch.full((sh.n,), -1, dtype=torch.int64)
     col_of[owned] = torch.arange(n_own)
@@ -173,14 +105,24 @@ def build_plan(graph, assignment, rank: int, k: int, *, _shared: _Shared | None 
     cols = col_of[graph.indices[pos]]
     rows = ptr2index(indptr, int(indptr[-1]))
     cols = cols[lex_order(rows, cols, n_own + halo.numel())]
+    # partial sums received and sent
+    rs, re_ = int(sh.pr_starts[rank]), int(sh.pr_starts[rank + 1])
+    ps, pe = int(sh.ps_starts[rank]), int(sh.ps_starts[rank + 1])
+    t0, t1 = int(sh.t_ptr[ps]), int(sh.t_ptr[pe])
     sub = lambda t: None if t is None else t[owned].clone()  # noqa: E731
+    count = lambda parts: torch.bincount(parts, minlength=k).tolist()  # noqa: E731
     return LocalGraph(
         rank=rank, world_size=k, num_global_nodes=sh.n, owned=owned.clone(), indptr=indptr,
-        indices=cols, halo=halo.clone(), recv_counts=recv_counts, send_idx=send_idx,
-        send_counts=send_counts, col_deg=torch.cat([sh.deg[owned], sh.deg[halo]]),
+        indices=cols, halo=halo.clone(), recv_counts=count(sh.h_owner[hs:he]),
+        send_idx=sh.local_of[sh.s_node[ss:se]], send_counts=count(sh.s_part[ss:se]),
+        col_deg=torch.cat([sh.deg[owned], sh.deg[halo]]),
         x=sub(graph.x), y=sub(graph.y), train_mask=sub(graph.train_mask),
         val_mask=sub(graph.val_mask), test_mask=sub(graph.test_mask),
-        num_classes=graph.num_classes, fingerprint=_fp(graph))
+        num_classes=graph.num_classes, fingerprint=_fp(graph),
+        halo_raw=sh.h_raw[hs:he].clone(), send_raw=sh.s_raw[ss:se].clone(),
+        pre_rows=sh.local_of[sh.pr_node[rs:re_]], pre_recv_counts=count(sh.pr_from[rs:re_]),
+        pre_ptr=sh.t_ptr[ps:pe + 1] - t0, pre_src=sh.local_of[sh.t_src[t0:t1]],
+        pre_dst=sh.ps_node[ps:pe].clone(), pre_send_counts=count(sh.ps_part[ps:pe]))
 
 
 def _fp(graph) -> str:
@@ -199,34 +141,69 @@ def build_plans(graph, assignment, k: int) -> list[LocalGraph]:
     return plans
 
 
+def _blocks(counts) -> torch.Tensor:
+    off = torch.zeros(len(counts) + 1, dtype=torch.int64)
+    torch.cumsum(torch.tensor(counts, dtype=torch.int64), 0, out=off[1:])
+    return off
+
+
 def validate_plans(plans: list[LocalGraph]) -> None:
-    """Check that what rank r sends to s is exactly what s expects from r, in order."""
+    """Check that what rank r sends to s is exactly what s expects from r, in order, in both
+    exchange modes (mvc: raw rows, partial sums, and the edges summed into each)."""
     k = len(plans)
     for s in plans:
         if len(s.recv_counts) != k or len(s.send_counts) != k:
             raise ArtifactError(f"part {s.rank}: plan is for {len(s.recv_counts)} parts, not {k}")
+    mvc = all(p.has_mvc for p in plans)
     for r in plans:
-        soff = torch.zeros(k + 1, dtype=torch.int64)
-        torch.cumsum(torch.tensor(r.send_counts), 0, out=soff[1:])
+        soff, poff = _blocks(r.send_counts), _blocks(r.pre_send_counts) if mvc else None
         for s in plans:
-            roff = sum(s.recv_counts[:r.rank])
-            want = s.halo[roff:roff + s.recv_counts[r.rank]]
-            sent = r.owned[r.send_idx[soff[s.rank]:soff[s.rank + 1]]]
+            roff = _blocks(s.recv_counts)
+            want = s.halo[roff[r.rank]:roff[r.rank + 1]]
+            sel = slice(int(soff[s.rank]), int(soff[s.rank + 1]))
+            sent = r.owned[r.send_idx[sel]]
             if sent.numel() != want.numel() or not torch.equal(sent, want):
                 raise ArtifactError(f"halo plan asymmetric: part {r.rank} sends {sent.numel()} rows to "
                                     f"part {s.rank}, which expects {want.numel()} (or they differ)")
+            if not mvc:
+                continue
+            raw_in = s.halo_raw[roff[r.rank]:roff[r.rank + 1]]
+            if not torch.equal(r.send_raw[sel], raw_in):
+                raise ArtifactError(f"pre-aggregation plan asymmetric: part {r.rank} sends other raw rows "
+                                    f"to part {s.rank} than it expects")
+            _check_partial_sums(r, s, poff, roff)
+
+
+def _check_partial_sums(r: LocalGraph, s: LocalGraph, poff, roff) -> None:
+    """Partial sums r -> s: same destinations on both sides, and the (v, u) edges r sums are
+    exactly the edges of s from r's non-raw halo rows."""
+    a, b = int(poff[s.rank]), int(poff[s.rank + 1])
+    dst = r.pre_dst[a:b]
+    qoff = _blocks(s.pre_recv_counts)
+    got = s.owned[s.pre_rows[qoff[r.rank]:qoff[r.rank + 1]]]
+    if not torch.equal(dst, got):
+        raise ArtifactError(f"pre-aggregation plan asymmetric: part {r.rank} sends {dst.numel()} partial sums "
+                            f"to part {s.rank}, which expects {got.numel()} (or they differ)")
+    lo, hi = int(r.pre_ptr[a]), int(r.pre_ptr[b])
+    sent_v = torch.repeat_interleave(dst, r.pre_ptr[a + 1:b + 1] - r.pre_ptr[a:b])
+    sent_u = r.owned[r.pre_src[lo:hi]]
+    rows, cols = s.row_of_edges(), s.indices - s.num_owned
+    h0, h1 = int(roff[r.rank]), int(roff[r.rank + 1])
+    hit = (cols >= h0) & (cols < h1)
+    hit[hit.clone()] = ~s.halo_raw[cols[hit]]
+    want_v, want_u = s.owned[rows[hit]], s.halo[cols[hit]]
+    n = max(r.num_global_nodes, 1)
+    o1, o2 = lex_order(sent_v, sent_u, n), lex_order(want_v, want_u, n)
+    if not (torch.equal(sent_v[o1], want_v[o2]) and torch.equal(sent_u[o1], want_u[o2])):
+        raise ArtifactError(f"pre-aggregation plan asymmetric: the edges part {r.rank} sums for part {s.rank} "
+                            "are not the edges that part leaves out")
 
 
 def plan_stats(plans: list[LocalGraph]) -> dict:
-    """Rows and nodes per part, for reports."""
-    return {"owned_nodes": [p.num_owned for p in plans], "halo_rows": [p.num_halo for p in plans],
-            "local_edges": [int(p.indices.numel()) for p in plans],
-            "halo_rows_total": int(sum(p.num_halo for p in plans))}
-
-
-def _decode(key: torch.Tensor, k: int, n: int):
-    """Sorted keys ``(a * k + b) * n + node`` -> ``(a, b, node, starts)`` where ``starts[k+1]``
-    delimits each value of ``a``."""
-    a = torch.div(key, k * n, rounding_mode="floor")
-    b = torch.div(key, n, rounding_mode="floor") - a * k
-    return a, b, key % n, index2ptr(a, k)
+    """Rows and nodes per part, for reports (``moved_rows``: rows received per layer in mvc mode)."""
+    out = {"owned_nodes": [p.num_owned for p in plans], "halo_rows": [p.num_halo for p in plans],
+           "local_edges": [int(p.indices.numel()) for p in plans],
+           "halo_rows_total": int(sum(p.num_halo for p in plans))}
+    if all(p.has_mvc for p in plans):
+        out["moved_rows"] = [int(p.halo_raw.sum()) + int(p.pre_rows.numel()) for p in plans]
+    return out

@@ -1,10 +1,22 @@
-"""A rank's normalised adjacency as sparse matrices, and its product with halo exchange.
+"""A rank's normalised adjacency as sparse operators, and its product with the halo exchange.
 
 ``SparseAdj.propagate(h, exchanger)`` = ``A @ [h ; halo rows of h]`` for the rows ``h`` a rank
-owns. The adjacency is kept split by column block so the halo exchange overlaps the local
-product (forward and backward), and each block is stored as CSR of ``A`` and of ``A^T`` so the
-backward is a forward SpMM too. Used by every workload that propagates over a partitioned
-graph (GCN/SAGE, LightGCN).
+owns. Three operators, each kept as CSR of itself and of its transpose (:class:`CSRPair`, so a
+backward is a forward SpMM too)::
+
+    T      [n_msg_out, n_own]   send operator: message rows from owned rows (raw rows are
+                                one-hot; a partial sum for v has right(u) on its sources u)
+    A_own  [n_own, n_own]       the owned block
+    A_halo [n_own, n_msg_in]    received message rows -> owned rows (a raw row u has
+                                left(v) right(u) in row v; a partial sum for v has left(v))
+
+    forward    send = T h ;  post the exchange ;  out = A_own h  (while rows travel) ;
+               out += A_halo recv
+    backward   g_msg = A_halo^T g ; post the reverse exchange ; g_h = A_own^T g ;
+               g_h += T^T back
+
+In ``plain`` mode ``T`` is a gather (``h[send_idx]``, backward ``index_add``). Used by every
+workload that propagates over a partitioned graph (GCN/SAGE, LightGCN).
 """
 from __future__ import annotations
 
@@ -21,35 +33,53 @@ __all__ = ["CSRPair", "SparseAdj"]
 
 class CSRPair:
     """A sparse matrix ``A [n_rows, n_cols]`` kept twice, as CSR of ``A`` and of ``A^T``, so the
-    backward of ``A @ X`` is a forward SpMM with ``A^T`` instead of a transposition per step."""
+    backward of ``A @ X`` is a forward SpMM with ``A^T`` instead of a transposition per step.
+
+    Indices are int32 when the sizes allow (no conversion per call) and products are written
+    with ``addmm(out, A, X, beta=0)``: on CPU (MKL) that is about 1.6x faster than ``A @ X``,
+    which zero-fills and copies its result (measured side by side, ``benchmarks/gcn_epoch.py``)."""
 
     def __init__(self, rows, cols, vals, n_rows: int, n_cols: int, device="cpu"):
         """``rows``/``cols``/``vals``: COO entries sorted by (row, col)."""
         self.shape = (n_rows, n_cols)
         self.nnz = int(rows.numel())
-        self.A = torch.sparse_csr_tensor(index2ptr(rows, n_rows), cols, vals, size=self.shape,
+        vals = vals.to(torch.float32)
+        small = max(n_rows, n_cols, self.nnz) < 2**31 - 1
+        it = (lambda t: t.to(torch.int32)) if small else (lambda t: t)  # noqa: E731
+        self.A = torch.sparse_csr_tensor(it(index2ptr(rows, n_rows)), it(cols), vals, size=self.shape,
                                          check_invariants=False).to(device)
         order = lex_order(cols, rows, n_rows)
-        self.AT = torch.sparse_csr_tensor(index2ptr(cols[order], n_cols), rows[order], vals[order],
+        self.AT = torch.sparse_csr_tensor(it(index2ptr(cols[order], n_cols)), it(rows[order]), vals[order],
                                           size=(n_cols, n_rows), check_invariants=False).to(device)
 
+    @classmethod
+    def from_coo(cls, rows, cols, vals, n_rows: int, n_cols: int, device="cpu") -> "CSRPair":
+        """Entries in any order."""
+        o = lex_order(rows, cols, n_cols)
+        return cls(rows[o], cols[o], vals[o], n_rows, n_cols, device)
+
     def mm(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.sparse.mm(self.A, x)
+        return _product(self.A, x)
 
     def mm_t(self, g: torch.Tensor) -> torch.Tensor:
-        return torch.sparse.mm(self.AT, g.contiguous())
+        return _product(self.AT, g)
+
+
+def _product(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    if a._nnz() == 0 or x.shape[1] == 0:
+        return x.new_zeros((a.shape[0], x.shape[1]))
+    out = x.new_empty((a.shape[0], x.shape[1]))
+    return torch.addmm(out, a, x.contiguous(), beta=0, out=out)
 
 
 class SparseAdj:
-    """A rank's normalised adjacency, split by column block::
+    """A rank's normalised adjacency split by column block, ``A = [A_own | A_halo]``, with an
+    optional send operator ``T`` (see the module docstring).
 
-        A = [ A_own | A_halo ]     A_own  [n_own, n_own]   columns = owned rows
-                                   A_halo [n_own, n_halo]  columns = halo rows (peer order)
-
-    ``propagate(h, exchanger)`` computes ``A @ [h ; halo(h)]`` without building the
-    concatenation: it posts the halo exchange, multiplies ``A_own @ h`` while the rows travel,
-    then adds ``A_halo @ recv``. Backward mirrors it (``A_halo^T @ g`` is sent home while
-    ``A_own^T @ g`` is computed). At world size 1 there is no halo block.
+    ``SparseAdj(indptr, indices, values, n_rows, n_cols)`` takes any matrix in the plain layout
+    (columns ``[owned | halo from peer 0 | ...]``) and exchanges with ``send_idx`` (plain mode);
+    :meth:`for_model` builds the normalised adjacency of a model in either halo mode. At world
+    size 1 there is no halo block.
     """
 
     def __init__(self, indptr, indices, values, n_rows: int, n_cols: int, device="cpu"):
@@ -58,6 +88,8 @@ class SparseAdj:
         dev = indices.device
         rows = ptr2index(indptr.to(dev), int(indices.numel()))
         own = indices < n_rows
+        self.send = None
+        self.halo_mode = "plain"
         if bool(own.all()):
             self.own, self.halo = CSRPair(rows, indices, values, n_rows, n_rows, device), None
         else:
@@ -66,17 +98,56 @@ class SparseAdj:
             self.halo = CSRPair(rows[h], indices[h] - n_rows, values[h], n_rows, n_cols - n_rows, device)
 
     @classmethod
-    def for_model(cls, lg, model: str, device="cpu") -> "SparseAdj":
-        """The normalised adjacency a ``gcn`` or ``sage`` model needs, from a LocalGraph."""
-        ip, ix, v = lg.gcn_adjacency() if model == "gcn" else lg.mean_adjacency()
-        return cls(ip, ix, v, lg.num_owned, lg.num_cols, device)
+    def for_model(cls, lg, model: str, device="cpu", halo: str = "plain") -> "SparseAdj":
+        """The normalised adjacency a ``gcn``, ``sage`` or ``sym`` (LightGCN: D^-1/2 A D^-1/2,
+        no self-loops) model needs, from a LocalGraph, for the ``plain`` or ``mvc`` exchange."""
+        rows, cols, vals = lg.edges(model)
+        n = lg.num_owned
+        if halo == "plain" or lg.world_size == 1:
+            ip = index2ptr(rows, n)
+            return cls(ip, cols, vals.to(torch.float32), n, lg.num_cols, device)
+        lay = lg.exchange_layout(halo)
+        left, right, _ = lg.normalisation(model)
+        self = cls.__new__(cls)
+        self.shape, self.nnz, self.halo_mode = (n, lg.num_cols), int(cols.numel()), halo
+        own = cols < n
+        self.own = CSRPair(rows[own], cols[own], vals[own], n, n, device)
+        # received rows: raw columns keep their edges; each partial sum is one entry left(v)
+        hc = cols[~own] - n
+        mc = lay.recv_col[hc]
+        keep = mc >= 0
+        n_in = sum(lay.recv_counts)
+        self.halo = CSRPair.from_coo(torch.cat([rows[~own][keep], lg.pre_rows]), torch.cat([mc[keep], lay.pre_col]),
+                                     torch.cat([vals[~own][keep], left[lg.pre_rows]]), n, n_in, device)
+        # send operator: raw rows one-hot; partial sums right(u) on their sources
+        raw_src = lg.send_idx[lg.send_raw]
+        pre_row = torch.repeat_interleave(lay.send_pre_pos, lg.pre_ptr[1:] - lg.pre_ptr[:-1])
+        n_out = sum(lay.send_counts)
+        self.send = CSRPair.from_coo(torch.cat([lay.send_raw_pos, pre_row]), torch.cat([raw_src, lg.pre_src]),
+                                     torch.cat([torch.ones(raw_src.numel(), dtype=torch.float64),
+                                                right[lg.pre_src]]), n_out, n, device)
+        return self
+
+    @property
+    def n_send(self) -> int | None:
+        """Message rows this adjacency sends (None: the exchanger's ``send_idx`` decides)."""
+        return None if self.send is None else self.send.shape[0]
+
+    @property
+    def n_recv(self) -> int:
+        return 0 if self.halo is None else self.halo.shape[1]
 
     def propagate(self, h: torch.Tensor, exchanger=None) -> torch.Tensor:
         """``A @ [h ; halo rows of h]`` for owned rows ``h [n_own, F]`` (autograd-aware)."""
         if exchanger is None or not exchanger.active:
-            if self.halo is not None:
+            if self.halo is not None and self.halo.nnz:
                 raise ValueError("this adjacency has halo columns but no active halo exchanger was given")
             return _SpMM.apply(h, self.own)
+        if (exchanger.n_recv != self.n_recv or (self.send is None and exchanger.send_idx is None)
+                or (self.send is not None and exchanger.n_send != self.n_send)):
+            raise ValueError(f"the halo exchanger moves {exchanger.n_send} / {exchanger.n_recv} rows but this "
+                             f"adjacency ({self.halo_mode}) expects {self.n_send} / {self.n_recv}: build both "
+                             "for the same halo mode")
         return _HaloSpMM.apply(h, self, exchanger)
 
     def __matmul__(self, h: torch.Tensor) -> torch.Tensor:
@@ -103,7 +174,9 @@ class _HaloSpMM(torch.autograd.Function):
     def forward(ctx, h, adj, ex):
         ctx.adj, ctx.ex = adj, ex
         h = h.contiguous()
-        pending = ex.post_forward(h)
+        send = adj.send.mm(h) if adj.send is not None else h.index_select(0, ex.send_idx)
+        ctx.tag = ex.next_tag()
+        pending = ex.post(send, ctx.tag)
         out = adj.own.mm(h)
         recv = pending.wait()
         if adj.halo is not None and recv.shape[0]:
@@ -116,13 +189,13 @@ class _HaloSpMM(torch.autograd.Function):
             return None, None, None
         adj, ex = ctx.adj, ctx.ex
         g = g.contiguous()
-        if adj.halo is not None:
-            g_halo = adj.halo.mm_t(g)
-        else:
-            g_halo = g.new_zeros((0, g.shape[1]))
-        pending = ex.post_backward(g_halo)
+        g_msg = adj.halo.mm_t(g) if adj.halo is not None else g.new_zeros((0, g.shape[1]))
+        pending = ex.post_reverse(g_msg, ctx.tag)
         g_h = adj.own.mm_t(g)
         back = pending.wait()
         if back.shape[0]:
-            g_h.index_add_(0, ex.send_idx, back)
+            if adj.send is not None:
+                g_h.add_(adj.send.mm_t(back))
+            else:
+                g_h.index_add_(0, ex.send_idx, back)
         return g_h, None, None

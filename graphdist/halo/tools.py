@@ -7,9 +7,11 @@ functions the CLI calls (the CLI only prints).
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from graphdist.config import check_choices
@@ -98,6 +100,7 @@ def partition_to_artifact(cfg: PartitionConfig) -> dict:
     from graphdist.halo.artifact import write_artifact
     from partitioners import partition, quality
     check_choices(cfg)
+    _check_artifact_out(cfg.out)
     g = load_graph(cfg.spec)
     _check_k(cfg.parts, g.num_nodes)
     t0 = time.perf_counter()
@@ -112,10 +115,25 @@ def partition_to_artifact(cfg: PartitionConfig) -> dict:
     return {"graph": g, "quality": q, "seconds": seconds, "out": out}
 
 
+def _check_artifact_out(out: str) -> None:
+    """Refuse, before any work, an ``--out`` that cannot become an artifact directory."""
+    from graphdist.fileio import check_output_dir
+    from graphdist.halo.artifact import META
+    p = Path(out)
+    check_output_dir(p.parent if str(p.parent) else ".", "--out", shown=out)
+    if p.exists() and (not p.is_dir() or (any(p.iterdir()) and not (p / META).exists())):
+        raise ConfigError(f"--out {out}: exists and is not a partition artifact (no {META}); "
+                          "choose another --out or remove it")
+
+
 def artifact_quality(cfg: QualityConfig) -> dict:
-    """``{meta, quality}`` of an artifact (``bytes_per_layer`` added with ``feature_dim``)."""
-    from graphdist.halo.artifact import read_artifact
+    """``{meta, quality}`` of an artifact (``bytes_per_layer`` added with ``feature_dim``). The
+    figures are the ones measured at partition time; the assignment and every part file are
+    checked against the hashes recorded then, so they describe the files on disk."""
+    from graphdist.halo.artifact import check_hash, read_artifact
     art = read_artifact(cfg.dir)
+    for name in (art.meta.get("parts") or {}).get("files", []):
+        check_hash(art.meta, cfg.dir, name)
     q = dict(art.meta.get("quality", {}))
     if cfg.feature_dim is not None:
         if cfg.feature_dim < 1:
@@ -134,6 +152,10 @@ def run_compare(cfg: CompareConfig) -> dict:
     ks = list(cfg.parts)
     if not ks:
         raise ConfigError("--parts is empty")
+    from graphdist.fileio import check_output_file
+    for path, flag in ((cfg.json, "--json"), (cfg.plot, "--plot")):
+        if path:
+            check_output_file(path, flag)
     methods = _methods(cfg.methods)
     g = load_graph(cfg.spec)
     for k in ks:
@@ -165,7 +187,8 @@ def run_compare(cfg: CompareConfig) -> dict:
 
 def compare_table(results: list[dict]) -> str:
     """Side-by-side table of :func:`run_compare` results (one row per k and method)."""
-    header = ["k", "method", "halo volume", "vs best", "max recv", "edge cut", "node imb", "edge imb", "time s"]
+    header = ["k", "method", "halo volume", "vs best", "max recv", "moved rows", "moved max", "edge cut",
+              "node imb", "edge imb", "time s"]
     best = {}
     for r in results:
         if "error" not in r:
@@ -173,10 +196,11 @@ def compare_table(results: list[dict]) -> str:
     rows = []
     for r in results:
         if "error" in r:
-            rows.append([str(r["k"]), r["method"], "not installed", "", "", "", "", "", ""])
+            rows.append([str(r["k"]), r["method"], "not installed"] + [""] * 8)
             continue
         rows.append([str(r["k"]), r["method"], f"{r['comm_volume']:,}",
                      f"{r['comm_volume'] / max(best[r['k']], 1):.2f}x", f"{r['max_recv']:,}",
+                     f"{r['moved_rows']:,}", f"{r['moved_max_recv']:,}",
                      f"{r['edge_cut']:,}", f"{r['node_imbalance']:.1%}", f"{r['edge_imbalance']:.1%}",
                      f"{r['time_s']:.2f}"])
     return text_table(header, rows)
@@ -202,7 +226,8 @@ def plot_compare(report: dict, path) -> None:
         x = range(len(ms))
         imb = [max(rk[m]["node_imbalance"], rk[m]["edge_imbalance"]) for m in ms]
         bad = [v > lim + 1e-9 for v in imb]
-        panels = [(row[0], [rk[m]["comm_volume"] for m in ms], "halo volume (rows/layer)", False),
+        panels = [(row[0], [rk[m]["comm_volume"] for m in ms], "halo rows/layer: plain (bar), mvc (black)",
+                   False),
                   (row[1], [100 * v for v in imb], "max(node, edge) imbalance %", False),
                   (row[2], [rk[m]["time_s"] for m in ms], "time s (log)", True)]
         for ax, vals, title, log in panels:
@@ -216,14 +241,21 @@ def plot_compare(report: dict, path) -> None:
                 ax.set_yscale("log")
             ax.grid(axis="y", alpha=0.3)
         vols = [rk[m]["comm_volume"] for m in ms]
-        for i, v in enumerate(vols):
-            row[0].annotate(f"{v:,}", (i, v), ha="center", va="bottom", fontsize=7)
+        moved = [rk[m].get("moved_rows", 0) for m in ms]
+        row[0].bar(x, moved, width=0.35, color="black", alpha=0.75)
+        for i, (v, mv) in enumerate(zip(vols, moved)):
+            row[0].annotate(f"{v:,}\n{mv:,}", (i, v), ha="center", va="bottom", fontsize=6)
         row[1].axhline(100 * lim, color="red", linestyle="--", linewidth=1)
         row[1].set_yscale("symlog", linthresh=10)
     fig.suptitle(f"{report['graph']}  ({report['nodes']:,} nodes, {report['edges']:,} edges)  "
                  f"hatched = over the {lim:.0%} imbalance limit", fontsize=11)
     fig.tight_layout()
-    from pathlib import Path
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.stem}.tmp-{os.getpid()}{p.suffix}")  # same suffix: the format
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, p)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)

@@ -267,3 +267,34 @@ def test_keyed_dropout_statistics(p):
     assert abs(float(((m - m.mean()) * (m2 - m2.mean())).mean()) / var) < 0.01
     sub = keyed_dropout(torch.ones(100, 48), p, ids[500:600], _key32(1, 2, 3)) > 0
     assert torch.equal(sub, m[500:600] > 0)
+
+
+def _plan_job(rank, ws):
+    """Every rank partitions differently (as a multi-threaded partitioner may): the ranks must
+    still train on one plan, so their owned nodes split the graph exactly."""
+    from unittest import mock
+
+    from graphdist.gnn.config import GCNConfig
+    from graphdist.halo import setup
+    from graphdist.runtime import init_distributed
+    init_distributed("cpu")
+
+    def per_rank(graph, k, method, seed):
+        return torch.randperm(graph.num_nodes, generator=torch.Generator().manual_seed(100 + rank)) % k
+
+    with mock.patch.object(setup, "partition_in_process", per_rank):
+        lg, _ = setup.load_local(GCNConfig(spec=SPEC, parts=ws), rank, ws)
+    return lg.owned.clone()
+
+
+def test_every_rank_trains_on_rank_0s_partition():
+    owned = run_ranks(_plan_job, 2, timeout=120)
+    n = owned[0].numel() + owned[1].numel()
+    assert n == 300 and torch.equal(torch.sort(torch.cat(owned)).values, torch.arange(300))
+
+
+def test_parts_that_contradict_the_artifact_are_refused(tmp_path, capsys):
+    d = _write_artifact(tmp_path / "p")
+    assert main(["train-gcn", "--partition", str(d), "--parts", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--parts 3 does not match the artifact" in err[0], err

@@ -83,6 +83,14 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
          "download the Kaggle/Terabyte TSV; see datasets/criteo_kaggle/README.md"),
     Kind("criteo-synth", "clicks", "embeddings.synth:generate",
          {"rows": 100_000, "scale": 0.01, "alpha": 1.1, "pooling": 1, "seed": 0, "shuffle_labels": 0}),
+    Kind("ratings", "ratings", "graphdist.rec.data:load_ratings_file",
+         {"min_rating": 0.0, "split": "random", "test": 0.2, "seed": 0}, "ratings file",
+         "one interaction per line: user item [rating [timestamp]] (e.g. MovieLens u.data, ratings.dat, ratings.csv)"),
+    Kind("lightgcn", "ratings", "graphdist.rec.data:load_lightgcn", {}, "LightGCN data directory",
+         "a folder with train.txt and test.txt, one line per user: user item item ... (the LightGCN repositories' data/)"),
+    Kind("rec-synth", "ratings", "graphdist.rec.synth:rec_synth",
+         {"users": 2000, "items": 1000, "avg_items": 20.0, "dim": 8, "signal": 3.0, "popularity": 1.0,
+          "test": 0.2, "seed": 0}),
 ]}
 """Every data kind graphdist reads, by name."""
 

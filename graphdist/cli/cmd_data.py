@@ -1,4 +1,4 @@
-"""``graphdist data info SPEC [--json]``: what a dataset spec loads to (graph or click log)."""
+"""``graphdist data info SPEC [--json]``: what a dataset spec loads to (graph, click log or ratings)."""
 from __future__ import annotations
 
 import json
@@ -28,6 +28,9 @@ def dataset_info(spec: str) -> tuple[dict, list[tuple[str, str]]]:
         if kind.domain == "graph":
             from graphdist.data import load_graph
             s = load_graph(spec).summary()
+        elif kind.domain == "ratings":
+            from graphdist.rec.data import load_ratings
+            s = load_ratings(spec).summary()
         else:
             from embeddings.data import load_click_data
             s = {"name": spec, **load_click_data(spec).summary()}
@@ -42,6 +45,17 @@ def dataset_info(spec: str) -> tuple[dict, list[tuple[str, str]]]:
             ("features", f"{s['features']}"),
             ("classes", f"{s['classes']}"),
             ("split train/val/test", " / ".join("-" if s[k] is None else f"{s[k]:,}" for k in ("train", "val", "test"))),
+            ("fingerprint", s["fingerprint"]),
+        ]
+    elif kind.domain == "ratings":
+        rows = [
+            ("dataset", s["name"]),
+            ("users", f"{s['users']:,}"),
+            ("items", f"{s['items']:,}"),
+            ("interactions", f"{s['interactions']:,}"),
+            ("density", f"{s['density']:.4%}"),
+            ("split train/test", f"{s['train']:,} / {s['test']:,} ({s['test_users']:,} test users)"),
+            ("graph nodes/edges", f"{s['nodes']:,} / {s['edges']:,} (users then items, both directions)"),
             ("fingerprint", s["fingerprint"]),
         ]
     else:

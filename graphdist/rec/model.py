@@ -1,0 +1,189 @@
+"""LightGCN on a partitioned user-item graph: each rank owns the embedding rows of its part.
+
+    E^(0)            [n_own, D]   the rank's rows of the embedding table (the only parameters)
+    E^(l+1)          = A_hat @ [E^(l) ; halo rows of E^(l)]      (SparseAdj.propagate + halo exchange;
+                       plain rows or mvc partial sums, optionally quantised in flight)
+    E                = mean(E^(0), ..., E^(L))                   (no weights, no non-linearity)
+    A_hat            = D^-1/2 A D^-1/2 over the bipartite graph, global degrees, no self-loops
+                       (PyG ``LGConv`` / the LightGCN reference)
+
+A BPR step on a batch of (user, positive, negative) triples, for the triples of this rank's users::
+
+    table = [E ; E^(0)] of the owned rows the batch touches, plus the rows of remote items it needs,
+            which arrive by one all-to-all (HaloExchanger with a per-batch plan; gradients go
+            home the same way)
+    loss  = ( sum softplus(e_u.e_n - e_u.e_p) + l2/2 * sum(|e0_u|^2 + |e0_p|^2 + |e0_n|^2) ) / B
+
+``B`` is the batch's global size, so the ranks' losses add up to the single-process loss (the
+reference's ``mean(softplus) + decay/2 * |E0_batch|^2 / B``) and so do their gradients. The
+optimizer (Adam) acts on each rank's own rows: element-wise, it is exactly Adam on the whole
+table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from graphdist import comm
+from graphdist.halo.spmm import SparseAdj
+
+__all__ = ["lightgcn_adjacency", "halo_exchanger", "init_embeddings", "LightGCNShard", "BatchPlan",
+           "plan_epoch", "bpr_step"]
+
+INIT_ROWS = 4096
+"""Rows generated per draw of the initial table (fixed, so every rank draws the same numbers)."""
+
+
+def lightgcn_adjacency(lg, device="cpu", halo: str = "plain") -> SparseAdj:
+    """``D^-1/2 A D^-1/2`` (no self-loops, global degrees) on this rank's rows, for the ``plain``
+    or ``mvc`` (pre/post-aggregation) halo exchange: the ``sym`` model of
+    :meth:`SparseAdj.for_model`. The one place the propagation matrix is built."""
+    return SparseAdj.for_model(lg, "sym", device, halo=halo)
+
+
+def halo_exchanger(lg, device="cpu", halo: str = "plain", bits: int = 32, seed: int = 0) -> comm.HaloExchanger:
+    """The halo exchange of every propagation layer (forward rows, backward gradients) in ``halo``
+    mode, ``bits`` per value in flight (32 = exact float32; fewer = quantised, keyed by ``seed``)."""
+    return comm.HaloExchanger.from_local_graph(lg, device, halo=halo, bits=bits, seed=seed)
+
+
+def init_embeddings(owned: torch.Tensor, num_nodes: int, dim: int, std: float, seed: int) -> torch.Tensor:
+    """Rows ``owned`` of the table ``N(0, std^2)^[num_nodes, dim]`` drawn from one generator
+    seeded with ``seed`` (the reference's ``normal_(std=0.1)``); any rank draws the same table."""
+    g = torch.Generator().manual_seed(seed)
+    ids, perm = torch.sort(owned.to(torch.int64).cpu())
+    out = torch.empty(owned.numel(), dim)
+    for s in range(0, num_nodes, INIT_ROWS):
+        block = torch.randn(min(INIT_ROWS, num_nodes - s), dim, generator=g) * std
+        lo, hi = torch.searchsorted(ids, torch.tensor([s, s + block.shape[0]])).tolist()
+        if hi > lo:
+            out[perm[lo:hi]] = block[ids[lo:hi] - s]
+    return out
+
+
+class LightGCNShard(nn.Module):
+    """This rank's rows of the embedding table and the layer-mean propagation."""
+
+    def __init__(self, rows: torch.Tensor, layers: int):
+        super().__init__()
+        self.weight = nn.Parameter(rows.clone())
+        self.layers = layers
+
+    def forward(self, adj: SparseAdj, exchanger=None) -> torch.Tensor:
+        """Final embeddings ``mean_l E^(l)`` of the owned rows ``[n_own, D]``."""
+        h = self.weight
+        out = h
+        for _ in range(self.layers):
+            h = adj.propagate(h, exchanger)
+            out = out + h
+        return out / (self.layers + 1)
+
+
+@dataclass
+class BatchPlan:
+    """One batch on one rank: which rows to send, and where each triple's rows are in the table
+    ``[owned rows ; rows received from peer 0 ; peer 1 ; ...]``."""
+
+    send_idx: torch.Tensor
+    """Owned-local rows the peers asked for, grouped by peer."""
+    send_counts: list[int]
+    """Rows sent to each peer."""
+    recv_counts: list[int]
+    """Rows received from each peer."""
+    user: torch.Tensor
+    """Table row of each own triple's user."""
+    pos: torch.Tensor
+    """Table row of its positive item."""
+    neg: torch.Tensor
+    """Table row of its negative item."""
+    size: int
+    """Global number of triples in the batch."""
+
+
+def _all_to_all(ex: comm.HaloExchanger, t: torch.Tensor, send_counts, recv_counts) -> torch.Tensor:
+    return ex.all_to_all(t, list(send_counts), list(recv_counts), int(sum(recv_counts)))
+
+
+def plan_epoch(samples, rd, num_users: int, rank: int, world_size: int, device="cpu",
+               stats: comm.CommStats | None = None) -> list[BatchPlan]:
+    """The :class:`BatchPlan` of every batch of an epoch (``rd``: the rank's
+    :class:`~graphdist.rec.setup.RankData`). Collective: the ids each rank needs from each peer,
+    for all batches at once, travel in one all-to-all (after one of the counts)."""
+    k, nb = world_size, samples.num_batches
+    item_owner = rd.item_owner
+    n_own = int(rd.owned.numel())
+    n_nodes = num_users + item_owner.size
+    items = np.concatenate([samples.pos, samples.neg]) + num_users
+    batch = np.concatenate([samples.batch, samples.batch])
+    owner = item_owner[items - num_users]
+    remote = owner != rank
+    # requests sorted by (peer, batch, node): the order of the send buffer and of each batch's rows
+    key = np.unique((owner[remote] * nb + batch[remote]) * n_nodes + items[remote])
+    req_peer_batch = key // n_nodes
+    cnt = np.bincount(req_peer_batch, minlength=k * nb).reshape(k, nb)  # [peer, batch] rows I ask for
+    ex = comm.HaloExchanger(torch.zeros(0, dtype=torch.int64), [0] * k, [0] * k, device)
+    if stats is not None:
+        ex.stats = stats
+    if ex.active:
+        got = _all_to_all(ex, torch.from_numpy(cnt.reshape(-1)).to(device), [nb] * k, [nb] * k)
+        asked = got.cpu().numpy().reshape(k, nb)  # [peer, batch] rows the peer asks me for
+        ids = _all_to_all(ex, torch.from_numpy(key % n_nodes).to(device), cnt.sum(1), asked.sum(1)).cpu().numpy()
+    else:
+        asked, ids = np.zeros((k, nb), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    local = rd.local_rows(ids)
+    # where my rows for (peer p, batch b) start in what p asked for
+    a_off = np.concatenate([[0], np.cumsum(asked.reshape(-1))])
+    # position of each of my remote entries among the rows batch b receives (peer order within b)
+    pos_in_key = np.searchsorted(key, (owner * nb + batch) * n_nodes + items)
+    c_off = np.concatenate([[0], np.cumsum(cnt.reshape(-1))])  # start of (peer, batch) in key
+    bstart = np.cumsum(np.concatenate([np.zeros((1, nb), np.int64), cnt[:-1]], 0), 0)  # [peer, batch]
+    row = n_own + bstart[owner, batch] + pos_in_key - c_off[owner * nb + batch]
+    row[~remote] = rd.local_rows(items[~remote])
+    user_row = rd.local_rows(samples.user)
+    m = samples.user.size
+    cuts = np.searchsorted(samples.batch, np.arange(nb + 1))
+    plans = []
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)  # noqa: E731
+    for b in range(nb):
+        send = np.concatenate([local[a_off[p * nb + b]:a_off[p * nb + b + 1]] for p in range(k)])
+        lo, hi = cuts[b], cuts[b + 1]
+        plans.append(BatchPlan(t(send), asked[:, b].tolist(), cnt[:, b].tolist(), t(user_row[lo:hi]),
+                               t(row[lo:hi]), t(row[m + lo:m + hi]), int(samples.batch_sizes[b])))
+    return plans
+
+
+def bpr_step(model: LightGCNShard, adj: SparseAdj, halo, plan: BatchPlan, l2: float, opt=None,
+             row_stats: comm.CommStats | None = None) -> torch.Tensor:
+    """Forward, backward and (with ``opt``) one optimizer step on one batch; returns this rank's
+    share of the batch loss (the ranks' shares add up to the loss). Collective.
+
+    Only the rows the batch touches are gathered: the owned rows of its triples and the rows
+    peers asked for, as ``[E ; E^(0)]`` side by side, then the remote rows appended by one
+    all-to-all (so no table-sized copy or zero-filled gradient per triple column)."""
+    if opt is not None:
+        opt.zero_grad(set_to_none=True)
+    if halo is not None:
+        halo.start_pass()
+    final = model(adj, halo)
+    n_own, d = final.shape
+    idx = torch.cat([plan.user, plan.pos, plan.neg])  # rows of [owned ; received] (see BatchPlan)
+    is_own = idx < n_own
+    rows, inv = torch.unique(torch.cat([idx[is_own], plan.send_idx]), return_inverse=True)
+    ex = comm.HaloExchanger(inv[int(is_own.sum()):], plan.send_counts, plan.recv_counts, final.device)
+    if row_stats is not None:
+        ex.stats = row_stats
+    table = ex(torch.cat([final.index_select(0, rows), model.weight.index_select(0, rows)], 1))
+    at = torch.where(is_own, torch.searchsorted(rows, idx), idx - n_own + rows.numel())
+    eu, ep, en = table.index_select(0, at).view(3, plan.user.numel(), 2 * d).unbind(0)
+    pos = (eu[:, :d] * ep[:, :d]).sum(1)
+    neg = (eu[:, :d] * en[:, :d]).sum(1)
+    reg = eu[:, d:].pow(2).sum() + ep[:, d:].pow(2).sum() + en[:, d:].pow(2).sum()
+    loss = (F.softplus(neg - pos).sum() + 0.5 * l2 * reg) / plan.size
+    loss.backward()
+    if opt is not None:
+        opt.step()
+    return loss.detach()

@@ -70,19 +70,9 @@ def worker(cfg: DLRMTrainConfig) -> int:
     if ctx.rank == 0:
         print(summary_line(report), flush=True)  # the result first: a failed write does not lose it
         if cfg.report:
-            write_report(cfg.report, report)
+            from graphdist.fileio import write_report
+            write_report(cfg.report, report, indent=1)
     return 0
-
-
-def write_report(path, report: dict) -> None:
-    """Atomic JSON write; a failure (disk full) is one line that says the result was printed."""
-    from graphdist.errors import ConfigError
-    from graphdist.fileio import atomic_write_json
-    try:
-        atomic_write_json(path, report, indent=1)
-    except OSError as e:
-        raise ConfigError(f"--report {path}: could not write the report ({e.strerror or e}); "
-                          "the summary above is the result") from None
 
 
 def require_torchrec() -> None:

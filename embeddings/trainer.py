@@ -38,7 +38,7 @@ from embeddings.config import DLRMTrainConfig
 from embeddings.data import ClickData, make_batch
 from embeddings.sharding import format_plan
 from graphdist import comm
-from graphdist.errors import USER_ERRORS, ArtifactError, Interrupted
+from graphdist.errors import USER_ERRORS, ArtifactError
 from graphdist.runtime import GracefulStop, get_logger, peak_memory_bytes
 
 STOP_POLL_STEPS = 10
@@ -173,7 +173,7 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
     step (the same steps everywhere), e.g. to watch progress; ``local_loss`` is this rank's loss
     as a 0-d tensor on the device (``float()`` it only when needed: on a GPU that waits for the
     step); their return value is ignored."""
-    from graphdist.checkpoint import Checkpointer
+    from graphdist.checkpoint import Checkpointer, interrupted
     log = get_logger("graphdist.dlrm")
     rank, world = comm.world()
     device = device or torch.device("cpu")
@@ -227,7 +227,7 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
                     _save(ckpt, cfg, sm, done, losses + new_losses)
                     saved = done
                 if stopped:
-                    raise _interrupted(stopper.signum, done, T, cfg, ckpt, saved)
+                    raise interrupted(stopper.signum, f"step {done} of {T}", ckpt, saved, cfg.checkpoint_dir)
     except USER_ERRORS:
         raise
     except Exception as e:  # noqa: BLE001 - a failed collective names the peer; anything else is itself
@@ -254,17 +254,6 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
             "eval_click_rate": metrics["eval_click_rate"], "train_samples": len(train_data),
             "bad_lines": int(train_data.bad_lines + (eval_data.bad_lines if cfg.eval_data else 0)),
             "time/train_s": t_train, "pipeline": pipe is not None, "config": _cfg_dict(cfg)}
-
-
-def _interrupted(signum, step, T, cfg, ckpt, saved) -> Interrupted:
-    name = signal.Signals(signum).name
-    if ckpt is None:
-        where = "no checkpoint (no --checkpoint-dir)"
-    elif saved:
-        where = f"latest checkpoint {ckpt.path(saved)}; continue with --resume"
-    else:
-        where = f"no checkpoint in {cfg.checkpoint_dir} yet"
-    return Interrupted(f"{name} after step {step} of {T}; {where}", signum)
 
 
 _RUN_KEYS = ("sharding", "sparse_groups", "seed", "batch_size", "embedding_optimizer")

@@ -24,7 +24,7 @@ import shutil
 from pathlib import Path
 
 from graphdist import comm
-from graphdist.errors import ArtifactError, MissingFileError
+from graphdist.errors import ArtifactError, Interrupted, MissingFileError
 from graphdist.fileio import atomic_write_json, atomic_write_text
 
 __all__ = ["Checkpointer"]
@@ -101,3 +101,16 @@ class Checkpointer:
         meta = self.read_meta(snap)
         dcp.load(state, checkpoint_id=str(snap), process_group=self.pg)
         return meta
+
+
+def interrupted(signum: int, progress: str, ckpt: "Checkpointer | None", saved, checkpoint_dir) -> Interrupted:
+    """The one line a trainer stops with on SIGINT / SIGTERM: where it stopped (``progress``, e.g.
+    ``"epoch 5 of 100"``) and which checkpoint ``--resume`` continues from."""
+    import signal
+    if ckpt is None:
+        where = "no checkpoint (no --checkpoint-dir)"
+    elif saved:
+        where = f"latest checkpoint {ckpt.path(saved)}; continue with --resume"
+    else:
+        where = f"no checkpoint in {checkpoint_dir} yet"
+    return Interrupted(f"{signal.Signals(signum).name} after {progress}; {where}", signum)

@@ -81,3 +81,14 @@ def check_output_file(path, flag: str) -> None:
     check_output_dir(p.parent if str(p.parent) else Path("."), flag, shown=path)
     if p.exists() and not os.access(p, os.W_OK):
         raise ConfigError(f"{flag} {path}: cannot write there (the file is read-only)")
+
+
+def write_report(path, report: dict, *, indent: int = 2) -> None:
+    """Atomic JSON write of a run's report, after its summary was printed: a failure (disk full)
+    is one :class:`~graphdist.errors.ConfigError` line that says the summary above is the result."""
+    from graphdist.errors import ConfigError
+    try:
+        atomic_write_json(path, report, indent=indent)
+    except OSError as e:
+        raise ConfigError(f"--report {path}: could not write the report ({e.strerror or e}); "
+                          "the summary above is the result") from None

@@ -206,3 +206,16 @@ def peak_memory_bytes(device: torch.device | None = None) -> int:
     import resource
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss * (1 if sys.platform == "darwin" else 1024))
+
+
+def set_mmap_threshold(mb: int) -> None:
+    """A fixed glibc mmap threshold of ``mb`` MiB (``--malloc-mmap-mb``). glibc raises its
+    threshold after each free of a large block (up to 32 MiB), so a rank's 1-32 MiB tensors land
+    on the heap and, interleaved with longer-lived small ones, fragment it. No-op off glibc."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, int(mb) << 20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass

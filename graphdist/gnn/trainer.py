@@ -23,25 +23,14 @@ import torch
 import torch.nn.functional as F
 
 from graphdist import comm
-from graphdist.checkpoint import Checkpointer
-from graphdist.errors import USER_ERRORS, ArtifactError, ConfigError, Interrupted, MissingFileError
+from graphdist.checkpoint import Checkpointer, interrupted
+from graphdist.errors import USER_ERRORS, ArtifactError, ConfigError, MissingFileError
 from graphdist.gnn.config import GCNConfig
 from graphdist.gnn.models import GNN
-from graphdist.halo.setup import load_local
+from graphdist.halo.setup import check_plan, load_local
 from graphdist.halo.spmm import SparseAdj
-from graphdist.runtime import GracefulStop, Timer, env_world, get_logger, init_distributed, peak_memory_bytes
-
-
-def _set_mmap_threshold(mb: int) -> None:
-    """glibc raises its mmap threshold after each free of a large block (up to 32 MiB), so a
-    part's 1-32 MiB tensors land on the heap and fragment it; a fixed threshold avoids that."""
-    import ctypes
-    import ctypes.util
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-3, int(mb) << 20)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
+from graphdist.runtime import (GracefulStop, Timer, env_world, get_logger, init_distributed, peak_memory_bytes,
+                               set_mmap_threshold)
 
 
 def train(cfg: GCNConfig) -> dict:
@@ -50,23 +39,10 @@ def train(cfg: GCNConfig) -> dict:
     if env_world()[0] == 0:  # under torchrun nobody checked before the workers started
         cfg.check_outputs()
     if cfg.malloc_mmap_mb > 0 and cfg.device != "cuda":
-        _set_mmap_threshold(cfg.malloc_mmap_mb)
+        set_mmap_threshold(cfg.malloc_mmap_mb)
     ctx = init_distributed(cfg.device, cfg.timeout_s)
     lg, pinfo = load_local(cfg, ctx.rank, ctx.world_size)
     return fit(cfg, lg, pinfo, ctx)
-
-
-def check_plan(lg, halo: str = "plain") -> None:
-    """Every rank must hold a part of the same graph and plan: the fingerprints agree, and what
-    rank s sends to r in ``halo`` mode is what r expects from s (one small all-gather of the counts)."""
-    comm.check_same(lg.fingerprint, "graph fingerprint")
-    lay = lg.exchange_layout(halo)
-    sends = comm.all_gather_object(list(lay.send_counts))
-    bad = [(s, lg.rank) for s in range(lg.world_size) if sends[s][lg.rank] != lay.recv_counts[s]]
-    if bad:
-        s, r = bad[0]
-        raise ArtifactError(f"halo plans disagree: rank {s} sends {sends[s][r]} rows to rank {r}, which "
-                            f"expects {lay.recv_counts[s]} (parts from different artifacts?)")
 
 
 def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
@@ -165,7 +141,8 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
                     saved = epoch
                 if float(m[4]) > 0:
                     bar.close()
-                    raise _interrupted(signal.SIGTERM if term else signal.SIGINT, epoch, cfg, ckpt, saved)
+                    raise interrupted(signal.SIGTERM if term else signal.SIGINT, f"epoch {epoch} of {cfg.epochs}",
+                                      ckpt, saved, cfg.checkpoint_dir)
                 if stop:
                     break
     except USER_ERRORS:
@@ -235,17 +212,6 @@ def _rel_error(ex, layers: int, dev) -> dict:
         out[name] = [float((sums[i, j, 0] / sums[i, j, 1]).sqrt()) if sums[i, j, 1] > 0 else None
                      for j in range(layers)]
     return out
-
-
-def _interrupted(signum, epoch, cfg, ckpt, saved) -> Interrupted:
-    name = signal.Signals(signum).name
-    if ckpt is None:
-        where = "no checkpoint (no --checkpoint-dir)"
-    elif saved:
-        where = f"latest checkpoint {ckpt.path(saved)}; continue with --resume"
-    else:
-        where = f"no checkpoint in {cfg.checkpoint_dir} yet"
-    return Interrupted(f"{name} after epoch {epoch} of {cfg.epochs}; {where}", signum)
 
 
 _RUN_KEYS = ("model", "layers", "hidden", "batch_norm", "seed", "label_rate")

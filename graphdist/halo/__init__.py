@@ -5,10 +5,14 @@
     plan.py       builds every part's LocalGraph in one process and validates them together
     artifact.py   the partition artifact directory (meta.json, assignment.npy, part files)
     parts.py      per-part files: a rank reads only its own
-    setup.py      where a rank's part comes from (an artifact, or partitioning in-process)
+    setup.py      where a rank's part comes from (an artifact, or partitioning in-process) and
+                  the check that every rank holds the same plan
+    job.py        what a graph workload's job shares: workers per parts, checks before launch,
+                  the worker's body (train, summary, report)
     spmm.py       the adjacency as sparse operators and ``A @ [h ; halo(h)]`` overlapped with
                   the exchange
     quant.py      quantised halo rows (offset/scale per row, stochastic rounding, packing)
+    tools.py      the partition / quality / compare library behind the CLI
     keyed.py      random bits that are functions of (key, global id, column): dropout masks and
                   rounding noise equal on any number of ranks
 

@@ -26,16 +26,20 @@ def partition_in_process(graph, k: int, method: str, seed: int) -> torch.Tensor:
     return torch.as_tensor(partition(graph, k, method=method, seed=seed)).to(torch.int64)
 
 
-def load_local(cfg, rank: int, world_size: int) -> tuple[LocalGraph, dict]:
-    """``(LocalGraph of this rank, partition info for the report)``."""
+def load_local(cfg, rank: int, world_size: int, graph=None) -> tuple[LocalGraph, dict]:
+    """``(LocalGraph of this rank, partition info for the report)``. ``graph``: the workload's
+    graph when it builds its own (the recommender's user-item graph); otherwise ``cfg.spec`` is
+    loaded (in-process) or, next to ``--partition``, loaded to check that the artifact was cut from
+    it."""
     if cfg.partition:
-        return _from_artifact(cfg, rank, world_size)
-    from graphdist.data import load_graph
+        return _from_artifact(cfg, rank, world_size, graph)
     k = cfg.parts if cfg.parts is not None else world_size
     if k != world_size:
         raise ConfigError(f"--parts {k} does not match the world size {world_size} "
                           f"(start {k} workers, e.g. --nproc {k})")
-    graph = load_graph(cfg.spec)
+    if graph is None:
+        from graphdist.data import load_graph
+        graph = load_graph(cfg.spec)
     comm.check_same(graph.fingerprint, f"graph fingerprint of {cfg.spec}")
     # rank 0 partitions and sends the assignment: every rank trains on one plan even where the
     # partitioner is not deterministic (several threads)
@@ -48,7 +52,7 @@ def load_local(cfg, rank: int, world_size: int) -> tuple[LocalGraph, dict]:
     return lg, info
 
 
-def _from_artifact(cfg, rank: int, world_size: int) -> tuple[LocalGraph, dict]:
+def _from_artifact(cfg, rank: int, world_size: int, graph=None) -> tuple[LocalGraph, dict]:
     from graphdist.halo.artifact import check_artifact, read_meta
     from graphdist.halo.parts import load_part
     meta = read_meta(cfg.partition)  # meta.json only: a rank never reads the whole assignment
@@ -56,9 +60,11 @@ def _from_artifact(cfg, rank: int, world_size: int) -> tuple[LocalGraph, dict]:
     if k != world_size:
         raise ArtifactError(f"partition {cfg.partition} has k={k} parts but the world size is "
                             f"{world_size} (start {k} workers, e.g. --nproc {k})")
-    if cfg.spec:  # a spec next to --partition: the artifact must be cut from that graph
+    if graph is None and cfg.spec:  # a spec next to --partition: the artifact must be cut from it
         from graphdist.data import load_graph
-        check_artifact(meta, load_graph(cfg.spec), k=world_size)
+        graph = load_graph(cfg.spec)
+    if graph is not None:
+        check_artifact(meta, graph, k=world_size)
     lg = load_part(cfg.partition, rank)
     if lg.fingerprint != meta["fingerprint"] or lg.world_size != k:
         raise ArtifactError(f"{cfg.partition}: part {rank} has fingerprint {lg.fingerprint} and k={lg.world_size}"
@@ -66,3 +72,16 @@ def _from_artifact(cfg, rank: int, world_size: int) -> tuple[LocalGraph, dict]:
     info = {"method": meta.get("method"), "parts": k, "source": str(cfg.partition),
             "quality": meta.get("quality", {})}
     return lg, info
+
+
+def check_plan(lg: LocalGraph, halo: str = "plain") -> None:
+    """Every rank must hold a part of the same graph and plan: the fingerprints agree, and what
+    rank s sends to r in ``halo`` mode is what r expects from s (one small all-gather of the counts)."""
+    comm.check_same(lg.fingerprint, "graph fingerprint")
+    lay = lg.exchange_layout(halo)
+    sends = comm.all_gather_object(list(lay.send_counts))
+    bad = [(s, lg.rank) for s in range(lg.world_size) if sends[s][lg.rank] != lay.recv_counts[s]]
+    if bad:
+        s, r = bad[0]
+        raise ArtifactError(f"halo plans disagree: rank {s} sends {sends[s][r]} rows to rank {r}, which "
+                            f"expects {lay.recv_counts[s]} (parts from different artifacts?)")

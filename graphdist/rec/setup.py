@@ -10,63 +10,21 @@ import numpy as np
 import torch
 
 from graphdist import comm
-from graphdist.errors import ArtifactError, ConfigError
-from graphdist.halo.plan import LocalGraph, build_plan
+from graphdist.errors import ArtifactError
+from graphdist.halo.plan import LocalGraph
 from graphdist.rec.sampling import TrainIndex, build_index
 
-__all__ = ["load_local", "check_plan", "RankData", "rank_data"]
+__all__ = ["load_local", "RankData", "rank_data"]
 
 
 def load_local(cfg, rank: int, world_size: int):
-    """``(ratings, LocalGraph of this rank, partition info for the report)``."""
+    """``(ratings, LocalGraph of this rank, partition info for the report)``: the user-item graph
+    of the interactions, partitioned as a graph workload's (:func:`graphdist.halo.setup.load_local`)."""
+    from graphdist.halo.setup import load_local as load_part_of
     from graphdist.rec.data import load_ratings
     ratings = load_ratings(cfg.spec)
-    graph = ratings.graph
-    if cfg.partition:
-        from graphdist.halo.artifact import check_artifact, read_meta
-        from graphdist.halo.parts import load_part
-        meta = read_meta(cfg.partition)
-        k = int(meta["k"])
-        if k != world_size:
-            raise ArtifactError(f"partition {cfg.partition} has k={k} parts but the world size is "
-                                f"{world_size} (start {k} workers, e.g. --nproc {k})")
-        check_artifact(meta, graph, k=world_size)
-        lg = load_part(cfg.partition, rank)
-        if lg.fingerprint != meta["fingerprint"] or lg.world_size != k:
-            raise ArtifactError(f"{cfg.partition}: part {rank} has fingerprint {lg.fingerprint} and k={lg.world_size}"
-                                f" but meta.json says {meta['fingerprint']} and k={k}")
-        info = {"method": meta.get("method"), "parts": k, "source": str(cfg.partition),
-                "quality": meta.get("quality", {})}
-        return ratings, lg, info
-    from graphdist.halo.setup import partition_in_process
-    k = cfg.parts if cfg.parts is not None else world_size
-    if k != world_size:
-        raise ConfigError(f"--parts {k} does not match the world size {world_size} "
-                          f"(start {k} workers, e.g. --nproc {k})")
-    comm.check_same(graph.fingerprint, f"graph fingerprint of {cfg.spec}")
-    a = (partition_in_process(graph, k, cfg.method, cfg.seed) if rank == 0
-         else torch.zeros(graph.num_nodes, dtype=torch.int64))
-    comm.broadcast(a, 0)
-    lg = build_plan(graph, a, rank, k)
-    quality = {}
-    if k > 1 and rank == 0:
-        from partitioners.quality import quality as q
-        quality = q(graph, a, k=k)
-    info = {"method": cfg.method if k > 1 else "none", "parts": k, "source": "in-process", "quality": quality}
+    lg, info = load_part_of(cfg, rank, world_size, graph=ratings.graph)
     return ratings, lg, info
-
-
-def check_plan(lg: LocalGraph, halo: str = "plain") -> None:
-    """Every rank holds a part of the same graph, and what rank s sends to r in ``halo`` mode is
-    what r expects."""
-    comm.check_same(lg.fingerprint, "graph fingerprint")
-    lay = lg.exchange_layout(halo)
-    sends = comm.all_gather_object(list(lay.send_counts))
-    bad = [(s, lg.rank) for s in range(lg.world_size) if sends[s][lg.rank] != lay.recv_counts[s]]
-    if bad:
-        s, r = bad[0]
-        raise ArtifactError(f"halo plans disagree: rank {s} sends {sends[s][r]} rows to rank {r}, which "
-                            f"expects {lay.recv_counts[s]} (parts from different artifacts?)")
 
 
 @dataclass

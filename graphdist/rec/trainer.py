@@ -26,29 +26,18 @@ from dataclasses import asdict
 import torch
 
 from graphdist import comm
-from graphdist.checkpoint import Checkpointer
-from graphdist.errors import USER_ERRORS, ArtifactError, ConfigError, Interrupted, MissingFileError
+from graphdist.checkpoint import Checkpointer, interrupted
+from graphdist.errors import USER_ERRORS, ArtifactError, ConfigError, MissingFileError
 from graphdist.rec.config import RecConfig
 from graphdist.rec.metrics import RankingEval
 from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency, plan_epoch
 from graphdist.rec.sampling import sample_epoch
-from graphdist.rec.setup import check_plan, load_local, rank_data
-from graphdist.runtime import GracefulStop, Timer, env_world, get_logger, init_distributed, peak_memory_bytes
+from graphdist.halo.setup import check_plan
+from graphdist.rec.setup import load_local, rank_data
+from graphdist.runtime import (GracefulStop, Timer, env_world, get_logger, init_distributed, peak_memory_bytes,
+                               set_mmap_threshold)
 
 __all__ = ["train", "fit"]
-
-
-def _set_mmap_threshold(mb: int) -> None:
-    """A fixed glibc mmap threshold (as ``train-gcn``'s ``--malloc-mmap-mb``): glibc raises its
-    threshold after each free of a large block (up to 32 MiB), so a step's 1-32 MiB temporaries
-    land on the heap and, interleaved with longer-lived small tensors, fragment it."""
-    import ctypes
-    import ctypes.util
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.mallopt(-3, int(mb) << 20)  # M_MMAP_THRESHOLD
-    except (OSError, AttributeError):
-        pass
 
 
 def train(cfg: RecConfig) -> dict:
@@ -57,7 +46,7 @@ def train(cfg: RecConfig) -> dict:
     if env_world()[0] == 0:  # under torchrun nobody checked before the workers started
         cfg.check_outputs()
     if cfg.malloc_mmap_mb > 0 and cfg.device != "cuda":
-        _set_mmap_threshold(cfg.malloc_mmap_mb)
+        set_mmap_threshold(cfg.malloc_mmap_mb)
     ctx = init_distributed(cfg.device, cfg.timeout_s)
     ratings, lg, pinfo = load_local(cfg, ctx.rank, ctx.world_size)
     return fit(cfg, ratings, lg, pinfo, ctx)
@@ -130,7 +119,8 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
                     saved = epoch
                 if float(m[nb + 2]) > 0:
                     bar.close()
-                    raise _interrupted(signal.SIGTERM if term else signal.SIGINT, epoch, cfg, ckpt, saved)
+                    raise interrupted(signal.SIGTERM if term else signal.SIGINT, f"epoch {epoch} of {cfg.epochs}",
+                                      ckpt, saved, cfg.checkpoint_dir)
                 if stop:
                     break
             with Timer(dev) as te:
@@ -185,17 +175,6 @@ def _partition_id(owned: torch.Tensor) -> str:
     """Which rows each rank owns, as one hash (a checkpoint only fits the same partition)."""
     mine = hashlib.blake2b(owned.cpu().numpy().tobytes(), digest_size=8).hexdigest()
     return hashlib.blake2b("/".join(comm.all_gather_object(mine)).encode(), digest_size=8).hexdigest()
-
-
-def _interrupted(signum, epoch, cfg, ckpt, saved) -> Interrupted:
-    name = signal.Signals(signum).name
-    if ckpt is None:
-        where = "no checkpoint (no --checkpoint-dir)"
-    elif saved:
-        where = f"latest checkpoint {ckpt.path(saved)}; continue with --resume"
-    else:
-        where = f"no checkpoint in {cfg.checkpoint_dir} yet"
-    return Interrupted(f"{name} after epoch {epoch} of {cfg.epochs}; {where}", signum)
 
 
 _RUN_KEYS = ("dim", "layers", "batch_size", "l2", "init_std", "seed")

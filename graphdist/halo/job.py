@@ -1,0 +1,79 @@
+"""What every graph workload's job (``train-gcn``, ``train-rec``) shares around its trainer.
+
+    nproc = workers_for(cfg)          # before any worker: --nproc vs the parts, CUDA, --halo-bits
+    run_job(worker, cfg, nproc, cfg.nodes)
+    ...
+    def worker(cfg): return rank_main(train, cfg, summary_line)     # in each worker
+
+A config here is any graph workload's config: it has ``spec``, ``partition``, ``parts``,
+``nproc``, ``nodes``, ``halo_bits``, ``summary`` and ``report``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphdist.errors import ConfigError
+
+__all__ = ["workers_for", "rank_main"]
+
+
+def _parts_world(cfg) -> int:
+    """Workers to start on this node: ``--nproc``, else the number of parts (artifact k or
+    ``--parts``) over the nodes, else 1; a mismatch with the parts is an error naming both."""
+    from graphdist.halo.artifact import read_meta
+    k = cfg.parts
+    if cfg.partition:
+        k = int(read_meta(cfg.partition)["k"])
+        if cfg.parts is not None and cfg.parts != k:
+            raise ConfigError(f"--parts {cfg.parts} does not match the artifact {cfg.partition}, "
+                              f"which has k={k} parts")
+    nn = cfg.nodes.nnodes
+    nproc = cfg.nproc if cfg.nproc is not None else max((k or 1) // nn, 1)
+    if k is not None and nproc * nn != k:
+        where = f"--nproc {nproc}" + (f" x --nnodes {nn}" if nn > 1 else "")
+        raise ConfigError(f"{where} does not match the {k} parts of the partition "
+                          f"(world size must equal k)")
+    return nproc
+
+
+def workers_for(cfg, device_type: str) -> int:
+    """Local workers to start (1 under a launcher, which started them), after the checks that
+    need no data: parts vs world size, quantised halos on a 1-part job, GPUs for ``--nproc``."""
+    from graphdist.launch import under_launcher
+    if under_launcher():
+        return 1
+    nproc = _parts_world(cfg)
+    if cfg.halo_bits < 32 and nproc * cfg.nodes.nnodes == 1:
+        raise ConfigError(f"--halo-bits {cfg.halo_bits} quantises the halo exchange, but a 1-part job has "
+                          "none; use --halo-bits 32 or train on k >= 2 parts")
+    if device_type == "cuda":
+        import torch
+        if nproc > torch.cuda.device_count():
+            raise ConfigError(f"--nproc {nproc} needs {nproc} GPUs on this node but "
+                              f"{torch.cuda.device_count()} are visible")
+    return nproc
+
+
+def rank_main(train, cfg, summary) -> int:
+    """A worker's whole life: ``train(cfg)`` on this rank (the process group comes from the
+    environment); a failure is published while the group still exists, so peers can name it. Rank
+    0 then prints ``summary(report)`` (unless ``cfg.summary`` is off) and only then writes
+    ``cfg.report``: a report that cannot be written does not lose the result."""
+    from graphdist import comm
+    from graphdist.fileio import write_report
+    from graphdist.runtime import env_world, shutdown
+    try:
+        rep = train(cfg)
+    except BaseException as e:
+        comm.publish_failure(e)
+        raise
+    finally:
+        shutdown()
+    if env_world()[0] == 0:
+        if cfg.summary:
+            print(summary(rep), flush=True)
+        if cfg.report:
+            write_report(cfg.report, rep)
+            if cfg.summary:
+                print(f"report: {Path(cfg.report)}", flush=True)
+    return 0

@@ -145,6 +145,7 @@ def _k_job(rank, world, spec, hidden, layers, epochs, warmup, threads, variants)
     import torch.distributed as dist
 
     from graphdist import comm
+    from graphdist.halo.exchange import HaloExchanger
     from graphdist.data import load_graph
     from graphdist.gnn.models import GNN
     from graphdist.halo import build_plan
@@ -155,7 +156,7 @@ def _k_job(rank, world, spec, hidden, layers, epochs, warmup, threads, variants)
     runs = {}
     for v in variants:
         halo, bits = v.split(":")
-        ex = comm.HaloExchanger.from_local_graph(lg, halo=halo, bits=int(bits), seed=0)
+        ex = HaloExchanger.from_local_graph(lg, halo=halo, bits=int(bits), seed=0)
         torch.manual_seed(0)
         model = GNN("gcn", g.num_features, hidden, g.num_classes, layers, 0.5)
         step, _ = graphdist_step(lg, model, torch.optim.Adam(model.parameters(), lr=0.01), halo, ex)

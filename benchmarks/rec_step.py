@@ -22,10 +22,10 @@ SPEC = "rec-synth:users=50000,items=20000,avg_items=25,seed=0"
 
 
 def old_step(model, adj, halo, plan, l2, opt):
-    from graphdist import comm
+    from graphdist.halo.exchange import HaloExchanger
     opt.zero_grad(set_to_none=True)
     final = model(adj, halo)
-    ex = comm.HaloExchanger(plan.send_idx, plan.send_counts, plan.recv_counts, final.device)
+    ex = HaloExchanger(plan.send_idx, plan.send_counts, plan.recv_counts, final.device)
     d = final.shape[1]
     table = ex(torch.cat([final, model.weight], 1))
     eu, ep, en = table[plan.user], table[plan.pos], table[plan.neg]

@@ -1,7 +1,8 @@
 """A whole ``train-dlrm`` job: checks, then one process or ``nproc`` local workers.
 
     from embeddings import DLRMTrainConfig, run
-    run(DLRMTrainConfig(spec="criteo-synth:", nproc=2, sharding="row_wise", report="out/dlrm.json"))
+    report = run(DLRMTrainConfig(spec="criteo-synth:", nproc=2, sharding="row_wise"))
+    report["auc"]
 
 With ``nproc > 1`` this process first checks the input (data, Criteo cache, flags, that the
 plan fits) so that mistakes end in one line and exit 2 before any worker starts, then starts the
@@ -16,7 +17,7 @@ import warnings
 
 from embeddings.config import DLRMTrainConfig
 
-__all__ = ["run", "worker", "quiet_torchrec", "require_torchrec", "summary_line"]
+__all__ = ["run", "worker", "train_rank", "quiet_torchrec", "require_torchrec", "summary_line"]
 
 
 def quiet_torchrec() -> None:
@@ -50,29 +51,23 @@ def precheck(cfg: DLRMTrainConfig, world: int, device_type: str) -> None:
     check_memory(desc, memory_budget(cfg, torch.device(device_type), local))
 
 
-def worker(cfg: DLRMTrainConfig) -> int:
-    """Train this rank (process group from the environment); rank 0 prints the summary, then
-    writes the report."""
+def train_rank(cfg: DLRMTrainConfig) -> dict:
+    """This rank's part of the job: join the process group from the environment, train, return
+    the report (every rank)."""
     from embeddings.trainer import train
-    from graphdist.runtime import env_world, init_distributed, shutdown
+    from graphdist.runtime import env_world, init_distributed
     quiet_torchrec()
-    from graphdist import comm
     if env_world()[0] == 0:  # under torchrun nobody checked the outputs before the workers started
         cfg.check_outputs()
     ctx = init_distributed(cfg.device)
-    try:
-        report = train(cfg, ctx.device)
-    except BaseException as e:
-        comm.publish_failure(e)  # while the group still exists: peers can name what happened here
-        raise
-    finally:
-        shutdown()
-    if ctx.rank == 0:
-        print(summary_line(report), flush=True)  # the result first: a failed write does not lose it
-        if cfg.report:
-            from graphdist.fileio import write_report
-            write_report(cfg.report, report, indent=1)
-    return 0
+    return train(cfg, ctx.device)
+
+
+def worker(cfg: DLRMTrainConfig) -> dict:
+    """Train this rank; rank 0 prints the summary, then writes the report
+    (:func:`graphdist.launch.rank_main`, as every trainer)."""
+    from graphdist.launch import rank_main
+    return rank_main(train_rank, cfg, summary_line)
 
 
 def require_torchrec() -> None:
@@ -88,8 +83,9 @@ def require_torchrec() -> None:
             "torchmetrics==1.0.3 pyre-extensions iopath") from None
 
 
-def run(cfg: DLRMTrainConfig) -> int:
-    """Check ``cfg``, then train here or on ``cfg.nproc`` local workers; returns the exit code."""
+def run(cfg: DLRMTrainConfig) -> dict | None:
+    """Check ``cfg``, then train here or on ``cfg.nproc`` local workers; returns the report (the
+    dict the ``--report`` JSON holds); errors raise, as :func:`graphdist.gnn.run`'s."""
     from graphdist.launch import run_job, under_launcher
     from graphdist.runtime import pick_backend
     require_torchrec()

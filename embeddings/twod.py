@@ -151,13 +151,12 @@ class ReplicaSync:
                    for ts in d.values() for t in ts)
 
     def __call__(self, include_optimizer_state: bool = True) -> None:
-        opts = dist.AllreduceCoalescedOptions()
-        opts.reduceOp = dist.ReduceOp.AVG
+        from graphdist import comm
         for tensors in self.weights_by_dtype.values():
-            self.replica_pg.allreduce_coalesced(tensors, opts=opts).wait()
+            comm.all_reduce_mean_coalesced(tensors, self.replica_pg)
         if include_optimizer_state:
             for tensors in self.optimizer_tensors_by_dtype.values():
-                self.replica_pg.allreduce_coalesced(tensors, opts=opts).wait()
+                comm.all_reduce_mean_coalesced(tensors, self.replica_pg)
 
 
 def build_dmp_2d(module, plan, device: torch.device, layout: Layout, sharders=None):
@@ -173,7 +172,8 @@ def build_dmp_2d(module, plan, device: torch.device, layout: Layout, sharders=No
     from torch.distributed.device_mesh import DeviceMesh
     from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.types import ShardingEnv2D
-    rank = dist.get_rank()
+    from graphdist import comm
+    rank = comm.world()[0]
     # DMPCollection._create_process_groups: rows are sharding groups, columns replica groups
     mesh = DeviceMesh(device_type=device.type, mesh=[layout.sharding_group(g) for g in range(layout.groups)],
                       mesh_dim_names=("replicate", "shard"))

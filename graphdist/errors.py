@@ -45,6 +45,16 @@ class DistributedError(GraphdistError):
     """A distributed run cannot start or a peer failed (names the rank where known)."""
 
 
+class JobFailed(GraphdistError):
+    """The workers of a launched job ended with a user error or an interruption, which they
+    already printed (one line each, rank 0 for errors every rank shares); the launching process
+    exits with ``exit_code`` and prints nothing more."""
+
+    def __init__(self, exit_code: int):
+        super().__init__(f"the job's workers stopped with exit code {exit_code}")
+        self.exit_code = int(exit_code)
+
+
 class Interrupted(GraphdistError):
     """Training stopped on SIGINT/SIGTERM at a step boundary; the message says where it stopped
     and which checkpoint ``--resume`` continues from. Exit code 128 + the signal number."""

@@ -25,7 +25,7 @@ from graphdist import config as config_mod
 from graphdist.errors import USER_ERRORS, DistributedError, Interrupted
 from graphdist.runtime import env_world
 
-__all__ = ["Nodes", "under_launcher", "launch", "run_job", "guarded", "print_error"]
+__all__ = ["Nodes", "under_launcher", "launch", "run_job", "rank_main", "guarded", "print_error"]
 
 
 @dataclass
@@ -113,13 +113,72 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
     return 0
 
 
-def run_job(fn, cfg, nproc: int, nodes: Nodes | None = None) -> int:
+RESULT_ENV = "GRAPHDIST_RESULT_FILE"
+"""Set by :func:`run_job` for the workers it launches: rank 0 writes the report there, so the
+launching process can return it (its own workers' result, not a user setting)."""
+
+
+def run_job(fn, cfg, nproc: int, nodes: Nodes | None = None) -> dict | None:
     """``fn(cfg)`` here (one process, or already a worker of a launcher) or on ``nproc`` local
-    workers (per node, with ``nodes``); returns the exit code."""
+    workers (per node, with ``nodes``); returns the job's report (``fn``'s return value; from
+    launched workers, the report rank 0 wrote). A launched job whose workers stopped with a user
+    error or a signal (which they printed) raises :class:`~graphdist.errors.JobFailed`; on the
+    other nodes of a multi-node job the report is None (rank 0 lives on the first node)."""
+    import tempfile
+
+    from graphdist.errors import JobFailed
     nodes = nodes or Nodes()
-    if (nproc > 1 or nodes.nnodes > 1) and not under_launcher():
-        return launch(nproc, fn, cfg, nodes=nodes)
-    return int(fn(cfg) or 0)
+    if not ((nproc > 1 or nodes.nnodes > 1) and not under_launcher()):
+        return fn(cfg)
+    with tempfile.TemporaryDirectory(prefix="graphdist-job-") as d:
+        path = os.path.join(d, "report.json")
+        before = os.environ.get(RESULT_ENV)
+        os.environ[RESULT_ENV] = path
+        try:
+            code = launch(nproc, fn, cfg, nodes=nodes)
+        finally:
+            if before is None:
+                os.environ.pop(RESULT_ENV, None)
+            else:
+                os.environ[RESULT_ENV] = before
+        if code != 0:
+            raise JobFailed(code)
+        if not os.path.exists(path):
+            return None
+        import json
+        with open(path) as f:
+            return json.load(f)
+
+
+def rank_main(train, cfg, summary) -> dict:
+    """A worker's whole life, the same for every trainer: ``train(cfg)`` on this rank (it joins
+    the process group from the environment and returns the report on every rank); a failure is
+    published while the group still exists, so peers can name it; the group is destroyed. Rank 0
+    then prints ``summary(report)`` (unless ``cfg.summary`` is off) and only then writes
+    ``cfg.report``: a report that cannot be written does not lose the result. Returns the report."""
+    from pathlib import Path
+
+    from graphdist import comm
+    from graphdist.fileio import atomic_write_json, write_report
+    from graphdist.runtime import shutdown
+    try:
+        rep = train(cfg)
+    except BaseException as e:
+        comm.publish_failure(e)
+        raise
+    finally:
+        shutdown()
+    if env_world()[0] == 0:
+        show = getattr(cfg, "summary", True)
+        if show:
+            print(summary(rep), flush=True)
+        if cfg.report:
+            write_report(cfg.report, rep)
+            if show:
+                print(f"report: {Path(cfg.report)}", flush=True)
+        if os.environ.get(RESULT_ENV):
+            atomic_write_json(os.environ[RESULT_ENV], rep)
+    return rep
 
 
 def print_error(e: BaseException, prefix: str = "error") -> None:
@@ -141,9 +200,13 @@ def guarded(fn, *args) -> int:
     * running out of memory: one line naming the rank, exit 1;
     * anything else is a bug: its traceback, then one line naming the rank, exit 1."""
     from graphdist import comm
+    from graphdist.errors import JobFailed
     rank, world, _ = env_world()
     try:
-        return int(fn(*args) or 0)
+        rv = fn(*args)
+        return rv if isinstance(rv, int) else 0
+    except JobFailed as e:  # launched workers already said why
+        return e.exit_code
     except Interrupted as e:
         print_error(e, "interrupted")
         return e.exit_code

@@ -24,12 +24,13 @@ def _reference(graph, kind, state):
 
 def _forward_backward(lg, kind, state, dev, halo, bits=32):
     from graphdist import comm
+    from graphdist.halo.exchange import HaloExchanger
     from graphdist.gnn.models import GNN
     from graphdist.halo.spmm import SparseAdj
     model = GNN(kind, FEAT, HID, C, 3, dropout=0.0).to(dev)
     model.load_state_dict(state)
     adj = SparseAdj.for_model(lg, kind, dev, halo=halo)
-    ex = comm.HaloExchanger.from_local_graph(lg, dev, halo=halo, bits=bits)
+    ex = HaloExchanger.from_local_graph(lg, dev, halo=halo, bits=bits)
     out = model(lg.x.to(dev), adj, ex)
     n_train = float(comm.all_reduce_sum(lg.train_mask.sum().double().to(dev)))
     tm = lg.train_mask.to(dev)

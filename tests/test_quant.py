@@ -64,7 +64,7 @@ def test_packing_layout_by_hand():
 
 
 def _exchange_job(rank, ws, bits_list):
-    from graphdist import comm
+    from graphdist.halo.exchange import HaloExchanger
     from graphdist.data import load_graph
     from graphdist.halo import build_plan
     from graphdist.halo.spmm import SparseAdj
@@ -74,7 +74,7 @@ def _exchange_job(rank, ws, bits_list):
     out = {}
     for bits in bits_list:
         adj = SparseAdj.for_model(lg, "gcn", halo="mvc")
-        ex = comm.HaloExchanger.from_local_graph(lg, halo="mvc", bits=bits, seed=3)
+        ex = HaloExchanger.from_local_graph(lg, halo="mvc", bits=bits, seed=3)
         ex.measure = True
         ex.start_pass()
         y = adj.propagate(h, ex)

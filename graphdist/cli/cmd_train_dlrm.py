@@ -17,7 +17,8 @@ from graphdist import config
 
 def _handler(args) -> int:
     from embeddings.job import run
-    return run(config.from_namespace(DLRMTrainConfig, args))
+    run(config.from_namespace(DLRMTrainConfig, args))
+    return 0
 
 
 def register(sub) -> None:

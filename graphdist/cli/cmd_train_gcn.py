@@ -11,7 +11,8 @@ from graphdist.gnn.config import GCNConfig
 
 def _handler(args) -> int:
     from graphdist.gnn.job import run
-    return run(config.from_namespace(GCNConfig, args))
+    run(config.from_namespace(GCNConfig, args))
+    return 0
 
 
 def register(sub) -> None:

@@ -11,7 +11,8 @@ from graphdist.rec.config import RecConfig
 
 def _handler(args) -> int:
     from graphdist.rec.job import run
-    return run(config.from_namespace(RecConfig, args))
+    run(config.from_namespace(RecConfig, args))
+    return 0
 
 
 def register(sub) -> None:

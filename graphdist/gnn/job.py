@@ -1,7 +1,8 @@
 """A whole ``train-gcn`` job: checks, then one process or ``nproc`` local workers.
 
     from graphdist.gnn import GCNConfig, run
-    run(GCNConfig(spec="sbm:nodes=2000", parts=2, epochs=30, report="runs/gcn.json"))
+    report = run(GCNConfig(spec="sbm:nodes=2000", parts=2, epochs=30))
+    report["test_acc"], report["time/epoch_s"]
 
 :func:`run` checks the config before any worker starts (world size vs parts, CUDA), then runs
 :func:`worker` here (one process, or inside torchrun) or on ``nproc`` local workers
@@ -15,16 +16,18 @@ from graphdist.gnn.config import GCNConfig
 __all__ = ["run", "worker", "summary_line"]
 
 
-def worker(cfg: GCNConfig) -> int:
+def worker(cfg: GCNConfig) -> dict:
     """Train this rank (the process group comes from the environment); rank 0 prints the summary,
-    then writes the report (:func:`graphdist.halo.job.rank_main`)."""
+    then writes the report (:func:`graphdist.launch.rank_main`)."""
     from graphdist.gnn.trainer import train
-    from graphdist.halo.job import rank_main
+    from graphdist.launch import rank_main
     return rank_main(train, cfg, summary_line)
 
 
-def run(cfg: GCNConfig) -> int:
-    """Check ``cfg``, then train here or on local workers; returns the exit code."""
+def run(cfg: GCNConfig) -> dict | None:
+    """Check ``cfg``, then train here or on local workers; returns the report (the dict the
+    ``--report`` JSON holds). Errors raise (:class:`~graphdist.errors.GraphdistError`; from
+    launched workers, which printed theirs, :class:`~graphdist.errors.JobFailed`)."""
     from graphdist.halo.job import workers_for
     from graphdist.launch import run_job
     from graphdist.runtime import pick_backend

@@ -2,7 +2,7 @@
 
 A layer sees ``h`` = rows of the nodes this rank owns ``[n_own, F_in]``, a sparse adjacency
 over local columns ``[owned | halo]`` (``[n_own, n_own + n_halo]``) and ``exchange``, the
-rank's :class:`~graphdist.comm.HaloExchanger` (None at world size 1: then this is plain
+rank's :class:`~graphdist.halo.exchange.HaloExchanger` (None at world size 1: then this is plain
 single-device code). ``adj.propagate(z, exchange)`` = ``A @ [z ; halo rows of z]``.
 
 Where the linear goes (each layer moves ``min(F_in, F_out)`` columns per halo row)::

@@ -27,6 +27,7 @@ from graphdist.checkpoint import Checkpointer, interrupted
 from graphdist.errors import USER_ERRORS, ArtifactError, ConfigError, MissingFileError
 from graphdist.gnn.config import GCNConfig
 from graphdist.gnn.models import GNN
+from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.setup import check_plan, load_local
 from graphdist.halo.spmm import SparseAdj
 from graphdist.runtime import (GracefulStop, Timer, env_world, get_logger, init_distributed, peak_memory_bytes,
@@ -70,7 +71,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
              for m in (lg.train_mask, lg.val_mask, lg.test_mask)]
     n_classes = int(comm.all_reduce_max(torch.tensor([lg.num_classes], device=dev)).item())
     adj = SparseAdj.for_model(lg, cfg.model, dev, halo=cfg.halo)
-    ex = comm.HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed)
+    ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed)
     counts = comm.all_reduce_sum(torch.stack([m.sum() for m in masks]).to(torch.float64))
     n_train = float(counts[0])
     if n_train == 0:

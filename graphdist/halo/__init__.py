@@ -17,7 +17,7 @@
                   rounding noise equal on any number of ranks
 
 Shared by every workload that trains on a partitioned graph (``graphdist.gnn``, and the graph
-recommender). The exchange itself is :class:`graphdist.comm.HaloExchanger`.
+recommender). The exchange itself is :class:`graphdist.halo.exchange.HaloExchanger`.
 """
 from graphdist.halo.plan import LocalGraph, build_plan, build_plans, plan_stats, validate_plans
 

@@ -1,20 +1,18 @@
 """What every graph workload's job (``train-gcn``, ``train-rec``) shares around its trainer.
 
     nproc = workers_for(cfg)          # before any worker: --nproc vs the parts, CUDA, --halo-bits
-    run_job(worker, cfg, nproc, cfg.nodes)
+    report = run_job(worker, cfg, nproc, cfg.nodes)                  # graphdist.launch
     ...
-    def worker(cfg): return rank_main(train, cfg, summary_line)     # in each worker
+    def worker(cfg): return rank_main(train, cfg, summary_line)     # in each worker (graphdist.launch)
 
 A config here is any graph workload's config: it has ``spec``, ``partition``, ``parts``,
 ``nproc``, ``nodes``, ``halo_bits``, ``summary`` and ``report``.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 from graphdist.errors import ConfigError
 
-__all__ = ["workers_for", "rank_main"]
+__all__ = ["workers_for"]
 
 
 def _parts_world(cfg) -> int:
@@ -52,28 +50,3 @@ def workers_for(cfg, device_type: str) -> int:
             raise ConfigError(f"--nproc {nproc} needs {nproc} GPUs on this node but "
                               f"{torch.cuda.device_count()} are visible")
     return nproc
-
-
-def rank_main(train, cfg, summary) -> int:
-    """A worker's whole life: ``train(cfg)`` on this rank (the process group comes from the
-    environment); a failure is published while the group still exists, so peers can name it. Rank
-    0 then prints ``summary(report)`` (unless ``cfg.summary`` is off) and only then writes
-    ``cfg.report``: a report that cannot be written does not lose the result."""
-    from graphdist import comm
-    from graphdist.fileio import write_report
-    from graphdist.runtime import env_world, shutdown
-    try:
-        rep = train(cfg)
-    except BaseException as e:
-        comm.publish_failure(e)
-        raise
-    finally:
-        shutdown()
-    if env_world()[0] == 0:
-        if cfg.summary:
-            print(summary(rep), flush=True)
-        if cfg.report:
-            write_report(cfg.report, rep)
-            if cfg.summary:
-                print(f"report: {Path(cfg.report)}", flush=True)
-    return 0

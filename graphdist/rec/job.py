@@ -1,7 +1,8 @@
 """A whole ``train-rec`` job: checks, then one process or ``nproc`` local workers.
 
     from graphdist.rec import RecConfig, run
-    run(RecConfig(spec="rec-synth:", parts=2, method="metis", epochs=20, report="runs/rec.json"))
+    report = run(RecConfig(spec="rec-synth:", parts=2, method="metis", epochs=20))
+    report["recall@20"]
 
 Same shape as :mod:`graphdist.gnn.job`: :func:`run` checks the config and the output paths before
 any worker starts, then runs :func:`worker` here (one process, or inside torchrun) or on
@@ -14,16 +15,17 @@ from graphdist.rec.config import RecConfig
 __all__ = ["run", "worker", "summary_line"]
 
 
-def worker(cfg: RecConfig) -> int:
+def worker(cfg: RecConfig) -> dict:
     """Train this rank (the process group comes from the environment); rank 0 prints the summary,
-    then writes the report (:func:`graphdist.halo.job.rank_main`)."""
-    from graphdist.halo.job import rank_main
+    then writes the report (:func:`graphdist.launch.rank_main`)."""
+    from graphdist.launch import rank_main
     from graphdist.rec.trainer import train
     return rank_main(train, cfg, lambda rep: summary_line(rep, cfg.topk))
 
 
-def run(cfg: RecConfig) -> int:
-    """Check ``cfg``, then train here or on local workers; returns the exit code."""
+def run(cfg: RecConfig) -> dict | None:
+    """Check ``cfg``, then train here or on local workers; returns the report (the dict the
+    ``--report`` JSON holds); errors raise, as :func:`graphdist.gnn.run`'s."""
     from graphdist.halo.job import workers_for
     from graphdist.launch import run_job
     from graphdist.runtime import pick_backend

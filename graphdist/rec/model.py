@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from graphdist import comm
+from graphdist.halo.exchange import CommStats, HaloExchanger
 from graphdist.halo.spmm import SparseAdj
 
 __all__ = ["lightgcn_adjacency", "halo_exchanger", "init_embeddings", "LightGCNShard", "BatchPlan",
@@ -45,10 +45,10 @@ def lightgcn_adjacency(lg, device="cpu", halo: str = "plain") -> SparseAdj:
     return SparseAdj.for_model(lg, "sym", device, halo=halo)
 
 
-def halo_exchanger(lg, device="cpu", halo: str = "plain", bits: int = 32, seed: int = 0) -> comm.HaloExchanger:
+def halo_exchanger(lg, device="cpu", halo: str = "plain", bits: int = 32, seed: int = 0) -> HaloExchanger:
     """The halo exchange of every propagation layer (forward rows, backward gradients) in ``halo``
     mode, ``bits`` per value in flight (32 = exact float32; fewer = quantised, keyed by ``seed``)."""
-    return comm.HaloExchanger.from_local_graph(lg, device, halo=halo, bits=bits, seed=seed)
+    return HaloExchanger.from_local_graph(lg, device, halo=halo, bits=bits, seed=seed)
 
 
 def init_embeddings(owned: torch.Tensor, num_nodes: int, dim: int, std: float, seed: int) -> torch.Tensor:
@@ -104,12 +104,12 @@ class BatchPlan:
     """Global number of triples in the batch."""
 
 
-def _all_to_all(ex: comm.HaloExchanger, t: torch.Tensor, send_counts, recv_counts) -> torch.Tensor:
+def _all_to_all(ex: HaloExchanger, t: torch.Tensor, send_counts, recv_counts) -> torch.Tensor:
     return ex.all_to_all(t, list(send_counts), list(recv_counts), int(sum(recv_counts)))
 
 
 def plan_epoch(samples, rd, num_users: int, rank: int, world_size: int, device="cpu",
-               stats: comm.CommStats | None = None) -> list[BatchPlan]:
+               stats: CommStats | None = None) -> list[BatchPlan]:
     """The :class:`BatchPlan` of every batch of an epoch (``rd``: the rank's
     :class:`~graphdist.rec.setup.RankData`). Collective: the ids each rank needs from each peer,
     for all batches at once, travel in one all-to-all (after one of the counts)."""
@@ -125,7 +125,7 @@ def plan_epoch(samples, rd, num_users: int, rank: int, world_size: int, device="
     key = np.unique((owner[remote] * nb + batch[remote]) * n_nodes + items[remote])
     req_peer_batch = key // n_nodes
     cnt = np.bincount(req_peer_batch, minlength=k * nb).reshape(k, nb)  # [peer, batch] rows I ask for
-    ex = comm.HaloExchanger(torch.zeros(0, dtype=torch.int64), [0] * k, [0] * k, device)
+    ex = HaloExchanger(torch.zeros(0, dtype=torch.int64), [0] * k, [0] * k, device)
     if stats is not None:
         ex.stats = stats
     if ex.active:
@@ -157,7 +157,7 @@ def plan_epoch(samples, rd, num_users: int, rank: int, world_size: int, device="
 
 
 def bpr_step(model: LightGCNShard, adj: SparseAdj, halo, plan: BatchPlan, l2: float, opt=None,
-             row_stats: comm.CommStats | None = None) -> torch.Tensor:
+             row_stats: CommStats | None = None) -> torch.Tensor:
     """Forward, backward and (with ``opt``) one optimizer step on one batch; returns this rank's
     share of the batch loss (the ranks' shares add up to the loss). Collective.
 
@@ -173,7 +173,7 @@ def bpr_step(model: LightGCNShard, adj: SparseAdj, halo, plan: BatchPlan, l2: fl
     idx = torch.cat([plan.user, plan.pos, plan.neg])  # rows of [owned ; received] (see BatchPlan)
     is_own = idx < n_own
     rows, inv = torch.unique(torch.cat([idx[is_own], plan.send_idx]), return_inverse=True)
-    ex = comm.HaloExchanger(inv[int(is_own.sum()):], plan.send_counts, plan.recv_counts, final.device)
+    ex = HaloExchanger(inv[int(is_own.sum()):], plan.send_counts, plan.recv_counts, final.device)
     if row_stats is not None:
         ex.stats = row_stats
     table = ex(torch.cat([final.index_select(0, rows), model.weight.index_select(0, rows)], 1))

@@ -32,6 +32,7 @@ from graphdist.rec.config import RecConfig
 from graphdist.rec.metrics import RankingEval
 from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency, plan_epoch
 from graphdist.rec.sampling import sample_epoch
+from graphdist.halo.exchange import CommStats
 from graphdist.halo.setup import check_plan
 from graphdist.rec.setup import load_local, rank_data
 from graphdist.runtime import (GracefulStop, Timer, env_world, get_logger, init_distributed, peak_memory_bytes,
@@ -82,7 +83,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     from tqdm import tqdm
     bar = tqdm(total=cfg.epochs, initial=start, desc="train-rec", unit="epoch",
                disable=not (ctx.is_rank0 and cfg.progress), dynamic_ncols=True)
-    rows = comm.CommStats()
+    rows = CommStats()
     epoch, saved = start, start
     try:
         with GracefulStop() as signalled:

@@ -1,0 +1,189 @@
+"""The halo exchange: message rows of a rank's plan moved to the peers that need them.
+
+:class:`HaloExchanger`: one asynchronous all-to-all (:func:`graphdist.comm.all_to_all_rows`)
+per layer and direction moves *message rows* whose layout the plan fixes (``plain``: raw halo
+rows; ``mvc``: raw rows and pre-aggregated partial sums, see :mod:`graphdist.halo.local`). The
+training path fuses it with the SpMM (:class:`graphdist.halo.spmm.SparseAdj`): it builds the
+send buffer, calls :meth:`HaloExchanger.post`, multiplies the owned block while rows travel,
+then ``wait()``s; backward mirrors it with :meth:`HaloExchanger.post_reverse`. With
+``bits < 32`` the rows travel quantised (:mod:`graphdist.halo.quant`: per-row offset and scale,
+stochastic rounding, packed bytes), forward activations and backward gradients alike.
+
+``exchanger(h)`` (autograd) returns ``[h ; halo rows]`` in one tensor for callers that index
+rows directly (the recommender's per-batch tables); ``all_to_all`` moves a plain tensor.
+
+Everything here is a no-op at world size 1 (or without a process group), so the model code
+is plain single-device code with the exchange injected. The collectives themselves are
+:mod:`graphdist.comm`'s.
+"""
+from __future__ import annotations
+
+import torch
+
+from graphdist import comm
+from graphdist.errors import ConfigError
+from graphdist.halo import quant
+from graphdist.halo.keyed import key32
+from graphdist.halo.quant import BITS
+
+__all__ = ["CommStats", "HaloExchanger", "Pending"]
+
+
+class CommStats:
+    """Counters of halo traffic sent by this rank (rows and bytes, reset per epoch) and the
+    quantisation error of the rows sent (kept across epochs)."""
+
+    def __init__(self):
+        self.rows = 0
+        self.bytes = 0
+        self.errors: dict = {}
+        """``{(direction, tag): [squared error, squared norm]}`` of quantised rows sent."""
+
+    def reset(self):
+        self.rows = 0
+        self.bytes = 0
+
+    def add(self, t: torch.Tensor):
+        self.rows += int(t.shape[0])
+        self.bytes += int(t.numel() * t.element_size())
+
+    def add_error(self, direction: str, tag: int, err2: float, norm2: float) -> None:
+        e = self.errors.setdefault((direction, int(tag)), [0.0, 0.0])
+        e[0] += err2
+        e[1] += norm2
+
+
+class _HaloExchangeFn(torch.autograd.Function):
+    """``[h ; halo rows]`` with autograd (gradients of halo rows go home), plain float rows."""
+
+    @staticmethod
+    def forward(ctx, h, ex):
+        ctx.ex = ex
+        full = h.new_empty((h.shape[0] + ex.n_recv,) + tuple(h.shape[1:]))
+        full[:h.shape[0]] = h
+        full[h.shape[0]:] = ex.all_to_all(h.index_select(0, ex.send_idx), ex.send_counts, ex.recv_counts, ex.n_recv)
+        return full
+
+    @staticmethod
+    def backward(ctx, g):
+        ex = ctx.ex
+        n_own = g.shape[0] - ex.n_recv
+        g_owned = g[:n_own].clone()
+        back = ex.all_to_all(g[n_own:].contiguous(), ex.recv_counts, ex.send_counts, ex.n_send)
+        if back.shape[0]:
+            g_owned.index_add_(0, ex.send_idx, back)
+        return g_owned, None
+
+
+class HaloExchanger:
+    """Moves a rank's message rows to the peers that need them, asynchronously.
+
+    ``HaloExchanger(send_idx, send_counts, recv_counts)`` is the plain exchange of a plan (rows
+    ``h[send_idx]``); :meth:`from_local_graph` builds it for a halo mode (``plain`` or ``mvc``,
+    whose send rows come from the adjacency's send operator) and a wire format (``bits``: 32 =
+    float32; 16, 8, 4, 2 = quantised with stochastic rounding whose noise is keyed by (seed,
+    step, rank, exchange), see :meth:`set_step`).
+    ``stats`` counts the rows and bytes this rank sends (quantisation parameters included)
+    and, with ``measure = True``, the relative error of the quantised rows per layer.
+    """
+
+    def __init__(self, send_idx: torch.Tensor | None, send_counts: list[int], recv_counts: list[int],
+                 device: torch.device | str = "cpu", group=None, *, bits: int = 32, seed: int = 0,
+                 mode: str | None = None):
+        if bits not in BITS:
+            raise ConfigError(f"--halo-bits {bits} is not supported (choose from {', '.join(map(str, BITS))})")
+        self.send_idx = None if send_idx is None else send_idx.to(device)
+        self.send_counts = [int(c) for c in send_counts]
+        self.recv_counts = [int(c) for c in recv_counts]
+        self.n_send = sum(self.send_counts)
+        self.n_recv = sum(self.recv_counts)
+        self.group = group
+        self.stats = CommStats()
+        self.active = comm.world()[1] > 1 and len(self.send_counts) > 1
+        self.mode = mode or "plain"
+        self.bits, self.seed, self.measure = int(bits), int(seed), False
+        self._tag = 0
+        self._step, self._calls = 0, 0
+        if bits < 32 and self.active and comm.backend(group) not in ("gloo", "nccl"):
+            raise ConfigError(f"--halo-bits {bits}: the {comm.backend(group)} backend cannot carry "
+                              "quantised halo rows (gloo or nccl needed); use --halo-bits 32")
+
+    @classmethod
+    def from_local_graph(cls, lg, device="cpu", group=None, *, halo: str = "plain", bits: int = 32,
+                         seed: int = 0) -> "HaloExchanger":
+        """The exchanger of ``lg``'s plan in ``halo`` mode (pair it with
+        ``SparseAdj.for_model(lg, model, device, halo)``)."""
+        if halo == "plain":
+            return cls(lg.send_idx, lg.send_counts, lg.recv_counts, device, group, bits=bits, seed=seed)
+        lay = lg.exchange_layout(halo)
+        return cls(None, lay.send_counts, lay.recv_counts, device, group, bits=bits, seed=seed, mode=halo)
+
+    def set_step(self, step: int) -> None:
+        """Rounding noise from now on is keyed by (seed, step, rank, n-th exchange of the step):
+        runs and resumed runs repeat."""
+        self._step, self._calls = int(step), 0
+
+    def start_pass(self) -> None:
+        """A forward pass begins: its exchanges are tagged 0, 1, ... (= the layers)."""
+        self._tag = 0
+
+    def next_tag(self) -> int:
+        """Tag of the next forward exchange (its backward uses the same tag)."""
+        t = self._tag
+        self._tag += 1
+        return t
+
+    def all_to_all(self, send: torch.Tensor, in_counts, out_counts, n_out) -> torch.Tensor:
+        """Blocking all-to-all of a plain tensor (counted in ``stats``)."""
+        out = send.new_empty((n_out,) + tuple(send.shape[1:]))
+        self.stats.add(send)
+        comm.all_to_all_rows(out, send, out_counts, in_counts, self.group)
+        return out
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        """``[h ; halo rows]`` as one tensor with autograd (plain rows, float)."""
+        if not self.active:
+            return h
+        if self.send_idx is None:
+            raise ValueError("exchanger(h) needs a plain plan (send_idx)")
+        return _HaloExchangeFn.apply(h.contiguous(), self)
+
+    def post(self, rows: torch.Tensor, tag: int | None = None) -> "Pending":
+        """Start sending message rows ``[n_send, F]`` (peer order); ``.wait()`` gives the rows
+        received ``[n_recv, F]``. Runs in the background (gloo thread / NCCL stream)."""
+        return self._start(rows, self.send_counts, self.recv_counts, self.n_recv, "forward", tag)
+
+    def post_reverse(self, rows: torch.Tensor, tag: int | None = None) -> "Pending":
+        """The reverse direction (gradients of received rows go home): ``[n_recv, F]`` in,
+        ``.wait()`` gives ``[n_send, F]``."""
+        return self._start(rows, self.recv_counts, self.send_counts, self.n_send, "backward", tag)
+
+    def _start(self, rows, in_counts, out_counts, n_out, direction, tag) -> "Pending":
+        rows = rows.contiguous()
+        decode = None
+        if self.bits == 32:
+            buf = rows
+        else:
+            self._calls += 1
+            buf = quant.encode(rows, self.bits, key32(self.seed, self._step, comm.world(self.group)[0], self._calls))
+            width, dtype, bits = rows.shape[1], rows.dtype, self.bits
+            decode = lambda out: quant.decode(out, bits, width, dtype)  # noqa: E731
+            if self.measure and tag is not None and rows.numel():
+                err = decode(buf) - rows
+                self.stats.add_error(direction, tag, float((err * err).sum()), float((rows * rows).sum()))
+        out = buf.new_empty((n_out,) + tuple(buf.shape[1:]))
+        self.stats.add(buf)
+        work = comm.all_to_all_rows(out, buf, out_counts, in_counts, self.group, async_op=True)
+        return Pending(work, out, buf, decode)
+
+
+class Pending:
+    """An exchange in flight; keeps its send buffer alive until ``wait()``, then decodes."""
+
+    def __init__(self, work, out: torch.Tensor, keep: torch.Tensor, decode=None):
+        self.work, self.out, self.keep, self.decode = work, out, keep, decode
+
+    def wait(self) -> torch.Tensor:
+        self.work.wait()
+        self.keep = None
+        return self.out if self.decode is None else self.decode(self.out)

@@ -118,10 +118,5 @@ class DLRMTrainConfig:
 
     def check_outputs(self) -> None:
         """Every output path is writable, before any work (one line naming the flag otherwise)."""
-        from graphdist.fileio import check_output_dir, check_output_file
-        if self.report:
-            check_output_file(self.report, "--report")
-        if self.checkpoint_dir:
-            check_output_dir(self.checkpoint_dir, "--checkpoint-dir")
-        if self.cache_dir:
-            check_output_dir(self.cache_dir, "--cache-dir")
+        from graphdist.fileio import check_run_outputs
+        check_run_outputs(self)

@@ -26,48 +26,26 @@ segment, not per step, so logging costs no collective).
 """
 from __future__ import annotations
 
-import signal
 import time
 
 import torch
 
-from embeddings.build import (ShardedModel, build_sharded, epoch_warning, fill_embeddings,  # noqa: F401
-                              load_splits, memory_budget, optimizer_class, plan_for, total_steps,
-                              validate)
+from embeddings.build import ShardedModel, build_sharded, epoch_warning, load_splits, total_steps, validate
 from embeddings.config import DLRMTrainConfig
 from embeddings.data import ClickData, make_batch
 from embeddings.sharding import format_plan
 from graphdist import comm
-from graphdist.errors import USER_ERRORS, ArtifactError
-from graphdist.runtime import GracefulStop, get_logger, peak_memory_bytes
+from graphdist.loop import LoopConfig, Task, run_loop
+from graphdist.runtime import get_logger, peak_memory_bytes
 
 STOP_POLL_STEPS = 10
 """Steps between two checks (one all-reduce of one number) whether some rank got a signal."""
 
 
-class _Stopper:
-    """The stop flag every rank agrees on: polled before every STOP_POLL_STEPS-th batch."""
-
-    def __init__(self, signalled: GracefulStop | None):
-        self.signalled = signalled
-        self.signum: int | None = None
-
-    def poll(self) -> bool:
-        mine = {None: 0.0, signal.SIGINT: 1.0}.get(self.signalled.signum if self.signalled else None, 1000.0)
-        total = float(comm.all_reduce_sum(torch.tensor([mine], dtype=torch.float64))[0])
-        if total > 0:
-            self.signum = signal.SIGTERM if total >= 1000.0 else signal.SIGINT
-        return self.signum is not None
-
-
-def step_batches(data: ClickData, cfg: DLRMTrainConfig, steps: range, slot: int, world: int,
-                 stopper: _Stopper | None = None):
-    """Batches of the given global steps (wrapping around the training rows every epoch);
-    ends early, on every rank alike, once ``stopper`` agrees that some rank was signalled."""
+def step_batches(data: ClickData, cfg: DLRMTrainConfig, steps: range, slot: int, world: int):
+    """Batches of the given global steps (0-based; wrapping around the training rows every epoch)."""
     per_epoch = len(data) // cfg.batch_size
     for t in steps:
-        if stopper is not None and t > steps.start and t % STOP_POLL_STEPS == 0 and stopper.poll():
-            return
         yield make_batch(data, (t % per_epoch) * cfg.batch_size, cfg.batch_size, slot, world)[0]
 
 
@@ -90,50 +68,73 @@ def _slot(sm, rank: int) -> int:
     return sm.layout.slot(rank) if isinstance(sm, ShardedModel) else rank
 
 
-def run_steps(dmp, opt, pipe, data: ClickData, cfg: DLRMTrainConfig, steps: range,
-              device: torch.device, bar=None, *, model: ShardedModel | None = None,
-              stopper: _Stopper | None = None, callbacks=()) -> list[float]:
-    """Train on the given global steps; returns this rank's local losses (fewer when stopped).
+class _DLRMTask(Task):
+    """Steps in segments: with a pipeline (``TrainPipelineSparseDist``) the input all-to-all of
+    batch i+1 is started before the forward of batch i; the pipeline is drained and detached at
+    the end of every segment, so the plain model is usable (eval, checkpoint) in between. With
+    replicas (``sm.sync``) they are averaged after every step t with t % --sync-every == 0, and
+    before a checkpoint and at the end. Losses stay on the device until the segment ends (one
+    host sync and one all-reduce per segment, not per step, which would stall a GPU's queue)."""
 
-    With a pipeline (``TrainPipelineSparseDist``) the input all-to-all of batch i+1 is started
-    before the forward of batch i; the pipeline is drained and detached at the end, so the
-    plain model is usable (eval, checkpoint) afterwards. With replicas (``model.sync``) they
-    are averaged after every step t with (t + 1) % --sync-every == 0. Losses stay on the device
-    until the end (one host sync per call, not one per step, which would stall a GPU's queue).
-    """
-    rank, world = comm.world()
-    it = step_batches(data, cfg, steps, _slot(model, rank), world, stopper)
-    sync = model.sync if model is not None else None
-    out_losses: list[torch.Tensor] = []
+    def __init__(self, cfg: DLRMTrainConfig, sm, pipe, data: ClickData, device, step_callbacks=()):
+        self.cfg, self.sm, self.pipe, self.data, self.device = cfg, sm, pipe, data, device
+        self.step_callbacks = step_callbacks
+        self.history = {"losses": []}
+        self.local: list[torch.Tensor] = []
+        self.t_train, self.steps_run, self.done, self.synced_at = 0.0, 0, 0, 0
 
-    def after_step():
-        t = steps.start + len(out_losses) - 1
-        if sync is not None and (t + 1) % cfg.sync_every == 0:
-            sync()
-        for cb in callbacks:
-            cb(t + 1, out_losses[-1])
-        if bar is not None:
-            bar.update(1)
+    def run(self, units):
+        cfg, sm, pipe = self.cfg, self.sm, self.pipe
+        rank, world = comm.world()
+        it = step_batches(self.data, cfg, range(units[0] - 1, units[-1]), _slot(sm, rank), world)
+        t0 = time.perf_counter()
+        if pipe is not None:
+            pipe.reset()
+        try:
+            for t in units:
+                if pipe is not None:
+                    loss = pipe.progress(it)[0].detach()
+                else:
+                    sm.opt.zero_grad()
+                    loss, _ = sm.dmp(next(it).to(self.device))
+                    loss.backward()
+                    sm.opt.step()
+                    loss = loss.detach()
+                self.local.append(loss)
+                self.done, self.steps_run = t, self.steps_run + 1
+                if sm.sync is not None and t % cfg.sync_every == 0:
+                    sm.sync()
+                    self.synced_at = t
+                for cb in self.step_callbacks:
+                    cb(t, loss)
+                yield None
+        finally:
+            if pipe is not None:
+                pipe.detach()
+            self.t_train += time.perf_counter() - t0
 
-    if pipe is not None:
-        pipe.reset()
-        while True:
-            try:
-                out = pipe.progress(it)
-            except StopIteration:
-                break
-            out_losses.append(out[0].detach())
-            after_step()
-        pipe.detach()
-    else:
-        for batch in it:
-            opt.zero_grad()
-            loss, _ = dmp(batch.to(device))
-            loss.backward()
-            opt.step()
-            out_losses.append(loss.detach())
-            after_step()
-    return torch.stack(out_losses).float().cpu().tolist() if out_losses else []
+    def end_segment(self) -> None:
+        local = torch.stack(self.local).float().cpu().tolist() if self.local else []
+        self.local = []
+        self.history["losses"] += _global_losses(local, comm.world()[1])
+
+    def sync_now(self) -> None:
+        """One model: the replicas averaged unless the last step already did."""
+        if self.sm.sync is not None and self.synced_at != self.done:
+            self.sm.sync()
+            self.synced_at = self.done
+
+    def before_save(self) -> None:
+        self.sync_now()
+
+    def state(self) -> dict:
+        """The sharded model (embedding shards as ShardedTensors, or DTensors with replicas, dense
+        replicas) and every optimizer state (fused row-wise Adagrad sums included)."""
+        return {"model": self.sm.dmp.state_dict(), "optim": self.sm.opt.state_dict()}
+
+    def loaded(self, state: dict) -> None:
+        self.sm.dmp.load_state_dict(state["model"])
+        self.sm.opt.load_state_dict(state["optim"])
 
 
 @torch.no_grad()
@@ -166,14 +167,13 @@ def _prepare(cfg: DLRMTrainConfig, rank: int):
     return load_splits(cfg)
 
 
-def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()) -> dict:
+def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=(), step_callbacks=()) -> dict:
     """Run training on the initialised default process group; returns the report (all ranks).
 
-    ``callbacks``: functions ``cb(steps_done, local_loss)`` called on every rank after each
-    step (the same steps everywhere), e.g. to watch progress; ``local_loss`` is this rank's loss
-    as a 0-d tensor on the device (``float()`` it only when needed: on a GPU that waits for the
-    step); their return value is ignored."""
-    from graphdist.checkpoint import Checkpointer, interrupted
+    ``callbacks``: ``cb(step, history) -> bool`` on every rank after each step (True stops there,
+    as in every trainer, :func:`graphdist.loop.run_loop`). ``step_callbacks``: ``cb(step, loss)``
+    after each step with this rank's loss as a 0-d tensor on the device (``float()`` it only when
+    needed: on a GPU that waits for the step)."""
     log = get_logger("graphdist.dlrm")
     rank, world = comm.world()
     device = device or torch.device("cpu")
@@ -184,64 +184,21 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
     if warn and rank == 0:
         log.warning(f"warning: {warn}")
     sm = build_sharded(cfg, train_data, device)
-    dmp, opt, desc = sm.dmp, sm.opt, sm.desc
     if rank == 0 and cfg.print_plan:
-        print(format_plan(desc), flush=True)
-    start, losses = 0, []
-    ckpt = Checkpointer(cfg.checkpoint_dir, cfg.keep_checkpoints) if cfg.checkpoint_dir else None
-    if cfg.resume:
-        start, losses = _resume(ckpt, cfg, sm, log)
-    every = cfg.checkpoint_every if cfg.checkpoint_every > 0 else T
-    bounds = sorted({min(s, T) for s in range(start, T, every)} | {T})
-    pipe = make_pipeline(cfg, dmp, opt, device)
-    bar = None
-    if cfg.progress and rank == 0:
-        from tqdm import tqdm
-        bar = tqdm(total=T, initial=start, desc="train-dlrm", unit="step", dynamic_ncols=True)
-    new_losses: list[float] = []
-    dmp.train()
-    t_train = 0.0
-    done, saved = start, (start if cfg.resume and start else 0)
-    last = [start]  # the last finished step, for naming where a collective failed
-
-    def track(step, loss):
-        last[0] = step
-    try:
-        with GracefulStop() as signalled:
-            stopper = _Stopper(signalled)
-            for seg_end in bounds:
-                if seg_end <= done:
-                    continue
-                t0 = time.perf_counter()
-                local = run_steps(dmp, opt, pipe, train_data, cfg, range(done, seg_end), device, bar,
-                                  model=sm, stopper=stopper, callbacks=[track, *callbacks])
-                t_train += time.perf_counter() - t0
-                done += len(local)
-                new_losses += _global_losses(local, world)
-                stopped = stopper.signum is not None
-                save = ckpt is not None and ((done == seg_end and (cfg.checkpoint_every > 0 or done == T))
-                                             or stopper.signum == signal.SIGTERM)
-                if sm.sync is not None and done % cfg.sync_every and (done == T or save):
-                    sm.sync()  # one model at the end and in every snapshot
-                if save:
-                    _save(ckpt, cfg, sm, done, losses + new_losses)
-                    saved = done
-                if stopped:
-                    raise interrupted(stopper.signum, f"step {done} of {T}", ckpt, saved, cfg.checkpoint_dir)
-    except USER_ERRORS:
-        raise
-    except Exception as e:  # noqa: BLE001 - a failed collective names the peer; anything else is itself
-        if comm.is_collective_failure(e):
-            comm.raise_peer_failure(e, f"step {min(last[0] + 1, T)} of {T}")
-        raise
-    finally:
-        if bar is not None:
-            bar.close()
-    losses = list(losses) + new_losses
-    n_steps = len(new_losses)
-    tput = n_steps * cfg.batch_size / t_train if t_train > 0 else 0.0
-    metrics = evaluate(dmp, eval_data, cfg, device)
+        print(format_plan(sm.desc), flush=True)
+    task = _DLRMTask(cfg, sm, make_pipeline(cfg, sm.dmp, sm.opt, device), train_data, device, step_callbacks)
+    lc = LoopConfig(total=T, unit="step", desc="train-dlrm", checkpoint_dir=cfg.checkpoint_dir,
+                    checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
+                    resume=cfg.resume, progress=cfg.progress and rank == 0, poll_every=STOP_POLL_STEPS,
+                    settings=cfg, identity={"plan_digest": sm.plan_digest})
+    sm.dmp.train()
+    run_loop(task, lc, callbacks)
+    task.sync_now()  # one model to evaluate
+    losses = task.history["losses"]
+    tput = task.steps_run * cfg.batch_size / task.t_train if task.t_train > 0 else 0.0
+    metrics = evaluate(sm.dmp, eval_data, cfg, device)
     peaks = comm.all_gather_object(peak_memory_bytes(device))
+    desc = sm.desc
     for row in desc["ranks"]:
         row["peak_bytes"] = int(peaks[row["rank"]])
     return {**{k: metrics[k] for k in ("auc", "logloss", "ne")},
@@ -253,44 +210,7 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
             "eval_samples": metrics["eval_samples"],
             "eval_click_rate": metrics["eval_click_rate"], "train_samples": len(train_data),
             "bad_lines": int(train_data.bad_lines + (eval_data.bad_lines if cfg.eval_data else 0)),
-            "time/train_s": t_train, "pipeline": pipe is not None, "config": _cfg_dict(cfg)}
-
-
-_RUN_KEYS = ("sharding", "sparse_groups", "seed", "batch_size", "embedding_optimizer")
-"""Config fields a checkpoint must agree with to be resumed."""
-
-
-def _state(dmp, opt) -> dict:
-    """What a checkpoint holds: the sharded model (embedding shards as ShardedTensors, or
-    DTensors with replicas, dense replicas) and every optimizer state (fused row-wise Adagrad
-    sums included)."""
-    return {"model": dmp.state_dict(), "optim": opt.state_dict()}
-
-
-def _save(ckpt, cfg, sm, step: int, losses: list[float]) -> None:
-    ckpt.save(step, _state(sm.dmp, sm.opt),
-              {"losses": losses, "plan_digest": sm.plan_digest, **{k: getattr(cfg, k) for k in _RUN_KEYS}})
-
-
-def _resume(ckpt, cfg, sm, log) -> tuple[int, list[float]]:
-    snap = ckpt.latest()
-    if snap is None:
-        log.info(f"no checkpoint in {cfg.checkpoint_dir}; starting from step 0")
-        return 0, []
-    meta = ckpt.read_meta(snap)
-    for k in _RUN_KEYS:
-        if k in meta and meta[k] != getattr(cfg, k):
-            raise ArtifactError(f"checkpoint {snap} has {k}={meta[k]!r} but this run has "
-                                f"{getattr(cfg, k)!r}")
-    if meta.get("world_size") not in (None, comm.world()[1]):
-        raise ArtifactError(f"checkpoint {snap} was written by {meta.get('world_size')} ranks, "
-                            f"this run has {comm.world()[1]}")
-    state = _state(sm.dmp, sm.opt)
-    ckpt.load(snap, state)
-    sm.dmp.load_state_dict(state["model"])
-    sm.opt.load_state_dict(state["optim"])
-    log.info(f"resumed from {snap} at step {int(meta['step'])}")
-    return int(meta["step"]), [float(x) for x in meta["losses"]]
+            "time/train_s": task.t_train, "pipeline": task.pipe is not None, "config": _cfg_dict(cfg)}
 
 
 def _global_losses(local: list[float], world: int) -> list[float]:

@@ -2,35 +2,54 @@
 
     ROOT/
       step_00000040/        one snapshot: every rank writes its own shards (DCP), rank 0 adds
-        .metadata             meta.json (step, world size, run identity, history so far)
+        .metadata             meta.json (step, world size, the run's settings, history so far)
         __0_0.distcp ...
         meta.json
       step_00000050/
       latest                text file naming the newest complete snapshot
 
-:meth:`Checkpointer.save` is collective. It writes into ``step_<t>.tmp/``; after a barrier rank 0
-adds ``meta.json``, renames the directory to ``step_<t>/``, replaces ``latest`` (temp file +
-``os.replace``) and removes snapshots beyond the newest ``keep``. A crash at any point leaves
-``latest`` naming a complete snapshot (or no ``latest`` at all). Replicated tensors (dense
-weights that are equal on every rank) are stored once; sharded ones (torchrec ShardedTensors)
-by their owners. ``ROOT`` must be one directory that every rank sees (a shared filesystem
-across nodes).
+:meth:`Checkpointer.save` is collective. ``latest`` always names a complete snapshot, whatever
+instant a crash (or a power loss) hits:
+
+1. every rank writes its shards into ``step_<t>.tmp/`` (DCP fsyncs each file it writes);
+2. after a barrier rank 0 fsyncs every file of the snapshot, writes ``meta.json`` (fsynced),
+   fsyncs the directory and renames it to its final name, then fsyncs ``ROOT``;
+3. only then is ``latest`` switched to it (temp file, fsync, ``os.replace``, fsync ``ROOT``);
+4. snapshots beyond the newest ``keep`` are removed, never the one ``latest`` names.
+
+A snapshot is never deleted or overwritten before ``latest`` has moved off it: saving a step
+that already exists under its name gets a fresh name (``step_<t>-1``) when ``latest`` names the
+old one; an old one that ``latest`` does not name is moved aside and removed after the switch.
+Replicated tensors (dense weights that are equal on every rank) are stored once; sharded ones
+(torchrec ShardedTensors) by their owners. ``ROOT`` must be one directory that every rank sees
+(a shared filesystem across nodes).
+
+:func:`run_settings` / :func:`check_settings`: every config field that changes a run's result is
+stored in ``meta.json`` and compared on resume (one line naming each differing field).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
 from graphdist import comm
-from graphdist.errors import ArtifactError, Interrupted, MissingFileError
-from graphdist.fileio import atomic_write_json, atomic_write_text
+from graphdist.errors import ArtifactError, ConfigError, Interrupted, MissingFileError
+from graphdist.fileio import atomic_write_json, atomic_write_text, fsync_dir, fsync_file
 
-__all__ = ["Checkpointer"]
+__all__ = ["Checkpointer", "interrupted", "run_settings", "check_settings", "RESUME_FREE"]
 
 _META = "meta.json"
 _LATEST = "latest"
+_NAME = re.compile(r"step_(\d{8})(?:-(\d+))?")
+
+
+def _key(p: Path) -> tuple[int, int]:
+    m = _NAME.fullmatch(p.name)
+    return (int(m.group(1)), int(m.group(2) or 0)) if m else (-1, -1)
 
 
 class Checkpointer:
@@ -40,39 +59,78 @@ class Checkpointer:
         self.root = Path(root)
         self.keep = max(1, int(keep))
         self.pg = pg
+        self._last: Path | None = None
 
     def path(self, step: int) -> Path:
+        """The snapshot of ``step`` this object saved last (else its plain name)."""
+        if self._last is not None and _key(self._last)[0] == int(step):
+            return self._last
         return self.root / f"step_{int(step):08d}"
 
     def snapshots(self) -> list[Path]:
         """Complete snapshots (with ``meta.json``), oldest first."""
         if not self.root.is_dir():
             return []
-        return sorted(p for p in self.root.glob("step_*")
-                      if p.is_dir() and not p.name.endswith(".tmp") and (p / _META).exists())
+        return sorted((p for p in self.root.iterdir()
+                       if p.is_dir() and _NAME.fullmatch(p.name) and (p / _META).exists()), key=_key)
+
+    def _latest_name(self) -> str | None:
+        try:
+            return (self.root / _LATEST).read_text().strip() or None
+        except OSError:
+            return None
 
     def save(self, step: int, state: dict, meta: dict) -> Path:
-        """Write ``state`` (a DCP state dict) and ``meta`` (JSON) as snapshot ``step``."""
+        """Write ``state`` (a DCP state dict) and ``meta`` (JSON) as snapshot ``step``; returns its
+        path (the same on every rank)."""
         import torch.distributed.checkpoint as dcp
-        final = self.path(step)
-        tmp = final.with_name(final.name + ".tmp")
-        if comm.world(self.pg)[0] == 0:
+        rank = comm.world(self.pg)[0]
+        tmp = self.root / f"step_{int(step):08d}.tmp"
+        if rank == 0:
             self.root.mkdir(parents=True, exist_ok=True)
-            shutil.rmtree(tmp, ignore_errors=True)
+            for left in [*self.root.glob("step_*.tmp"), *self.root.glob(".step_*.stale-*")]:
+                shutil.rmtree(left, ignore_errors=True)  # what a crashed save left behind
             tmp.mkdir()
         comm.barrier(self.pg)
         dcp.save(state, checkpoint_id=str(tmp), process_group=self.pg)
         comm.barrier(self.pg)
-        if comm.world(self.pg)[0] == 0:
-            atomic_write_json(tmp / _META, {"step": int(step), "world_size": comm.world(self.pg)[1], **meta})
-            if final.exists():
-                shutil.rmtree(final)
-            os.replace(tmp, final)
-            atomic_write_text(self.root / _LATEST, final.name + "\n")
-            for old in self.snapshots()[:-self.keep]:
-                if old != final:
-                    shutil.rmtree(old, ignore_errors=True)
+        name = None
+        if rank == 0:
+            name = self._publish(step, tmp, meta).name
+        name = comm.all_gather_object(name, self.pg)[0]
+        self._last = self.root / name
         comm.barrier(self.pg)
+        return self._last
+
+    def _publish(self, step: int, tmp: Path, meta: dict) -> Path:
+        """Rank 0: make ``tmp`` a complete snapshot, give it its final name, switch ``latest``,
+        prune. Every step leaves ``latest`` naming a complete snapshot."""
+        for f in tmp.iterdir():
+            if f.is_file():
+                fsync_file(f)
+        atomic_write_json(tmp / _META, {"step": int(step), "world_size": comm.world(self.pg)[1], **meta})
+        fsync_dir(tmp)
+        final = self.root / f"step_{int(step):08d}"
+        current = self._latest_name()
+        stale = None
+        if final.exists():
+            if final.name == current:  # never touch the snapshot `latest` names: take a new name
+                n = 1
+                while (self.root / f"{final.name}-{n}").exists():
+                    n += 1
+                final = self.root / f"{final.name}-{n}"
+            else:  # an old copy nothing names (a crash before `latest` moved): aside, removed later
+                stale = self.root / f".{final.name}.stale-{os.getpid()}"
+                shutil.rmtree(stale, ignore_errors=True)
+                os.replace(final, stale)
+        os.replace(tmp, final)
+        fsync_dir(self.root)
+        atomic_write_text(self.root / _LATEST, final.name + "\n")
+        if stale is not None:
+            shutil.rmtree(stale, ignore_errors=True)
+        for old in self.snapshots()[:-self.keep]:
+            if old != final:
+                shutil.rmtree(old, ignore_errors=True)
         return final
 
     def latest(self) -> Path | None:
@@ -101,6 +159,77 @@ class Checkpointer:
         meta = self.read_meta(snap)
         dcp.load(state, checkpoint_id=str(snap), process_group=self.pg)
         return meta
+
+
+RESUME_FREE = frozenset({
+    "spec", "partition", "parts", "nproc", "nodes", "report", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
+    "resume", "progress", "summary", "timeout_s", "malloc_mmap_mb", "print_plan", "cache_dir", "epochs", "steps",
+    "eval_every", "memory_budget_gb"})
+"""Config fields that do not change a run's result and may differ on ``--resume``: where the data
+and outputs are (the data itself is checked by its fingerprint), how many workers start where (the
+world size is checked), how often to save and evaluate, what is shown, and the length (a resumed
+run may be extended: ``--epochs`` / ``--steps``)."""
+
+
+def _flat(cfg) -> dict:
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(v):
+            out.update(_flat(v))
+        else:
+            out[f.name] = v
+    return out
+
+
+def run_settings(cfg, free=RESUME_FREE) -> dict:
+    """The config fields of ``cfg`` (nested ones flattened) that change the result, as JSON data."""
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in _flat(cfg).items() if k not in free}
+
+
+def _defaults(cls) -> dict:
+    try:
+        return _flat(cls())
+    except TypeError:  # a config without defaults for every field
+        return {}
+
+
+def check_settings(snap, saved: dict | None, cfg, free=RESUME_FREE) -> None:
+    """Refuse to resume from ``snap`` (settings ``saved``) with a ``cfg`` that would change the
+    result: one :class:`~graphdist.errors.ConfigError` line naming every differing field with its
+    old and new value. A field the snapshot has no record of (written before the field existed)
+    must have its default value."""
+    from graphdist.config import flag_name
+    if saved is None:
+        raise ConfigError(f"checkpoint {snap} records no run settings (written by an older graphdist), so "
+                          "resuming it cannot be checked; start a new --checkpoint-dir")
+    now = run_settings(cfg, free)
+    defaults = _defaults(type(cfg))
+    names = {f.name: flag_name(f) for f in _all_fields(type(cfg))}
+    diffs = []
+    for k, v in now.items():
+        old = saved[k] if k in saved else defaults.get(k, v)
+        if old != v:
+            diffs.append(f"{names.get(k, k)} {_show(old)} -> {_show(v)}")
+    if diffs:
+        raise ConfigError(f"--resume: checkpoint {snap} was written with other settings ({'; '.join(diffs)}); "
+                          "resume with the same settings, or start a new --checkpoint-dir")
+
+
+def _all_fields(cls):
+    import typing
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints.get(f.name)):
+            yield from _all_fields(hints[f.name])
+        else:
+            yield f
+
+
+def _show(v) -> str:
+    if isinstance(v, list):
+        return ",".join(map(str, v)) if v else "[]"
+    return str(v)
 
 
 def interrupted(signum: int, progress: str, ckpt: "Checkpointer | None", saved, checkpoint_dir) -> Interrupted:

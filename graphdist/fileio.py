@@ -1,6 +1,10 @@
-"""Atomic file writes: a reader (or a crash) never sees a half-written report, part or checkpoint.
+"""Atomic, durable file writes: a reader (or a crash, or a power loss) never sees a half-written
+report, part or checkpoint under the final name.
 
-Each writer puts the content into ``<name>.tmp<pid>`` beside the target, then ``os.replace``s it.
+Each writer puts the content into ``<name>.tmp<pid>`` beside the target, flushes and ``fsync``s
+it, ``os.replace``s it onto the target and then ``fsync``s the directory, so that the rename
+itself is on disk (:func:`fsync_dir`). Without the first fsync a power loss can leave an empty
+file under the final name (the rename reached the disk before the data).
 """
 from __future__ import annotations
 
@@ -14,12 +18,51 @@ def _tmp(path: Path) -> Path:
     return path.with_name(f"{path.name}.tmp{os.getpid()}")
 
 
+def fsync_dir(path) -> None:
+    """``fsync`` a directory, so that renames and new entries in it survive a power loss (a no-op
+    where directories cannot be opened, e.g. on Windows)."""
+    try:
+        fd = os.open(str(path), os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path) -> None:
+    """``fsync`` one existing file."""
+    fd = os.open(str(path), os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_durably(tmp, path) -> None:
+    """``tmp`` (written and closed) becomes ``path``: fsync the data, rename, fsync the directory."""
+    fsync_file(tmp)
+    os.replace(tmp, path)
+    fsync_dir(Path(path).parent)
+
+
 def atomic_write_text(path, text: str) -> None:
-    """Write ``text`` to ``path`` (parents created) atomically."""
+    """Write ``text`` to ``path`` (parents created) atomically and durably."""
     p = Path(path)
     tmp = _tmp(p)
-    tmp.write_text(text)
-    os.replace(tmp, p)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(p.parent)
 
 
 def atomic_write_json(path, obj, *, indent: int = 2) -> None:
@@ -28,12 +71,16 @@ def atomic_write_json(path, obj, *, indent: int = 2) -> None:
 
 
 def atomic_torch_save(obj, path) -> None:
-    """``torch.save(obj, path)`` atomically (parents created)."""
+    """``torch.save(obj, path)`` atomically and durably (parents created)."""
     import torch
     p = Path(path)
     tmp = _tmp(p)
-    torch.save(obj, tmp)
-    os.replace(tmp, p)
+    try:
+        torch.save(obj, tmp)
+        replace_durably(tmp, p)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _why(e: OSError) -> str:
@@ -92,3 +139,19 @@ def write_report(path, report: dict, *, indent: int = 2) -> None:
     except OSError as e:
         raise ConfigError(f"--report {path}: could not write the report ({e.strerror or e}); "
                           "the summary above is the result") from None
+
+
+def check_run_outputs(cfg) -> None:
+    """Every output path of a trainer's config is writable, before any work: ``report``, and
+    ``checkpoint_dir`` (with ``resume``: it must already hold a checkpoint, and is not created),
+    plus ``cache_dir`` where the config has one. One line naming the flag otherwise."""
+    from graphdist.errors import MissingFileError
+    if cfg.report:
+        check_output_file(cfg.report, "--report")
+    if cfg.checkpoint_dir:
+        if getattr(cfg, "resume", False) and not (Path(cfg.checkpoint_dir) / "latest").is_file():
+            where = "does not exist" if not Path(cfg.checkpoint_dir).exists() else "has no 'latest' file"
+            raise MissingFileError(f"--resume: no checkpoint in {cfg.checkpoint_dir} ({where})")
+        check_output_dir(cfg.checkpoint_dir, "--checkpoint-dir")
+    if getattr(cfg, "cache_dir", None):
+        check_output_dir(cfg.cache_dir, "--cache-dir")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from graphdist.errors import MissingFileError, SpecError
 
-__all__ = ["Kind", "Spec", "KINDS", "parse_spec", "load_spec", "data_root", "resolve_path"]
+__all__ = ["Kind", "Spec", "KINDS", "parse_spec", "load_spec", "data_root", "resolve_path", "kinds_help"]
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,23 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
           "test": 0.2, "seed": 0}),
 ]}
 """Every data kind graphdist reads, by name."""
+
+
+_SHOWN_PATH = {"planetoid": "ROOT/NAME", "ogb": "DIR", "edgelist": "FILE", "npz": "FILE", "criteo": "PATH",
+               "ratings": "FILE", "lightgcn": "DIR"}
+
+
+def kinds_help(*domains: str) -> str:
+    """The spec kinds of ``domains`` with their options and defaults, for a command's ``--help``."""
+    lines = ["dataset specs (KIND:[PATH][,key=value...]):"]
+    for k in KINDS.values():
+        if domains and k.domain not in domains:
+            continue
+        opts = ",".join(f"{o}={v}" for o, v in k.options.items())
+        head = f"{k.name}:{_SHOWN_PATH.get(k.name, '')}"
+        lines.append(f"  {head:<22} {k.domain:<8} {opts}" if opts else f"  {head:<22} {k.domain}")
+    lines.append("relative paths: the working directory, then the data home ($GRAPHDIST_DATA or <repo>/datasets)")
+    return "\n".join(lines)
 
 
 def data_root() -> Path:

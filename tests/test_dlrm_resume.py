@@ -31,8 +31,14 @@ def _job(rank, world, root):
     a = os.path.join(root, "ck")
     part = train(_cfg(steps=8, checkpoint_dir=a))  # "crash" after step 8
     resumed = train(_cfg(steps=16, checkpoint_dir=a, resume=True, checkpoint_every=4))
+    from graphdist.errors import ConfigError
+    try:  # settings that change the result are refused, each named with both values
+        train(_cfg(steps=20, checkpoint_dir=a, resume=True, embedding_lr=0.05, dense_lr=0.02, sync_every=2))
+        refused = ""
+    except ConfigError as e:
+        refused = str(e)
     return {"full": full["losses"], "part": part["losses"], "resumed": resumed["losses"],
-            "auc_full": full["auc"], "auc_resumed": resumed["auc"]}
+            "auc_full": full["auc"], "auc_resumed": resumed["auc"], "refused": refused}
 
 
 def test_resume_continues_to_same_losses(tmp_path):
@@ -41,6 +47,8 @@ def test_resume_continues_to_same_losses(tmp_path):
     np.testing.assert_allclose(r["part"], r["full"][:8], atol=1e-6, rtol=0)
     np.testing.assert_allclose(r["resumed"], r["full"], atol=1e-6, rtol=0)
     assert abs(r["auc_full"] - r["auc_resumed"]) < 1e-6
+    assert "other settings (--embedding-lr 0.02 -> 0.05; --dense-lr 0.01 -> 0.02; --sync-every 1 -> 2)" \
+        in r["refused"], r["refused"]
     ck = tmp_path / "ck"
     names = sorted(os.listdir(ck))
     assert (ck / "latest").read_text().strip() == "step_00000016"

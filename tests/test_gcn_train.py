@@ -57,13 +57,27 @@ def _resume_job(rank, ws, graph, a, root):
     like = GNN("sage", lg.x.shape[1], 8, 3, 3, 0.5, True)
     w_full, w_cut = _snapshot_weights(f"{root}/full", like), _snapshot_weights(f"{root}/cut", like)
     same = all(torch.equal(v, w_cut[k]) for k, v in w_full.items())
-    return full["losses"], cut["losses"], resumed["losses"], files, (full[key], done[key], done["losses"]), same
+    from graphdist.errors import ConfigError
+    try:  # every field that changes the result is compared: one line naming each, old -> new
+        fit(GCNConfig(**{**base, "lr": 0.02, "dropout": 0.3, "weight_decay": 0.0, "halo": "plain", "halo_bits": 8},
+                      checkpoint_dir=f"{root}/cut", resume=True), lg, {}, ctx)
+        refused = ""
+    except ConfigError as e:
+        refused = str(e)
+    # the length, outputs, display and retention may change: the run is extended to 10 epochs
+    longer = fit(GCNConfig(**{**base, "epochs": 10, "keep_checkpoints": 3, "report": f"{root}/r{rank}.json",
+                              "checkpoint_every": 4}, checkpoint_dir=f"{root}/cut", resume=True), lg, {}, ctx)
+    return (full["losses"], cut["losses"], resumed["losses"], files, (full[key], done[key], done["losses"]), same,
+            refused, longer["losses"])
 
 
 def test_resume_reproduces_unbroken_run(tmp_path):
     g, a = _graph_and_assignment()
     out = run_ranks(_resume_job, 2, args=(g, a, str(tmp_path)), timeout=180)
-    for full, cut, resumed, files, (halo_full, halo_done, losses_done), same in out:
+    for full, cut, resumed, files, (halo_full, halo_done, losses_done), same, refused, longer in out:
+        assert ("was written with other settings (--dropout 0.5 -> 0.3; --lr 0.01 -> 0.02; --weight-decay 0.0005 "
+                "-> 0.0; --halo mvc -> plain; --halo-bits 32 -> 8)") in refused, refused
+        assert len(longer) == 10 and longer[:8] == full
         assert len(full) == 8 and len(cut) == 5
         assert halo_full > 0 and halo_done == halo_full and losses_done == full  # finished run resumed
         assert cut == full[:5]
@@ -71,7 +85,7 @@ def test_resume_reproduces_unbroken_run(tmp_path):
         # snapshots at 3, 5 (the stop), 6, 8; the default --keep-checkpoints 2 keeps the newest two
         assert files == ["latest", "step_00000006", "step_00000008"]
         assert same  # the resumed run ends with the unbroken run's weights
-    assert (tmp_path / "cut" / "latest").read_text().strip() == "step_00000008"
+    assert (tmp_path / "cut" / "latest").read_text().strip() == "step_00000010"
 
 
 def test_world_size_must_equal_parts(capsys):
@@ -216,10 +230,11 @@ def _halo_modes_job(rank, ws, graph, a):
     ctx = init_distributed("cpu")
     lg = build_plan(graph, a, rank, ws)
     reps = {}
-    for halo, bits in (("plain", 32), ("mvc", 32), ("mvc", 8), ("mvc", 2)):
+    for halo, bits, eval_bits in (("plain", 32, 32), ("mvc", 32, 32), ("mvc", 8, 32), ("mvc", 2, 32),
+                                  ("mvc", 8, 8)):
         cfg = GCNConfig(spec="t", layers=2, hidden=8, dropout=0.5, epochs=6, seed=2, progress=False,
-                        halo=halo, halo_bits=bits)
-        reps[(halo, bits)] = fit(cfg, lg, {}, ctx)
+                        halo=halo, halo_bits=bits, eval_halo_bits=eval_bits)
+        reps[(halo, bits, eval_bits)] = fit(cfg, lg, {}, ctx)
     lay = lg.exchange_layout("mvc")
     return reps, (sum(lay.send_counts), sum(lay.recv_counts)), (sum(lg.send_counts), sum(lg.recv_counts))
 
@@ -230,26 +245,32 @@ def test_halo_modes_report_exact_losses_and_bytes_on_the_wire():
     from graphdist.halo.setup import partition_in_process
     out = run_ranks(_halo_modes_job, 2, args=(g, partition_in_process(g, 2, "metis", 0)), timeout=240)
     reps = out[0][0]
-    plain, mvc = reps[("plain", 32)], reps[("mvc", 32)]
+    plain, mvc = reps[("plain", 32, 32)], reps[("mvc", 32, 32)]
     assert all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(mvc["losses"], plain["losses"]))  # exact
     widths = [8, 3]  # min(F_in, F_out) per layer: 8 features -> 8 hidden -> 3 classes
 
-    def epoch_bytes(counts, rb):  # train forward + eval forward send n_send rows, backward n_recv
-        return sum(sum(2 * s * rb(w) + r * rb(w) for w in widths) for s, r in counts)
+    def epoch_bytes(counts, rb, rb_eval=None):  # train and eval forward send n_send rows, backward n_recv
+        rb_eval = rb_eval or rb
+        return sum(sum(s * rb(w) + r * rb(w) + s * rb_eval(w) for w in widths) for s, r in counts)
     mvc_counts = [o[1] for o in out]
     plain_counts = [o[2] for o in out]
     assert plain["comm/halo_bytes_per_epoch"] == epoch_bytes(plain_counts, lambda w: 4 * w)
     assert mvc["comm/halo_bytes_per_epoch"] == epoch_bytes(mvc_counts, lambda w: 4 * w)
     assert mvc["comm/halo_bytes_per_epoch"] < plain["comm/halo_bytes_per_epoch"]
     for bits, tol in ((8, 0.02), (2, 0.5)):
-        rep = reps[("mvc", bits)]
-        assert rep["comm/halo_bytes_per_epoch"] == epoch_bytes(mvc_counts, lambda w: row_bytes(w, bits))
-        assert (rep["comm/halo"], rep["comm/halo_bits"]) == ("mvc", bits)
+        rep = reps[("mvc", bits, 32)]  # training rows quantised, evaluation rows exact (32-bit)
+        assert rep["comm/halo_bytes_per_epoch"] == epoch_bytes(mvc_counts, lambda w: row_bytes(w, bits),
+                                                               lambda w: 4 * w)
+        assert (rep["comm/halo"], rep["comm/halo_bits"], rep["comm/eval_halo_bits"]) == ("mvc", bits, 32)
         err = rep["comm/halo_rel_error"]
         assert len(err["forward"]) == len(err["backward"]) == 2
         assert all(0 < e < tol for e in err["forward"] + err["backward"]), err
         assert rep["losses"] != mvc["losses"] and abs(rep["losses"][0] - mvc["losses"][0]) < 0.1
     assert plain["comm/halo_rel_error"] is None
+    both = reps[("mvc", 8, 8)]  # --eval-halo-bits 8: the evaluation pass is quantised too
+    assert both["comm/halo_bytes_per_epoch"] == epoch_bytes(mvc_counts, lambda w: row_bytes(w, 8))
+    assert both["losses"] == reps[("mvc", 8, 32)]["losses"]  # same training: only evaluation differs
+    assert both["comm/eval_halo_bits"] == 8
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.8])

@@ -110,18 +110,20 @@ def _resume_job(rank, ws, root):
     resumed = fit(RecConfig(**base, checkpoint_dir=f"{root}/cut", resume=True), ratings, lg, info, ctx)
     files = sorted(os.listdir(f"{root}/cut"))
     done = fit(RecConfig(**base, checkpoint_dir=f"{root}/cut", resume=True), ratings, lg, info, ctx)
-    from graphdist.errors import ArtifactError
-    try:  # a snapshot of another model shape is refused, naming both values
-        fit(RecConfig(**{**base, "dim": 8}, checkpoint_dir=f"{root}/cut", resume=True), ratings, lg, info, ctx)
+    from graphdist.errors import ConfigError
+    try:  # a snapshot of other settings is refused, naming each field with both values
+        fit(RecConfig(**{**base, "dim": 8, "lr": 0.02, "halo": "plain", "halo_bits": 8}, checkpoint_dir=f"{root}/cut",
+                      resume=True), ratings, lg, info, ctx)
         refused = ""
-    except ArtifactError as e:
+    except ConfigError as e:
         refused = str(e)
     return full, cut, resumed, done, files, refused
 
 
 def test_resume_reproduces_unbroken_run(tmp_path):
     for full, cut, resumed, done, files, refused in run_ranks(_resume_job, 2, args=(str(tmp_path),), timeout=300):
-        assert "has dim=16 but this run has 8" in refused
+        assert "other settings (--dim 16 -> 8; --lr 0.01 -> 0.02; --halo mvc -> plain; --halo-bits 32 -> 8)" \
+            in refused, refused
         assert len(full["losses"]) == 6 and cut["losses"] == full["losses"][:3]
         assert resumed["losses"] == full["losses"]  # Adam moments and rows restored, sampling keyed by epoch
         assert resumed["recall@20"] == full["recall@20"] and done["recall@20"] == full["recall@20"]

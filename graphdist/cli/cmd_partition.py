@@ -92,11 +92,29 @@ def _compare(args) -> int:
     return 0
 
 
+_DESCRIPTIONS = {
+    "partition": "Partition a graph into K parts and write an artifact directory (meta.json, assignment.npy, one "
+                 "part file per rank with its halo plans) that `graphdist train-gcn --partition DIR` trains from; "
+                 "each rank then reads only its own part.",
+    "quality": "Print the quality of a partition artifact, as measured when it was written: halo volume, rows "
+               "moved with pre/post aggregation, edge cut, node and edge balance, and per part its nodes, halo "
+               "rows and edges. The files are checked against the hashes in meta.json first.",
+    "compare": "Run several partitioners at several K on one graph and print their quality side by side "
+               "(optionally as JSON and a PNG chart); nothing is written unless --json or --plot is given.",
+}
+
+
 def register(sub) -> None:
+    import argparse
+    import textwrap
+
+    from graphdist.specs import kinds_help
     for name, cls, fn, help_ in (
             ("partition", PartitionConfig, _partition, "partition a graph into K parts and write an artifact directory"),
             ("quality", QualityConfig, _quality, "print the quality of a partition artifact"),
             ("compare", CompareConfig, _compare, "run several partitioners and compare them side by side")):
-        p = sub.add_parser(name, help=help_)
+        p = sub.add_parser(name, help=help_, description=textwrap.fill(_DESCRIPTIONS[name], 79),
+                           epilog=kinds_help("graph") if name != "quality" else None,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
         config.add_arguments(p, cls)
         p.set_defaults(func=fn)

@@ -16,7 +16,11 @@ def _handler(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("train-gcn", help="full-batch GCN/GraphSAGE training on k partitioned ranks",
+    import argparse
+
+    from graphdist.specs import kinds_help
+    p = sub.add_parser("train-gcn", epilog=kinds_help("graph"), formatter_class=argparse.RawDescriptionHelpFormatter,
+                        help="full-batch GCN/GraphSAGE training on k partitioned ranks",
                        description="Train a GCN on a graph split over k workers (halo exchange, "
                                    "data-parallel weights). Give a dataset SPEC or --partition DIR.")
     config.add_arguments(p, GCNConfig)

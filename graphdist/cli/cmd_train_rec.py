@@ -16,7 +16,11 @@ def _handler(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("train-rec", help="LightGCN recommender training, embedding rows sharded along the partition",
+    import argparse
+
+    from graphdist.specs import kinds_help
+    p = sub.add_parser("train-rec", epilog=kinds_help("ratings"), formatter_class=argparse.RawDescriptionHelpFormatter,
+                        help="LightGCN recommender training, embedding rows sharded along the partition",
                        description="Train LightGCN on a user-item graph split over k workers: each rank owns "
                                    "the embedding rows of its part; halo exchange per layer, remote item rows "
                                    "by all-to-all. Give the interaction data SPEC (and optionally --partition DIR).")

@@ -57,6 +57,9 @@ class GCNConfig:
     halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value in flight, forward and backward: 32 = float32 (exact); 16, 8, 4, 2 =
     per-row offset and scale, stochastic rounding, packed bytes (fewer bytes, not exact)"""
+    eval_halo_bits: Literal[32, 16, 8, 4, 2] = 32
+    """bits per halo value in the evaluation pass (32 = exact float32 rows, whatever --halo-bits
+    training uses, so test accuracy has no rounding noise of its own)"""
     label_rate: float = 0.0
     """masked label embedding (UniMP, SuperGCN's companion of 2-bit halos): each epoch a share
     of the training nodes, drawn by global id, feed their label into the input (the loss is
@@ -111,8 +114,5 @@ class GCNConfig:
 
     def check_outputs(self) -> None:
         """Every output path is writable, before any work (one line naming the flag otherwise)."""
-        from graphdist.fileio import check_output_dir, check_output_file
-        if self.report:
-            check_output_file(self.report, "--report")
-        if self.checkpoint_dir:
-            check_output_dir(self.checkpoint_dir, "--checkpoint-dir")
+        from graphdist.fileio import check_run_outputs
+        check_run_outputs(self)

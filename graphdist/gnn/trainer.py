@@ -5,17 +5,16 @@ Per epoch on every rank::
     train:  logits = GNN(x_owned, A_local, halo_exchanger)     [n_own, C]
             loss   = Σ_{owned train} CE / N_train(global)       (so Σ_ranks loss = 1-device loss)
             backward (halo grads go home), all-reduce weight grads, Adam step
-    eval:   no dropout forward; (loss_sum, correct train/val/test) all-reduced in one tensor
+    eval:   no dropout forward, 32-bit halo rows unless --eval-halo-bits; (loss_sum, correct
+            train/val/test) all-reduced in one tensor
 
 Dropout masks are functions of (seed, epoch, layer, global node id), so k ranks compute exactly
-what one process computes, dropout included. Checkpoints: :class:`graphdist.checkpoint.Checkpointer`
-snapshots (weights, Adam state, history in the snapshot's meta); ``resume`` continues
-bit-for-bit. SIGINT / SIGTERM stop at the end of an epoch on every rank (SIGTERM writes a
-checkpoint first) with :class:`~graphdist.errors.Interrupted`.
+what one process computes, dropout included. The epochs run in the one training loop
+(:func:`graphdist.loop.run_loop`: progress, signals, checkpoints (weights, Adam state, history),
+resume with the settings check, early stopping); ``resume`` continues bit-for-bit.
 """
 from __future__ import annotations
 
-import signal
 import statistics
 from dataclasses import asdict
 
@@ -23,15 +22,15 @@ import torch
 import torch.nn.functional as F
 
 from graphdist import comm
-from graphdist.checkpoint import Checkpointer, interrupted
-from graphdist.errors import USER_ERRORS, ArtifactError, ConfigError, MissingFileError
+from graphdist.errors import ConfigError
 from graphdist.gnn.config import GCNConfig
 from graphdist.gnn.models import GNN
 from graphdist.halo.exchange import HaloExchanger
+from graphdist.halo.job import check_halo_bits
 from graphdist.halo.setup import check_plan, load_local
 from graphdist.halo.spmm import SparseAdj
-from graphdist.runtime import (GracefulStop, Timer, env_world, get_logger, init_distributed, peak_memory_bytes,
-                               set_mmap_threshold)
+from graphdist.loop import LoopConfig, Task, run_loop
+from graphdist.runtime import Timer, env_world, init_distributed, peak_memory_bytes, set_mmap_threshold
 
 
 def train(cfg: GCNConfig) -> dict:
@@ -52,11 +51,8 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     ``callbacks``: functions ``cb(epoch, history) -> bool`` called on every rank after each epoch
     (same arguments everywhere); returning True stops training there, as early stopping does
     (the epoch is checkpointed when ``checkpoint_dir`` is set)."""
-    rank, ws, dev = ctx.rank, ctx.world_size, ctx.device
-    log = get_logger()
-    if cfg.halo_bits < 32 and ws == 1:
-        raise ConfigError(f"--halo-bits {cfg.halo_bits} quantises the halo exchange, but a 1-part job has "
-                          "none; use --halo-bits 32 or train on k >= 2 parts")
+    ws, dev = ctx.world_size, ctx.device
+    check_halo_bits(cfg, ws)
     lg = lg.reordered(cfg.reorder)  # owned rows in locality order; every result is order-free
     x = lg.x
     if x is None or lg.y is None or lg.train_mask is None:
@@ -72,6 +68,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     n_classes = int(comm.all_reduce_max(torch.tensor([lg.num_classes], device=dev)).item())
     adj = SparseAdj.for_model(lg, cfg.model, dev, halo=cfg.halo)
     ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed)
+    # evaluation is exact (32-bit rows) unless --eval-halo-bits says otherwise
+    ex_eval = ex if cfg.eval_halo_bits == cfg.halo_bits else HaloExchanger.from_local_graph(
+        lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1)
     counts = comm.all_reduce_sum(torch.stack([m.sum() for m in masks]).to(torch.float64))
     n_train = float(counts[0])
     if n_train == 0:
@@ -82,83 +81,17 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
                 seed=cfg.seed, label_classes=n_classes if cfg.label_rate > 0 else 0).to(dev)
     comm.broadcast_module(model)
     opt = torch.optim.Adam(model.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
-    hist = {"losses": [], "val_acc": [], "test_acc": [], "train_acc": [], "epoch_s": []}
-    start = 0
-    ckpt = Checkpointer(cfg.checkpoint_dir, cfg.keep_checkpoints) if cfg.checkpoint_dir else None
-    if cfg.resume:
-        start, hist = _load(ckpt, cfg, ws, lg.fingerprint, model, opt)
-        log.info(f"resumed from epoch {start} in {cfg.checkpoint_dir}")
-
-    from tqdm import tqdm
-    bar = tqdm(total=cfg.epochs, initial=start, desc="train-gcn", unit="epoch",
-               disable=not (ctx.is_rank0 and cfg.progress), dynamic_ncols=True)
-    epoch, saved = start, start
-    try:
-        with GracefulStop() as signalled:
-            for epoch in range(start + 1, cfg.epochs + 1):
-                ex.stats.reset()
-                ex.set_step(epoch)
-                ex.measure = epoch == start + 1 or epoch % 10 == 0  # quantisation error, now and then
-                with Timer(dev) as t:
-                    model.train()
-                    opt.zero_grad(set_to_none=True)
-                    ex.start_pass()
-                    tm, labels_in, denom = _label_split(cfg, masks[0], y, ids, epoch, n_train)
-                    out = model(x, adj, ex, ids=ids, step=epoch, labels=labels_in)
-                    loss = F.cross_entropy(out[tm], y[tm], reduction="sum") / denom
-                    loss.backward()
-                    comm.all_reduce_grads(model.parameters())
-                    opt.step()
-                    model.eval()
-                    with torch.no_grad():
-                        ex.start_pass()
-                        known = torch.where(masks[0], y, -1) if cfg.label_rate > 0 else None
-                        pred = model(x, adj, ex, labels=known).argmax(1)
-                        ok = pred == y
-                        # the last entry carries this rank's stop request to every rank
-                        sig = {None: 0.0, signal.SIGINT: 1.0}.get(signalled.signum, 1000.0)
-                        m = torch.stack([loss.detach().double() * n_train] +  # mean loss, times n_train
-                                        [(ok & mk).sum().double() for mk in masks] +
-                                        [torch.tensor(sig, dtype=torch.float64, device=dev)])
-                        comm.all_reduce_sum(m)
-                if epoch == start + 1:  # traffic per epoch is fixed by the plan: all ranks' sum, once
-                    tot = comm.all_reduce_sum(torch.tensor([ex.stats.rows, ex.stats.bytes], dtype=torch.float64,
-                                                           device=dev))
-                    hist["halo_rows_bytes"] = [int(v) for v in tot.tolist()]  # checkpointed with the history
-                accs = [float(m[i + 1] / counts[i]) if counts[i] > 0 else float("nan") for i in range(3)]
-                hist["losses"].append(float(m[0]) / n_train)
-                hist["train_acc"].append(accs[0])
-                hist["val_acc"].append(accs[1])
-                hist["test_acc"].append(accs[2])
-                hist["epoch_s"].append(t.seconds)
-                bar.update(1)
-                bar.set_postfix(loss=f"{hist['losses'][-1]:.4f}", val=f"{accs[1]:.3f}")
-                stop = _early_stop(hist["val_acc"], cfg.patience)
-                stop = any([bool(cb(epoch, hist)) for cb in callbacks]) or stop
-                term = float(m[4]) >= 1000.0  # some rank got SIGTERM: checkpoint before stopping
-                last = epoch == cfg.epochs or stop or term
-                if ckpt is not None and (epoch % cfg.checkpoint_every == 0 or last):
-                    _save(ckpt, cfg, lg.fingerprint, epoch, model, opt, hist)
-                    saved = epoch
-                if float(m[4]) > 0:
-                    bar.close()
-                    raise interrupted(signal.SIGTERM if term else signal.SIGINT, f"epoch {epoch} of {cfg.epochs}",
-                                      ckpt, saved, cfg.checkpoint_dir)
-                if stop:
-                    break
-    except USER_ERRORS:
-        raise
-    except Exception as e:  # noqa: BLE001 - a failed collective names the peer; anything else is itself
-        bar.close()
-        if comm.is_collective_failure(e):
-            comm.raise_peer_failure(e, f"epoch {epoch}")
-        raise
-    bar.close()
+    task = _GCNTask(cfg, model, opt, x, y, ids, masks, counts, adj, ex, ex_eval, dev)
+    lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", checkpoint_dir=cfg.checkpoint_dir,
+                    checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
+                    resume=cfg.resume, progress=cfg.progress and ctx.is_rank0, settings=cfg,
+                    identity={"fingerprint": lg.fingerprint})
+    run_loop(task, lc, callbacks)
+    hist = task.history
 
     # per-epoch halo traffic is fixed by the plan; taken from the history so that a resumed run
     # with no epochs left still reports it
     stats = hist.get("halo_rows_bytes", [0, 0])
-    peak = comm.all_reduce_max(torch.tensor([float(peak_memory_bytes(dev))], dtype=torch.float64, device=dev))
     peaks = comm.all_gather_object(peak_memory_bytes(dev))
     best = _best(hist["val_acc"])
     rel_error = _rel_error(ex, len(model.convs), dev) if cfg.halo_bits < 32 else None
@@ -172,8 +105,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/halo_rows_per_epoch": int(stats[0]),
         "comm/halo": cfg.halo,
         "comm/halo_bits": cfg.halo_bits,
+        "comm/eval_halo_bits": cfg.eval_halo_bits,
         "comm/halo_rel_error": rel_error,
-        "mem/peak_bytes": int(peak.item()),
+        "mem/peak_bytes": int(max(peaks)),
         "mem/peak_bytes_per_rank": peaks,
         "world_size": ws,
         "partition": pinfo,
@@ -183,6 +117,73 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "device": str(dev),
         "config": asdict(cfg),
     }
+
+
+class _GCNTask(Task):
+    """One epoch: train (forward, loss, backward, gradient all-reduce, Adam), then an evaluation
+    pass; one all-reduce of (loss, correct train/val/test)."""
+
+    def __init__(self, cfg, model, opt, x, y, ids, masks, counts, adj, ex, ex_eval, dev):
+        self.cfg, self.model, self.opt, self.x, self.y, self.ids = cfg, model, opt, x, y, ids
+        self.masks, self.counts, self.adj, self.ex, self.ex_eval, self.dev = masks, counts, adj, ex, ex_eval, dev
+        self.n_train = float(counts[0])
+        self.first = 0
+        self.history = {"losses": [], "val_acc": [], "test_acc": [], "train_acc": [], "epoch_s": []}
+
+    def run(self, units):
+        cfg, model, ex, ev, masks, y, hist = self.cfg, self.model, self.ex, self.ex_eval, self.masks, self.y, self.history
+        for epoch in units:
+            for e in {id(ex): ex, id(ev): ev}.values():
+                e.stats.reset()
+                e.set_step(epoch)
+            self.first = self.first or epoch
+            ex.measure = epoch == self.first or epoch % 10 == 0  # quantisation error, now and then
+            with Timer(self.dev) as t:
+                model.train()
+                self.opt.zero_grad(set_to_none=True)
+                ex.start_pass()
+                tm, labels_in, denom = _label_split(cfg, masks[0], y, self.ids, epoch, self.n_train)
+                out = model(self.x, self.adj, ex, ids=self.ids, step=epoch, labels=labels_in)
+                loss = F.cross_entropy(out[tm], y[tm], reduction="sum") / denom
+                loss.backward()
+                comm.all_reduce_grads(model.parameters())
+                self.opt.step()
+                model.eval()
+                with torch.no_grad():
+                    ev.start_pass()
+                    known = torch.where(masks[0], y, -1) if cfg.label_rate > 0 else None
+                    ok = model(self.x, self.adj, ev, labels=known).argmax(1) == y
+                    m = torch.stack([loss.detach().double() * self.n_train] +  # mean loss, times n_train
+                                    [(ok & mk).sum().double() for mk in masks])
+                    comm.all_reduce_sum(m)
+            if "halo_rows_bytes" not in hist:  # traffic per epoch is fixed by the plan: all ranks' sum, once
+                rb = [ex.stats.rows, ex.stats.bytes]
+                if ev is not ex:
+                    rb = [rb[0] + ev.stats.rows, rb[1] + ev.stats.bytes]
+                tot = comm.all_reduce_sum(torch.tensor(rb, dtype=torch.float64, device=self.dev))
+                hist["halo_rows_bytes"] = [int(v) for v in tot.tolist()]  # checkpointed with the history
+            counts = self.counts
+            accs = [float(m[i + 1] / counts[i]) if counts[i] > 0 else float("nan") for i in range(3)]
+            hist["losses"].append(float(m[0]) / self.n_train)
+            hist["train_acc"].append(accs[0])
+            hist["val_acc"].append(accs[1])
+            hist["test_acc"].append(accs[2])
+            hist["epoch_s"].append(t.seconds)
+            yield {"loss": f"{hist['losses'][-1]:.4f}", "val": f"{accs[1]:.3f}"}
+
+    def should_stop(self) -> bool:
+        return _early_stop(self.history["val_acc"], self.cfg.patience)
+
+    def state(self) -> dict:
+        """Weights and Adam state (replicated: stored once). Dropout is keyed by (seed, epoch,
+        layer, node), so no RNG state is needed to resume exactly."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+        msd, osd = get_state_dict(self.model, self.opt)
+        return {"model": msd, "optim": osd}
+
+    def loaded(self, state: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+        set_state_dict(self.model, self.opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
 
 def _label_split(cfg, train, y, ids, epoch: int, n_train: float):
@@ -213,47 +214,6 @@ def _rel_error(ex, layers: int, dev) -> dict:
         out[name] = [float((sums[i, j, 0] / sums[i, j, 1]).sqrt()) if sums[i, j, 1] > 0 else None
                      for j in range(layers)]
     return out
-
-
-_RUN_KEYS = ("model", "layers", "hidden", "batch_norm", "seed", "label_rate")
-"""Config fields a checkpoint must agree with to be resumed."""
-_RUN_DEFAULTS = {"label_rate": 0.0}
-"""What a checkpoint written before a key existed had (it resumes as that)."""
-
-
-def _state(model, opt) -> dict:
-    """Weights and Adam state (replicated: stored once). Dropout is keyed by (seed, epoch, layer,
-    node), so no RNG state is needed to resume exactly."""
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-    msd, osd = get_state_dict(model, opt)
-    return {"model": msd, "optim": osd}
-
-
-def _save(ckpt, cfg, fingerprint, epoch, model, opt, hist) -> None:
-    meta = {"epoch": epoch, "fingerprint": fingerprint, "hist": hist,
-            **{k: getattr(cfg, k) for k in _RUN_KEYS}}
-    ckpt.save(epoch, _state(model, opt), meta)
-
-
-def _load(ckpt, cfg, ws, fingerprint, model, opt) -> tuple[int, dict]:
-    """Restore weights and Adam state; returns ``(epochs done, history)``."""
-    from torch.distributed.checkpoint.state_dict import set_state_dict
-    snap = ckpt.latest()
-    if snap is None:
-        raise MissingFileError(f"--resume: no checkpoint in {cfg.checkpoint_dir} (no 'latest' file)")
-    meta = ckpt.read_meta(snap)
-    if meta.get("world_size") != ws:
-        raise ArtifactError(f"checkpoint {snap} was written by {meta.get('world_size')} ranks, this run has {ws}")
-    if meta.get("fingerprint") != fingerprint:
-        raise ArtifactError(f"checkpoint {snap} is for graph fingerprint {meta.get('fingerprint')}, "
-                            f"this run's graph has {fingerprint}")
-    for k in _RUN_KEYS:
-        if meta.get(k, _RUN_DEFAULTS.get(k)) != getattr(cfg, k):
-            raise ArtifactError(f"checkpoint {snap} has {k}={meta.get(k)!r} but this run has {getattr(cfg, k)!r}")
-    state = _state(model, opt)
-    ckpt.load(snap, state)
-    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    return int(meta["epoch"]), meta["hist"]
 
 
 def _best(val: list[float]) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from graphdist.errors import ConfigError
 
-__all__ = ["workers_for"]
+__all__ = ["workers_for", "check_halo_bits"]
 
 
 def _parts_world(cfg) -> int:
@@ -34,6 +34,14 @@ def _parts_world(cfg) -> int:
     return nproc
 
 
+def check_halo_bits(cfg, world_size: int) -> None:
+    """Quantised halos (``--halo-bits`` / ``--eval-halo-bits`` below 32) need an exchange: k >= 2."""
+    for flag, bits in (("--halo-bits", cfg.halo_bits), ("--eval-halo-bits", getattr(cfg, "eval_halo_bits", 32))):
+        if bits < 32 and world_size == 1:
+            raise ConfigError(f"{flag} {bits} quantises the halo exchange, but a 1-part job has none; use "
+                              f"{flag} 32 or train on k >= 2 parts")
+
+
 def workers_for(cfg, device_type: str) -> int:
     """Local workers to start (1 under a launcher, which started them), after the checks that
     need no data: parts vs world size, quantised halos on a 1-part job, GPUs for ``--nproc``."""
@@ -41,9 +49,7 @@ def workers_for(cfg, device_type: str) -> int:
     if under_launcher():
         return 1
     nproc = _parts_world(cfg)
-    if cfg.halo_bits < 32 and nproc * cfg.nodes.nnodes == 1:
-        raise ConfigError(f"--halo-bits {cfg.halo_bits} quantises the halo exchange, but a 1-part job has "
-                          "none; use --halo-bits 32 or train on k >= 2 parts")
+    check_halo_bits(cfg, nproc * cfg.nodes.nnodes)
     if device_type == "cuda":
         import torch
         if nproc > torch.cuda.device_count():

@@ -51,6 +51,9 @@ class RecConfig:
     halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value in flight, forward and backward: 32 = float32 (exact); 16, 8, 4, 2 =
     per-row offset and scale, stochastic rounding, packed bytes (fewer bytes, not exact)"""
+    eval_halo_bits: Literal[32, 16, 8, 4, 2] = 32
+    """bits per halo value when propagating for evaluation (32 = exact float32 rows, whatever
+    --halo-bits training uses, so recall/NDCG have no rounding noise of their own)"""
     init_std: float = 0.1
     """standard deviation of the normal initial embeddings"""
     seed: int = 0
@@ -100,8 +103,5 @@ class RecConfig:
 
     def check_outputs(self) -> None:
         """Every output path is writable, before any work (one line naming the flag otherwise)."""
-        from graphdist.fileio import check_output_dir, check_output_file
-        if self.report:
-            check_output_file(self.report, "--report")
-        if self.checkpoint_dir:
-            check_output_dir(self.checkpoint_dir, "--checkpoint-dir")
+        from graphdist.fileio import check_run_outputs
+        check_run_outputs(self)

@@ -1,0 +1,198 @@
+"""The one training loop of every trainer (``train-gcn``, ``train-rec``, ``train-dlrm``).
+
+The loop owns what is the same everywhere: the units (epochs or steps) and their numbering, the
+progress bar, SIGINT / SIGTERM, checkpoint cadence and resume (with the settings check), early
+stopping and callbacks, and naming a failed peer. A trainer gives it a :class:`Task`: how to run
+units, its checkpointed state and history, and what must match on resume::
+
+    units        1 .. total, in segments that end at every checkpoint:
+                 [start+1 .. c1] [c1+1 .. c2] ... [.. total]      (c = multiples of checkpoint_every)
+    per unit     task.run(segment) yields once per unit  -> bar, callbacks, early stop,
+                 every poll_every units one all-reduce of the ranks' stop requests
+    per segment  task.end_segment() (collective: e.g. one all-reduce of the segment's losses),
+                 then a checkpoint when the segment ends at a checkpoint, or the run stops
+    SIGINT       stop after the current unit (exit 130);  SIGTERM: checkpoint first (exit 143)
+
+Every decision (stop, save) is taken from numbers all ranks share, so every rank makes it after
+the same unit. ``task.run`` is a generator: a stop inside a segment closes it after the unit.
+"""
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+
+from graphdist import comm
+from graphdist.checkpoint import RESUME_FREE, Checkpointer, check_settings, interrupted, run_settings
+from graphdist.errors import USER_ERRORS, ArtifactError, MissingFileError
+from graphdist.runtime import GracefulStop, get_logger
+
+__all__ = ["Task", "LoopConfig", "LoopResult", "run_loop"]
+
+
+class Task:
+    """What a trainer gives :func:`run_loop` (subclass it; the defaults do nothing)."""
+
+    history: dict
+    """JSON data kept in every checkpoint's meta and restored on resume (losses, metrics, ...)."""
+
+    def run(self, units: range) -> Iterator[dict | None]:
+        """Train units ``units`` (1-based numbers, ascending), yielding after each one: the values
+        to show on the progress bar (or None). Collective."""
+        raise NotImplementedError
+
+    def end_segment(self) -> None:
+        """After the units of a segment (or of a stopped run): collective bookkeeping."""
+
+    def should_stop(self) -> bool:
+        """Early stopping after the unit just run; must be the same on every rank."""
+        return False
+
+    def before_save(self) -> None:
+        """Right before a checkpoint (e.g. synchronise replicas). Collective."""
+
+    def state(self) -> dict:
+        """The DCP state dict to save, and to fill in place on resume."""
+        raise NotImplementedError
+
+    def loaded(self, state: dict) -> None:
+        """After ``state`` was filled from a checkpoint (e.g. push it into the model)."""
+
+
+@dataclass
+class LoopConfig:
+    """How the loop runs; built by each trainer from its config."""
+
+    total: int
+    """units to reach (epochs or steps); a resumed run continues up to it"""
+    unit: str = "epoch"
+    """what one unit is called in messages and on the bar"""
+    desc: str = "train"
+    """the progress bar's label"""
+    checkpoint_dir: str | None = None
+    """snapshots go here (None: no checkpoints)"""
+    checkpoint_every: int = 0
+    """save after every N-th unit (and the last one); 0 = at the end only"""
+    keep_checkpoints: int = 2
+    """snapshots kept"""
+    resume: bool = False
+    """continue from the latest snapshot"""
+    progress: bool = True
+    """tqdm bar on rank 0"""
+    poll_every: int = 1
+    """units between two checks (one tiny all-reduce) whether some rank got a signal"""
+    settings: object = None
+    """the trainer's config: its result-changing fields are saved and checked on resume"""
+    free: frozenset = RESUME_FREE
+    """config fields that may differ on resume"""
+    identity: dict = field(default_factory=dict)
+    """facts a snapshot must share with this run (graph fingerprint, partition id, plan digest)"""
+
+
+@dataclass
+class LoopResult:
+    start: int
+    """units done before this run (resumed from)"""
+    done: int
+    """units done at the end"""
+    stopped: bool
+    """ended before ``total`` (early stopping or a callback)"""
+
+
+def _segments(start: int, total: int, every: int) -> list[range]:
+    ends = sorted({min(e, total) for e in range(every, total + 1, every)} | {total}) if every > 0 else [total]
+    out, lo = [], start
+    for e in ends:
+        if e > lo:
+            out.append(range(lo + 1, e + 1))
+            lo = e
+    return out
+
+
+def _resume(ckpt: Checkpointer | None, lc: LoopConfig, task: Task) -> int:
+    if ckpt is None:  # validate() refuses --resume without --checkpoint-dir
+        raise MissingFileError("--resume needs --checkpoint-dir")
+    snap = ckpt.latest()
+    if snap is None:
+        raise MissingFileError(f"--resume: no checkpoint in {lc.checkpoint_dir} (no 'latest' file)")
+    meta = ckpt.read_meta(snap)
+    ws = comm.world()[1]
+    if meta.get("world_size") != ws:
+        raise ArtifactError(f"checkpoint {snap} was written by {meta.get('world_size')} ranks, this run has {ws}")
+    for k, v in lc.identity.items():
+        if meta.get(k) != v:
+            raise ArtifactError(f"checkpoint {snap} has {k} {meta.get(k)}, this run has {v}: resume on the same "
+                                "data and partition")
+    if lc.settings is not None:
+        check_settings(snap, meta.get("settings"), lc.settings, lc.free)
+    state = task.state()
+    ckpt.load(snap, state)
+    task.loaded(state)
+    task.history = meta["history"]
+    get_logger().info(f"resumed from {lc.unit} {int(meta['step'])} in {lc.checkpoint_dir}")
+    return int(meta["step"])
+
+
+def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], bool], ...] = ()) -> LoopResult:
+    """Run ``task`` up to ``lc.total`` units (see the module docstring). ``callbacks``:
+    ``cb(unit, history) -> bool`` on every rank after each unit; True stops there (checkpointed
+    when checkpointing). Raises :class:`~graphdist.errors.Interrupted` on a signal."""
+    from tqdm import tqdm
+    ckpt = Checkpointer(lc.checkpoint_dir, lc.keep_checkpoints) if lc.checkpoint_dir else None
+    start = _resume(ckpt, lc, task) if lc.resume else 0
+    meta_base = {**lc.identity, "settings": run_settings(lc.settings, lc.free) if lc.settings is not None else None}
+
+    def save(t: int) -> None:
+        task.before_save()
+        ckpt.save(t, task.state(), {**meta_base, "history": task.history})
+
+    bar = tqdm(total=lc.total, initial=start, desc=lc.desc, unit=lc.unit, dynamic_ncols=True,
+               disable=not (comm.world()[0] == 0 and lc.progress))
+    done, saved, stopped, signum = start, start if lc.resume else 0, False, None
+    try:
+        with GracefulStop() as signalled:
+            for seg in _segments(start, lc.total, lc.checkpoint_every):
+                gen = task.run(seg)
+                try:
+                    for t, shown in zip(seg, gen):
+                        done = t
+                        bar.update(1)
+                        if shown:
+                            bar.set_postfix(shown)
+                        stopped = any([bool(cb(t, task.history)) for cb in callbacks]) or task.should_stop()
+                        if t % lc.poll_every == 0 or t == seg[-1] or stopped:
+                            signum = _poll(signalled)
+                        if stopped or signum is not None:
+                            break
+                finally:
+                    gen.close()
+                task.end_segment()
+                boundary = done == seg[-1] and (lc.checkpoint_every > 0 or done == lc.total)
+                if ckpt is not None and (boundary or stopped or signum == signal.SIGTERM):
+                    save(done)
+                    saved = done
+                if signum is not None:
+                    bar.close()
+                    raise interrupted(signum, f"{lc.unit} {done} of {lc.total}", ckpt, saved, lc.checkpoint_dir)
+                if stopped:
+                    break
+    except USER_ERRORS:
+        raise
+    except Exception as e:  # noqa: BLE001 - a failed collective names the peer; anything else is itself
+        if comm.is_collective_failure(e):
+            comm.raise_peer_failure(e, f"{lc.unit} {min(done + 1, lc.total)} of {lc.total}")
+        raise
+    finally:
+        bar.close()
+    return LoopResult(start, done, stopped)
+
+
+def _poll(signalled: GracefulStop) -> int | None:
+    """The signal some rank got (SIGTERM wins), agreed by one all-reduce; None if none did."""
+    mine = {None: 0.0, signal.SIGINT: 1.0}.get(signalled.signum, 1000.0)
+    total = float(comm.all_reduce_sum(torch.tensor([mine], dtype=torch.float64))[0])
+    if total >= 1000.0:
+        return signal.SIGTERM
+    return signal.SIGINT if total > 0 else None

@@ -1,0 +1,49 @@
+"""Every real-data spec in the README and the dataset cards resolves as written: its path is
+relative to the data home (never ``../shared`` or an absolute path of this machine) and starts
+with the folder of a dataset card, which says where the file comes from; and the ones whose
+files this machine has resolve through ``$GRAPHDIST_DATA``."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.conftest import REPO, SHARED_DATA
+
+DOCS = [REPO / "README.md", REPO / "datasets" / "README.md", *sorted((REPO / "datasets").glob("*/README.md"))]
+SPEC = re.compile(r"\b(planetoid|edgelist|ratings|lightgcn|npz|ogb|criteo):([A-Za-z0-9_./~-]+)")
+EXAMPLES = {"bad.txt", "ratings.csv"}  # files the README writes itself to show an error
+
+
+def _paths():
+    out = set()
+    for doc in DOCS:
+        for kind, path in SPEC.findall(doc.read_text()):
+            if path.isupper() or path.split("/")[0].isupper() or path in EXAMPLES:
+                continue  # a placeholder (FILE, DIR, ROOT/NAME)
+            out.add((doc.name if doc.parent == REPO else f"{doc.parent.name}/{doc.name}", kind, path))
+    return sorted(out)
+
+
+def test_the_readme_has_real_data_specs():
+    kinds = {k for _, k, _ in _paths()}
+    assert {"planetoid", "edgelist", "ratings"} <= kinds, kinds
+
+
+@pytest.mark.parametrize("doc, kind, path", _paths())
+def test_spec_paths_live_in_the_data_home(doc, kind, path):
+    assert not path.startswith(("../", "/", "~")), (doc, path)
+    top = path.split("/")[0]
+    assert (REPO / "datasets" / top / "README.md").exists(), f"{doc}: {kind}:{path} has no dataset card datasets/{top}/"
+
+
+@pytest.mark.parametrize("spec", ["planetoid:planetoid/Cora", "edgelist:snap/facebook_combined.txt",
+                                  "edgelist:snap/p2p-Gnutella24.txt"])
+def test_readme_specs_resolve_through_the_data_home(spec, monkeypatch):
+    if not SHARED_DATA.exists():
+        pytest.skip(f"real data not present: {SHARED_DATA}")
+    from graphdist.specs import parse_spec
+    monkeypatch.setenv("GRAPHDIST_DATA", str(SHARED_DATA))
+    monkeypatch.chdir(REPO.parent)  # not the repository: only the data home can resolve it
+    s = parse_spec(spec)
+    assert s.path is not None and s.path.exists() and str(s.path).startswith(str(SHARED_DATA))

@@ -164,3 +164,18 @@ def test_report_write_failure_keeps_the_result(tmp_path, capsys, monkeypatch):
     with pytest.raises(ConfigError, match="could not write the report .No space left on device.; the summary above"):
         run(GCNConfig(spec=SPEC, epochs=2, progress=False, report=str(tmp_path / "r.json")))
     assert "test_acc" in capsys.readouterr().out
+
+
+def test_run_returns_the_report_in_process_and_from_launched_workers(tmp_path):
+    """A notebook user gets the report back, whether the job ran here or on --nproc workers."""
+    from graphdist.errors import JobFailed
+    from graphdist.gnn import GCNConfig, run
+    here = run(GCNConfig(spec=SPEC, epochs=2, progress=False))
+    assert here["world_size"] == 1 and len(here["losses"]) == 2 and 0.0 <= here["test_acc"] <= 1.0
+    there = run(GCNConfig(spec=SPEC, parts=2, nproc=2, epochs=2, progress=False, method="random"))
+    assert there["world_size"] == 2 and len(there["losses"]) == 2
+    assert there["comm/halo_bytes_per_epoch"] > 0
+    with pytest.raises(JobFailed) as e:  # the workers printed their one line; the caller gets the code
+        run(GCNConfig(spec="sbm:nodes=40,classes=2,avg_degree=3,features=2,train=0.001,val=0.1", parts=2, nproc=2,
+                      epochs=2, progress=False, method="random"))  # no training node: a user error in the workers
+    assert e.value.exit_code == 2

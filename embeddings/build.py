@@ -90,7 +90,8 @@ def total_steps(cfg: DLRMTrainConfig, n_train: int) -> int:
 def optimizer_class(name: str, lr: float, groups: int = 1):
     """``(class, kwargs)``; torchrec maps these onto FBGEMM's fused kernels (EXACT_* / ADAM).
 
-    ``rowwise_adagrad_scaled`` (momentum-scaled row-wise AdaGrad, arXiv 2508.03854) steps by
+    ``rowwise_adagrad_scaled`` (momentum-scaled row-wise AdaGrad, named after arXiv 2508.03854,
+    whose Algorithm 1 was not checked: see tests/test_dlrm_scaled_adagrad.py) steps by
     ``lr / (sqrt(v / c) + eps)`` with ``c = groups``; that is exactly FBGEMM's
     EXACT_ROWWISE_ADAGRAD with ``lr * sqrt(c)`` and ``eps * sqrt(c)`` (the state ``v`` is the
     same, so the replica sync averages it unchanged); there is no fused kernel of its own."""

@@ -92,7 +92,8 @@ def _train_2d(rank, world, sharding, emb_opt, sync_every, device_type="cpu"):
     local = run_steps(sm.dmp, sm.opt, None, train, cfg, range(STEPS), dev, model=sm)
     if STEPS % sync_every:
         sm.sync()
-    return {"losses": _global_losses(local, world), "weights": _weights(sm.dmp), "dmp": type(sm.dmp).__name__}
+    return {"losses": _global_losses(local, world), "weights": _weights(sm.dmp),
+            "dmp": type(sm.dmp).__name__, "sync": getattr(sm.sync, "__qualname__", type(sm.sync).__name__)}
 
 
 CASES = [(st, "rowwise_adagrad", 1) for st in TYPES] + [("row_wise", "rowwise_adagrad_scaled", 1),
@@ -204,15 +205,16 @@ def _check_weights(res, ref_sd, what, tol=TOL):
     return n
 
 
-def check_matches_reference(ranks, case, tol=TOL, dmp="DistributedModelParallel"):
+def check_matches_reference(ranks, case, tol=TOL, dmp=("DistributedModelParallel", "ReplicaSync")):
     """Every rank's 20 losses and every weight it holds equal the G-replica reference; ``dmp``:
-    the class that sharded the model (the CPU path's DistributedModelParallel, or DMPCollection)."""
+    what sharded and synced the model (the CPU path's DistributedModelParallel on a sharding
+    group and ReplicaSync, or DMPCollection and its sync)."""
     sharding, emb_opt, sync_every = case
     ref_losses, ref_sd = reference(sharding, emb_opt, sync_every)
     seen = 0
     for rank, out in enumerate(ranks):
         res = out[case]
-        assert res["dmp"] == dmp, f"rank {rank}: sharded by {res['dmp']}"
+        assert (res["dmp"], res["sync"]) == dmp, f"rank {rank}: sharded by {res['dmp']}, synced by {res['sync']}"
         np.testing.assert_allclose(res["losses"], ref_losses, atol=tol, rtol=0,
                                    err_msg=f"{sharding} {emb_opt} sync {sync_every} rank {rank}")
         seen += _check_weights(res, ref_sd, f"{sharding} rank {rank}", tol)

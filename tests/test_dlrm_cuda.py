@@ -84,7 +84,7 @@ def _cases():
 def test_four_gpus_dmpcollection_matches_replica_reference(four_gpu_ranks, case):
     """W = 4, G = 2: sharding groups {0,2} {1,3} of two GPUs each, replica groups {0,1} {2,3}."""
     from tests.test_dlrm_2d import check_matches_reference
-    check_matches_reference(four_gpu_ranks, case, GPU_TOL, dmp="DMPCollection")
+    check_matches_reference(four_gpu_ranks, case, GPU_TOL, dmp=("DMPCollection", "DMPCollection.sync"))
 
 
 @four_gpus

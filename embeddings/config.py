@@ -48,8 +48,9 @@ class DLRMTrainConfig:
     """model shape"""
     embedding_optimizer: Literal[EMB_OPTIMIZERS] = "rowwise_adagrad"
     """fused optimizer of the embedding tables (adam: GPU only, FBGEMM's CPU kernels have none);
-    rowwise_adagrad_scaled: momentum-scaled row-wise AdaGrad of 2D sparse parallelism, the step
-    lr / (sqrt(v / G) + eps) with G = --sparse-groups (= rowwise_adagrad at G = 1)"""
+    rowwise_adagrad_scaled: momentum-scaled row-wise AdaGrad for 2D sparse parallelism (after
+    arXiv 2508.03854), the step lr / (sqrt(v / G) + eps) with G = --sparse-groups
+    (= rowwise_adagrad at G = 1)"""
     embedding_lr: float = 0.02
     """learning rate of the embedding optimizer"""
     dense_optimizer: Literal[DENSE_OPTIMIZERS] = "adagrad"

@@ -1,5 +1,7 @@
 """2D sparse parallelism (``--sparse-groups G``) on CPU: W = 4 gloo ranks, G = 2 replicas of a
-2-rank sharding group, against a single-process reference built here:
+2-rank sharding group (DistributedModelParallel on each sharding group + ReplicaSync), against a
+single-process reference built here (tests/test_dlrm_cuda.py runs the same cases, job and checks
+through torchrec's DMPCollection on 4 GPUs):
 
     G unsharded model replicas, replica g trains on the g-th 1/G of every global batch;
     dense layers (and data_parallel tables) step on the gradient averaged over all W ranks (DDP
@@ -55,41 +57,59 @@ def _plain(k: str) -> str:
 
 def _weights(dmp) -> dict:
     """``{name: [(row0, col0, array)]}``: this rank's embedding shards and its dense weights."""
+    def arr(t):
+        return t.detach().cpu().numpy().copy()
     out = {}
     for k, v in dmp.state_dict().items():
         k = _plain(k)
         if hasattr(v, "to_local"):
             v = v.to_local()
         if hasattr(v, "local_shards") and hasattr(v, "local_offsets"):  # DTensor's LocalShardsWrapper
-            out[k] = [(o[0], o[1], s.detach().numpy().copy()) for s, o in zip(v.local_shards(), v.local_offsets())]
+            out[k] = [(o[0], o[1], arr(s)) for s, o in zip(v.local_shards(), v.local_offsets())]
         elif hasattr(v, "local_shards"):  # ShardedTensor
-            out[k] = [(*s.metadata.shard_offsets, s.tensor.detach().numpy().copy()) for s in v.local_shards()]
+            out[k] = [(*s.metadata.shard_offsets, arr(s.tensor)) for s in v.local_shards()]
         else:
-            out[k] = [(0, 0, v.detach().numpy().copy())]
+            out[k] = [(0, 0, arr(v))]
     return out
 
 
-def _train_2d(rank, world, sharding, emb_opt, sync_every):
-    """build_sharded + the trainer's step loop (sync included) + the trainer's final sync."""
+def _device(rank: int, device_type: str) -> torch.device:
+    if device_type == "cuda":
+        torch.cuda.set_device(rank)
+        return torch.device("cuda", rank)
+    return torch.device("cpu")
+
+
+def _train_2d(rank, world, sharding, emb_opt, sync_every, device_type="cpu"):
+    """build_sharded + the trainer's step loop (sync included) + the trainer's final sync
+    (on CUDA: torchrec's DMPCollection and its sync())."""
     from embeddings.build import build_sharded, load_splits
     from embeddings.trainer import _global_losses, run_steps
-    cfg = make_cfg(sharding, emb_opt, sync_every=sync_every)
+    dev = _device(rank, device_type)
+    cfg = make_cfg(sharding, emb_opt, sync_every=sync_every, device=device_type)
     train, _ = load_splits(cfg)
-    sm = build_sharded(cfg, train, torch.device("cpu"))
-    local = run_steps(sm.dmp, sm.opt, None, train, cfg, range(STEPS), torch.device("cpu"), model=sm)
+    sm = build_sharded(cfg, train, dev)
+    local = run_steps(sm.dmp, sm.opt, None, train, cfg, range(STEPS), dev, model=sm)
     if STEPS % sync_every:
         sm.sync()
-    return {"losses": _global_losses(local, world), "weights": _weights(sm.dmp)}
+    return {"losses": _global_losses(local, world), "weights": _weights(sm.dmp),
+            "dmp": type(sm.dmp).__name__, "sync": getattr(sm.sync, "__qualname__", type(sm.sync).__name__)}
 
 
-def _job_reference_runs(rank, world):
+CASES = [(st, "rowwise_adagrad", 1) for st in TYPES] + [("row_wise", "rowwise_adagrad_scaled", 1),
+                                                        ("table_wise", "rowwise_adagrad", 3)]
+"""(sharding, embedding optimizer, --sync-every) compared with the reference, on CPU and CUDA."""
+
+
+def job_reference_runs(rank, world, device_type="cpu"):
+    """Every case of :data:`CASES`, the trainer and ``--sharding auto`` at W = 4, G = 2;
+    ``device_type`` "cuda" (one GPU per rank, NCCL) runs the same through DMPCollection."""
     _quiet()
-    out = {(st, "rowwise_adagrad", 1): _train_2d(rank, world, st, "rowwise_adagrad", 1) for st in TYPES}
-    out[("row_wise", "rowwise_adagrad_scaled", 1)] = _train_2d(rank, world, "row_wise", "rowwise_adagrad_scaled", 1)
-    out[("table_wise", "rowwise_adagrad", 3)] = _train_2d(rank, world, "table_wise", "rowwise_adagrad", 3)
     from embeddings.trainer import train
-    out["trainer"] = train(make_cfg("table_wise"))
-    out["auto"] = train(make_cfg("auto"))  # the planner, run for S = 2 ranks
+    dev = _device(rank, device_type)
+    out = {case: _train_2d(rank, world, *case, device_type) for case in CASES}
+    out["trainer"] = train(make_cfg("table_wise", device=device_type), dev)
+    out["auto"] = train(make_cfg("auto", device=device_type), dev)  # the planner, run for S = 2 ranks
     return out
 
 
@@ -170,50 +190,53 @@ def reference(sharding: str, emb_opt: str, sync_every: int, tables: tuple | None
 
 @pytest.fixture(scope="module")
 def ranks():
-    return run_ranks(_job_reference_runs, W, timeout=600)
+    return run_ranks(job_reference_runs, W, timeout=600)
 
 
-def _check_weights(res, ref_sd, what):
+def _check_weights(res, ref_sd, what, tol=TOL):
     n = 0
     for k, shards in res["weights"].items():
         for r0, c0, a in shards:
             ref = ref_sd[k]
             ref = ref[r0:r0 + a.shape[0], c0:c0 + a.shape[1]] if a.ndim == 2 else ref
             err = float(np.abs(a - ref).max()) if a.size else 0.0
-            assert err <= TOL, f"{what}: {k}[{r0}:, {c0}:] max abs diff {err:.3g}"
+            assert err <= tol, f"{what}: {k}[{r0}:, {c0}:] max abs diff {err:.3g}"
             n += a.size
     return n
 
 
-@pytest.mark.parametrize("sharding,emb_opt,sync_every", [(st, "rowwise_adagrad", 1) for st in TYPES] +
-                         [("row_wise", "rowwise_adagrad_scaled", 1), ("table_wise", "rowwise_adagrad", 3)])
-def test_matches_g_replica_reference(ranks, sharding, emb_opt, sync_every):
+def check_matches_reference(ranks, case, tol=TOL, dmp=("DistributedModelParallel", "ReplicaSync")):
+    """Every rank's 20 losses and every weight it holds equal the G-replica reference; ``dmp``:
+    what sharded and synced the model (the CPU path's DistributedModelParallel on a sharding
+    group and ReplicaSync, or DMPCollection and its sync)."""
+    sharding, emb_opt, sync_every = case
     ref_losses, ref_sd = reference(sharding, emb_opt, sync_every)
     seen = 0
     for rank, out in enumerate(ranks):
-        res = out[(sharding, emb_opt, sync_every)]
-        np.testing.assert_allclose(res["losses"], ref_losses, atol=TOL, rtol=0,
+        res = out[case]
+        assert (res["dmp"], res["sync"]) == dmp, f"rank {rank}: sharded by {res['dmp']}, synced by {res['sync']}"
+        np.testing.assert_allclose(res["losses"], ref_losses, atol=tol, rtol=0,
                                    err_msg=f"{sharding} {emb_opt} sync {sync_every} rank {rank}")
-        seen += _check_weights(res, ref_sd, f"{sharding} rank {rank}")
+        seen += _check_weights(res, ref_sd, f"{sharding} rank {rank}", tol)
     assert seen >= sum(v.size for v in ref_sd.values())  # every weight compared at least once
     assert ref_losses[-1] < ref_losses[0]
 
 
-def test_sync_matters_and_trainer_report(ranks):
-    """Sync every 3 steps is a different model than every step (the test above can fail), and
-    the trainer's report carries the same losses and the 2D layout."""
+def check_trainer_report(ranks, tol=TOL):
+    """Sync every 3 steps is a different model than every step (the reference test can fail),
+    and the trainer's report carries the same losses and the 2D layout."""
     a = reference("table_wise", "rowwise_adagrad", 1)[0]
     b = reference("table_wise", "rowwise_adagrad", 3)[0]
     assert max(abs(x - y) for x, y in zip(a, b)) > 1e-4
     rep = ranks[0]["trainer"]
-    np.testing.assert_allclose(rep["losses"], a, atol=TOL, rtol=0)
+    np.testing.assert_allclose(rep["losses"], a, atol=tol, rtol=0)
     plan = rep["plan"]
     assert plan["sharding_groups"] == [[0, 2], [1, 3]] and plan["replica_groups"] == [[0, 1], [2, 3]]
     assert [r["a2a_group_size"] for r in plan["ranks"]] == [2] * 4
     assert rep["sparse_groups"] == 2 and rep["mem/peak_bytes"] > 0
 
 
-def test_auto_plans_for_the_sharding_group_and_matches_the_reference(ranks):
+def check_auto(ranks, tol=TOL):
     """--sharding auto: torchrec's planner for S = W/G ranks, the same plan on every rank, and the
     mixed plan it picks (per table: replicas synced, or data_parallel over the world) trains as
     the reference built from that plan."""
@@ -226,7 +249,20 @@ def test_auto_plans_for_the_sharding_group_and_matches_the_reference(ranks):
                    for t in plan["tables"].values())
     ref = reference("auto", "rowwise_adagrad", 1, tables)[0]
     for rank, r in enumerate(reps):
-        np.testing.assert_allclose(r["losses"], ref, atol=TOL, rtol=0, err_msg=f"auto rank {rank}")
+        np.testing.assert_allclose(r["losses"], ref, atol=tol, rtol=0, err_msg=f"auto rank {rank}")
+
+
+@pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, c)) for c in CASES])
+def test_matches_g_replica_reference(ranks, case):
+    check_matches_reference(ranks, case)
+
+
+def test_sync_matters_and_trainer_report(ranks):
+    check_trainer_report(ranks)
+
+
+def test_auto_plans_for_the_sharding_group_and_matches_the_reference(ranks):
+    check_auto(ranks)
 
 
 def test_layout_hand_checked():

@@ -188,8 +188,34 @@ def test_an_epoch_of_few_steps_warns(tmp_path):
                         "--batch-size", "512", "--no-progress"], capture_output=True, text=True, timeout=240,
                        env=ENV)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "one epoch is only 3 steps (1600 training rows / --batch-size 512)" in r.stderr
+    warn = [ln for ln in r.stderr.splitlines() if "one epoch is only" in ln]
+    assert len(warn) == 1, r.stderr[-3000:]
+    assert "one epoch is only 3 steps (1600 training rows / --batch-size 512)" in warn[0]
+    assert "use --batch-size 32 or smaller for >= 50 steps per epoch (50 at 32)" in warn[0]
     assert "steps 3" in r.stdout
+
+
+@pytest.mark.parametrize("n,batch,world,best", [(8000, 256, 1, 160), (8000, 256, 4, 160), (8000, 256, 3, 159),
+                                                (1600, 512, 2, 32), (3999, 512, 8, 72)])
+def test_epoch_warning_names_the_batch_size_that_gives_50_steps(n, batch, world, best):
+    """The advice is a smaller batch (the largest multiple of the world size with >= 50 steps per
+    epoch), never more epochs; that batch size draws no warning, the next multiple up does."""
+    from embeddings.build import MIN_STEPS_PER_EPOCH, epoch_warning
+    from embeddings.config import DLRMTrainConfig
+    msg = epoch_warning(DLRMTrainConfig(batch_size=batch), n, world)
+    assert msg.startswith(f"one epoch is only {n // batch} steps ({n} training rows / --batch-size {batch})")
+    assert f"use --batch-size {best} or smaller for >= 50 steps per epoch ({n // best} at {best})" in msg
+    assert "more --epochs would only repeat the same" in msg and "\n" not in msg
+    assert best % world == 0 and n // best >= MIN_STEPS_PER_EPOCH
+    assert epoch_warning(DLRMTrainConfig(batch_size=best), n, world) is None
+    assert epoch_warning(DLRMTrainConfig(batch_size=best + world), n, world) is not None
+
+
+def test_epoch_warning_when_no_batch_size_gives_50_steps():
+    from embeddings.build import epoch_warning
+    from embeddings.config import DLRMTrainConfig
+    msg = epoch_warning(DLRMTrainConfig(batch_size=40), 120, 4)
+    assert "even --batch-size 4 (one row per rank) gives only 30 steps per epoch: use more training rows" in msg
 
 
 def _main(argv: list[str]) -> int:

@@ -1,4 +1,5 @@
-"""``graphdist data info SPEC [--json]``: what a dataset spec loads to (graph, click log or ratings)."""
+"""``graphdist data info SPEC [--json] [--skip-bad-lines]``: what a dataset spec loads to (graph,
+click log or ratings)."""
 from __future__ import annotations
 
 import json
@@ -17,13 +18,20 @@ class DataInfoConfig:
     """dataset spec KIND:ARGS (default: the demo's SBM graph)"""
     json: bool = False
     """print the summary as JSON"""
+    skip_bad_lines: bool = False
+    """criteo: specs only: skip (and count) malformed lines instead of stopping at the first one,
+    as train-dlrm --skip-bad-lines"""
 
 
-def dataset_info(spec: str) -> tuple[dict, list[tuple[str, str]]]:
-    """``(summary dict, printable rows)`` of any dataset spec, by its domain."""
+def dataset_info(spec: str, skip_bad_lines: bool = False) -> tuple[dict, list[tuple[str, str]]]:
+    """``(summary dict, printable rows)`` of any dataset spec, by its domain;
+    ``skip_bad_lines`` (``criteo:`` only) skips and counts malformed lines."""
+    from graphdist.errors import ConfigError
     from graphdist.runtime import Timer
     from graphdist.specs import parse_spec
     kind = parse_spec(spec).kind
+    if skip_bad_lines and kind.name != "criteo":
+        raise ConfigError(f"--skip-bad-lines applies to criteo: specs only, not {kind.name}:")
     with Timer() as t:
         if kind.domain == "graph":
             from graphdist.data import load_graph
@@ -33,7 +41,7 @@ def dataset_info(spec: str) -> tuple[dict, list[tuple[str, str]]]:
             s = load_ratings(spec).summary()
         else:
             from embeddings.data import load_click_data
-            s = {"name": spec, **load_click_data(spec).summary()}
+            s = {"name": spec, **load_click_data(spec, skip_bad_lines=skip_bad_lines).summary()}
     s["load_s"] = round(t.seconds, 3)
     if kind.domain == "graph":
         rows = [
@@ -63,13 +71,15 @@ def dataset_info(spec: str) -> tuple[dict, list[tuple[str, str]]]:
                 ("dense features", str(s["dense_features"])), ("sparse features", str(s["sparse_features"])),
                 ("table rows min/max", f"{min(s['table_rows']):,} / {max(s['table_rows']):,}"),
                 ("ids per sample", f"{s['ids_per_sample']:.2f}")]
+        if kind.name == "criteo":
+            rows.append(("bad lines skipped", f"{s['bad_lines']:,}"))
     rows.append(("load time", f"{s['load_s']:.2f} s"))
     return s, rows
 
 
 def _info(args) -> int:
     cfg = config.from_namespace(DataInfoConfig, args)
-    s, rows = dataset_info(cfg.spec)
+    s, rows = dataset_info(cfg.spec, cfg.skip_bad_lines)
     if cfg.json:
         json.dump(s, sys.stdout, indent=2)
         sys.stdout.write("\n")

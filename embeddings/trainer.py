@@ -137,6 +137,19 @@ class _DLRMTask(Task):
         self.sm.opt.load_state_dict(state["optim"])
 
 
+def run_steps(dmp, opt, pipe, data: ClickData, cfg: DLRMTrainConfig, steps: range, device: torch.device, *,
+              model: ShardedModel | None = None) -> list[float]:
+    """Train on the global steps ``steps`` (0-based) exactly as ``train-dlrm`` does (the same task
+    the training loop runs, replica sync included); returns this rank's local losses. For
+    benchmarks and tests that time or compare the step loop alone."""
+    import types
+    sm = model if model is not None else types.SimpleNamespace(dmp=dmp, opt=opt, sync=None)
+    task = _DLRMTask(cfg, sm, pipe, data, device)
+    for _ in task.run(range(steps.start + 1, steps.stop + 1)):
+        pass
+    return torch.stack(task.local).float().cpu().tolist() if task.local else []
+
+
 @torch.no_grad()
 def evaluate(dmp, data: ClickData, cfg: DLRMTrainConfig, device: torch.device) -> dict:
     """AUC / log loss / NE over the whole eval set: every rank's logits are gathered first."""

@@ -18,14 +18,15 @@ def _sub(name: str) -> argparse.ArgumentParser:
 
 @pytest.mark.parametrize("name, kinds", [("partition", ["sbm:", "edgelist:FILE"]), ("compare", ["rmat:"]),
                                          ("quality", []), ("demo", []), ("train-gcn", ["planetoid:ROOT/NAME"]),
-                                         ("train-rec", ["ratings:FILE", "rec-synth:"])])
+                                         ("train-rec", ["ratings:FILE", "rec-synth:"]),
+                                         ("train-dlrm", ["criteo:PATH", "criteo-synth:"])])
 def test_every_command_has_a_description_and_lists_its_spec_kinds(name, kinds):
     p = _sub(name)
     assert p.description and len(p.description) > 40, name
     text = p.format_help()
     for k in kinds:
         assert f"\n  {k}" in text, (name, k)
-    if name == "train-rec":  # a ratings command lists ratings kinds only
+    if name in ("train-rec", "train-dlrm"):  # a ratings or clicks command lists its own kinds only
         assert "\n  sbm:" not in text
 
 
@@ -40,3 +41,11 @@ def test_resume_without_a_checkpoint_creates_nothing(tmp_path, capsys, cmd):
     ck.mkdir(parents=True)
     assert main([cmd, spec, "--checkpoint-dir", str(ck), "--resume", "--no-progress"]) == 2
     assert "(has no 'latest' file)" in capsys.readouterr().err
+
+
+def test_data_info_lists_every_spec_kind():
+    from graphdist.specs import KINDS
+    p = _sub("data")
+    action = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    text = action.choices["info"].format_help()
+    assert all(f"\n  {name}:" in text for name in KINDS), text

@@ -94,6 +94,12 @@ def register(sub) -> None:
     p = sub.add_parser("data", help="inspect datasets")
     dsub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND", parser_class=type(p))
     dsub.required = True
-    info = dsub.add_parser("info", help="load a dataset spec and print its size, degrees, splits, fingerprint")
+    import argparse
+
+    from graphdist.specs import kinds_help
+    info = dsub.add_parser("info", help="load a dataset spec and print its size, degrees, splits, fingerprint",
+                           description="Load a dataset spec (a graph, a click log or a rating log) and print its "
+                                       "size, degrees, splits and fingerprint; nothing is written.",
+                           epilog=kinds_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     config.add_arguments(info, DataInfoConfig)
     info.set_defaults(func=_info)

@@ -31,7 +31,9 @@ def _handler(args) -> int:
 
 
 def register(sub) -> None:
+    from graphdist.specs import kinds_help
     p = sub.add_parser("train-dlrm", help="train DLRM/DCNv2 with sharded embedding tables (torchrec)",
-                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+                       description=DESCRIPTION, epilog=kinds_help("clicks"),
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     config.add_arguments(p, DLRMTrainConfig)
     p.set_defaults(func=_handler)

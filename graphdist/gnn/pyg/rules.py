@@ -106,7 +106,7 @@ _ORDER_FREE = (pyg_aggr.SumAggregation, pyg_aggr.MeanAggregation, pyg_aggr.MaxAg
 
 _NOT_LOCAL: dict[str, str] = {
     "APPNP": "propagates K hops in one call",
-    "SGConv": "propagates K hops with the degrees it computes itself (write it as Linear after GCNConv layers)",
+    "SGConv": "propagates K hops and normalises with the degrees it computes itself (for K=1 use GCNConv)",
     "ChebConv": "normalises with the Laplacian of the degrees it computes itself and reads K-1 hops",
     "ARMAConv": "iterates T propagations in one call",
     "GatedGraphConv": "propagates num_layers hops in one call",

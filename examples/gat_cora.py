@@ -54,7 +54,7 @@ def main():
     part = gd.load_part(args.data, method=args.method, seed=args.seed)  # graphdist: this rank's part
     x = part.x / part.x.sum(1, keepdim=True).clamp(min=1)  # row-normalised features
     torch.manual_seed(args.seed)
-    model = GAT(part.num_features, args.hidden, part.num_classes, args.heads, args.dropout)
+    model = GAT(part.num_features, args.hidden, part.num_classes, args.heads, args.dropout).to(part.device)
     gd.distribute(model, part, halo=args.halo, bits=args.bits)  # graphdist: wrap the GATConv layers
     torch.manual_seed(1000 * args.seed + part.rank)  # dropout: each rank its own stream
     opt = torch.optim.Adam(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)

@@ -43,7 +43,8 @@ def part():
 REFUSED = {
     "tag3": (lambda: TAGConv(8, 8, K=3), "TAGConv(K=3) reads 3-hop"),
     "sgc": (lambda: Seq(SGConv(8, 8, K=1)), "layer mods.0 (SGConv)"),
-    "appnp": (lambda: Seq(nn.Linear(8, 8), APPNP(K=5, alpha=0.1)), "layer mods.1 (APPNP) is not local: it propagates K hops"),
+    "appnp": (lambda: Seq(nn.Linear(8, 8), APPNP(K=5, alpha=0.1)),
+              "layer mods.1 (APPNP) is not local: it propagates K hops"),
     "gps": (lambda: Seq(GPSConv(8, GCNConv(8, 8), heads=2)), "layer mods.0 (GPSConv) is not local: it mixes"),
     "lstm": (lambda: SAGEConv(8, 8, aggr="lstm"), "LSTMAggregation, which depends on the order"),
     "flow": (lambda: GCNConv(8, 8, flow="target_to_source"), "flow='target_to_source'"),

@@ -91,7 +91,8 @@ class Wrapped(nn.Module):
 
 
 def mlp(a, b, norm):
-    layers = [nn.Linear(a, HID, bias=not norm)] + ([nn.BatchNorm1d(HID)] if norm else []) + [nn.ReLU(), nn.Linear(HID, b)]
+    norms = [nn.BatchNorm1d(HID)] if norm else []
+    layers = [nn.Linear(a, HID)] + norms + [nn.ReLU(), nn.Linear(HID, b)]
     return nn.Sequential(*layers)
 
 
@@ -107,9 +108,9 @@ BUILDERS = {
     "transformer_edge": lambda: Two(TransformerConv(FEAT, HID // 2, heads=2, edge_dim=EDIM, beta=True),
                                     TransformerConv(HID, C, edge_dim=EDIM), edge=True),
     "gin_bn": lambda: Two(GINConv(mlp(FEAT, HID, True), train_eps=True), GINConv(mlp(HID, C, False))),
-    "gine_edge": lambda: Two(GINEConv(mlp(FEAT, HID, False), edge_dim=EDIM), GINEConv(mlp(HID, C, False), edge_dim=EDIM),
-                             edge=True),
-    "sage_mean_bn": lambda: Two(SAGEConv(FEAT, HID, bias=False), SAGEConv(HID, C), norm=True),
+    "gine_edge": lambda: Two(GINEConv(mlp(FEAT, HID, False), edge_dim=EDIM),
+                             GINEConv(mlp(HID, C, False), edge_dim=EDIM), edge=True),
+    "sage_mean_bn": lambda: Two(SAGEConv(FEAT, HID), SAGEConv(HID, C), norm=True),
     "sage_max": lambda: Two(SAGEConv(FEAT, HID, aggr="max"), SAGEConv(HID, C, aggr="max")),
     "graphconv": lambda: Two(GraphConv(FEAT, HID), GraphConv(HID, C)),
     "tag1": lambda: Two(TAGConv(FEAT, HID, K=1), TAGConv(HID, C, K=1)),
@@ -198,7 +199,8 @@ def reference(graph: Graph, kind: str) -> dict:
     tm = graph.train_mask
     loss = F.cross_entropy(out[tm], graph.y[tm])
     loss.backward()
-    return {"out": out.detach(), "loss": float(loss.detach()), "grads": {n: p.grad for n, p in model.named_parameters()},
+    return {"out": out.detach(), "loss": float(loss.detach()),
+            "grads": {n: p.grad for n, p in model.named_parameters()},
             "buffers": dict(model.named_buffers()), "acc": float((out.argmax(1) == graph.y)[tm].double().mean()),
             "keys": sorted(model.state_dict())}
 

@@ -11,6 +11,7 @@ own layer).
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -87,7 +88,8 @@ RULES: dict[type, LayerRule] = {
     pyg_conv.GCNConv: LayerRule(gcn_norm=_gcn_args, linear=_gcn_linear),
     pyg_conv.GCN2Conv: LayerRule(gcn_norm=lambda c: (False, bool(c.add_self_loops)) if c.normalize else None,
                                  node_args=("x_0",), linear=_gcn2_linear),
-    pyg_conv.TAGConv: LayerRule(gcn_norm=lambda c: (False, False) if c.normalize else None, check=_hops("TAGConv", "K")),
+    pyg_conv.TAGConv: LayerRule(gcn_norm=lambda c: (False, False) if c.normalize else None,
+                                check=_hops("TAGConv", "K")),
     pyg_conv.GATConv: LayerRule(),
     pyg_conv.GATv2Conv: LayerRule(),
     pyg_conv.TransformerConv: LayerRule(),
@@ -147,13 +149,17 @@ def register_local(cls: type, *, call: str = "full", node_args: tuple[str, ...] 
                    gcn_norm: Callable | None = None, linear: Callable | None = None) -> None:
     """Declare a ``MessagePassing`` class local (its output at ``v`` depends only on ``v``'s row,
     its in-neighbours' rows and those edges' attributes), so :func:`distribute` wraps it. ``call``,
-    ``node_args``, ``gcn_norm`` and ``linear`` as in :class:`LayerRule`; a layer with a module
-    applied to its output rows (an MLP with batch norm) should be ``call="bipartite"`` (and
-    accept ``x`` as a pair of source and destination rows)."""
+    ``node_args``, ``gcn_norm`` and ``linear`` as in :class:`LayerRule` (a ``gcn_norm`` layer
+    takes ``edge_weight`` and has a ``normalize`` attribute that graphdist switches off for the
+    call); a layer with a module applied to its output rows (an MLP with batch norm) should be
+    ``call="bipartite"`` (and accept ``x`` as a pair of source and destination rows)."""
     if not (isinstance(cls, type) and issubclass(cls, MessagePassing)):
         raise ConfigError(f"register_local: {cls!r} is not a MessagePassing class")
     if call not in CALLS:
         raise ConfigError(f"register_local: call must be one of {', '.join(CALLS)}, got {call!r}")
+    if gcn_norm is not None and "edge_weight" not in inspect.signature(cls.forward).parameters:
+        raise ConfigError(f"register_local: {cls.__name__} with gcn_norm needs a forward(..., edge_weight) "
+                          "argument (and a `normalize` attribute), as GCNConv has")
     RULES[cls] = LayerRule(call=call, node_args=tuple(node_args), gcn_norm=gcn_norm, linear=linear)
 
 

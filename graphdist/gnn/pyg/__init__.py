@@ -1,0 +1,36 @@
+"""Bring your own PyG model: a model written for one device, trained on a graph split over k ranks.
+
+    import graphdist.gnn.pyg as gd
+
+    part = gd.load_part("planetoid:../shared/datasets/planetoid/Cora")   # this rank's part
+    model = gd.distribute(MyGAT(...), part)           # wraps every MessagePassing layer
+    opt = torch.optim.Adam(model.parameters(), lr=0.005)
+    for epoch in range(200):
+        opt.zero_grad()
+        out = model(part.x, part.edge_index)          # owned rows in, owned rows out
+        loss = gd.cross_entropy(out, part.y, part.train_mask)   # the whole graph's loss
+        loss.backward()
+        gd.sync_grads(model)                          # gradients summed over the ranks
+        opt.step()
+    acc = gd.accuracy(model(part.x, part.edge_index), part.y, part.test_mask)
+
+Run it with ``torchrun --nproc-per-node K script.py``. A rank holds every in-edge of the nodes
+it owns, so every layer whose output at a node depends only on that node's row and its
+in-neighbours' rows sees exactly what it sees on the whole graph once the halo rows are there
+(``distribute``). Layers that read further are refused (:mod:`graphdist.gnn.pyg.rules`).
+
+    part.py    Part (owned rows, local edge_index, exchanger), load_part
+    rules.py   which layers are local and how each is called; register_local
+    wrap.py    distribute, DistConv, GlobalBatchNorm1d, summary / traffic / set_step
+    train.py   sync_grads, cross_entropy, accuracy, all_sum, main
+"""
+from graphdist.gnn.models import keyed_dropout
+from graphdist.gnn.pyg.part import Part, load_part
+from graphdist.gnn.pyg.rules import RULES, LayerRule, register_local
+from graphdist.gnn.pyg.train import accuracy, all_sum, cross_entropy, main, sync_grads
+from graphdist.gnn.pyg.wrap import DistConv, GlobalBatchNorm1d, distribute, halo_rows, set_step, summary, traffic
+from graphdist.halo.keyed import key32
+
+__all__ = ["Part", "load_part", "distribute", "DistConv", "GlobalBatchNorm1d", "register_local", "RULES",
+           "LayerRule", "sync_grads", "cross_entropy", "accuracy", "all_sum", "summary", "traffic", "set_step",
+           "halo_rows", "keyed_dropout", "key32", "main"]

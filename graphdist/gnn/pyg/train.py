@@ -1,0 +1,73 @@
+"""Data-parallel weights and whole-graph metrics for a training loop over parts.
+
+Every rank holds the whole model and its own nodes' loss terms. With the loss divided by the
+*global* number of labelled nodes (:func:`cross_entropy`), the gradient of the whole graph's
+loss is the sum of the ranks' gradients (:func:`sync_grads`), so an optimiser step on every
+rank gives every rank the weights one process would have.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from graphdist import comm
+
+__all__ = ["sync_grads", "all_sum", "cross_entropy", "accuracy", "main"]
+
+
+def sync_grads(model: nn.Module) -> None:
+    """Sum every parameter's gradient over the ranks (one flat all-reduce). A parameter with no
+    gradient on this rank counts as zeros, so every rank sends the same layout."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    comm.all_reduce_grads(params)
+
+
+def all_sum(t: torch.Tensor) -> torch.Tensor:
+    """The sum of ``t`` over the ranks (a detached copy; ``t`` is unchanged)."""
+    return comm.all_reduce_sum(t.detach().clone())
+
+
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+    """The whole graph's mean cross-entropy over the ``mask`` nodes (all owned rows if None).
+
+    Its value is the whole graph's loss on every rank; its gradient is this rank's share
+    (``sum over owned masked rows / global count``), which :func:`sync_grads` adds up. ``kwargs``
+    go to ``F.cross_entropy`` (e.g. ``label_smoothing``; not ``reduction``)."""
+    if mask is not None:
+        logits, y = logits[mask], y[mask]
+    local = F.cross_entropy(logits, y, reduction="sum", **kwargs)
+    tot = all_sum(torch.stack([local.detach().double(), torch.tensor(float(y.shape[0]), dtype=torch.float64,
+                                                                     device=local.device)]))
+    n = max(float(tot[1]), 1.0)
+    rest = (tot[0] - local.detach().double()).to(local.dtype)  # the other ranks' terms: value only
+    return (local + rest) / n
+
+
+def accuracy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None) -> float:
+    """Share of the ``mask`` nodes of the whole graph whose arg-max class is their label."""
+    ok = logits.argmax(-1) == y
+    if mask is not None:
+        ok = ok[mask]
+    t = all_sum(torch.tensor([float(ok.sum()), float(ok.numel())], dtype=torch.float64, device=logits.device))
+    return float(t[0] / t[1]) if t[1] > 0 else float("nan")
+
+
+def main(fn, *args) -> None:
+    """Run ``fn(*args)`` with graphdist's error policy and exit: a user error (a refused layer, a
+    bad spec) prints one line and exits with code 2, a bug keeps its traceback (exit 1). The
+    process leaves without interpreter finalisation, so gloo's thread teardown cannot abort a
+    finished rank."""
+    from graphdist.launch import guarded
+    code = guarded(fn, *args)
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -1,0 +1,348 @@
+"""Distribution applied around a one-device PyG model: :func:`distribute` and :class:`DistConv`.
+
+``distribute(model, part)`` changes ``model`` in place, as ``torch.distributed.fsdp.fully_shard``
+does: every ``MessagePassing`` submodule's class becomes a subclass of it with :class:`DistConv`
+in front (``GATConv`` -> ``DistGATConv``), so parameter names, ``state_dict`` keys and
+``isinstance`` checks are unchanged. A wrapped layer's ``forward(x, edge_index, ...)`` takes the
+rank's owned rows and ``part.edge_index`` and returns owned rows:
+
+    plain   x_full = [x ; halo rows of x] (one exchange, autograd: halo gradients go home);
+            the layer runs on x_full (``full``) or on (x_full, x) (``bipartite``) and its output is
+            cut to the owned rows. GCN-normalised layers get ``gcn_norm`` weights of the global
+            degrees (``Part.gcn_edges``) with their own normalisation switched off for the call.
+    mvc     where the layer's aggregation is a fixed linear map (GCN, SAGE-mean, GIN-sum, ...):
+            the layer runs on the owned rows with no edges, and its ``propagate`` result is
+            replaced (a propagate hook) by ``A @ [h ; halo(h)]`` from
+            :class:`graphdist.halo.spmm.SparseAdj` with the pre-aggregating (mvc) exchange.
+
+``bits < 32`` quantises the rows in flight in both modes (:mod:`graphdist.halo.quant`).
+``torch.nn.BatchNorm1d`` modules become :class:`GlobalBatchNorm1d` (statistics over all ranks'
+rows); modules that mix nodes otherwise are refused (:mod:`graphdist.gnn.pyg.rules`). The
+parameters are broadcast from rank 0, so every rank starts from the same weights.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+
+import torch
+from torch import nn
+from torch_geometric.nn.aggr import Aggregation
+from torch_geometric.nn.conv import MessagePassing
+
+from graphdist import comm
+from graphdist.errors import ConfigError
+from graphdist.gnn.pyg.part import Part
+from graphdist.gnn.pyg.rules import LayerRule, check_module, is_batch_norm, rule_for
+from graphdist.halo.exchange import HaloExchanger
+
+__all__ = ["DistConv", "GlobalBatchNorm1d", "distribute", "summary", "traffic", "set_step", "HALO_MODES"]
+
+HALO_MODES = ("plain", "mvc")
+
+
+# ---------------------------------------------------------------------------- the exchange
+class _HaloRows(torch.autograd.Function):
+    """``[h ; halo rows]`` through the exchanger's post/post_reverse (quantised when bits < 32)."""
+
+    @staticmethod
+    def forward(ctx, h, ex):
+        ctx.ex, ctx.shape = ex, h.shape
+        flat = h.reshape(h.shape[0], -1)
+        ctx.tag = ex.next_tag()
+        recv = ex.post(flat.index_select(0, ex.send_idx), ctx.tag).wait()
+        return torch.cat([flat, recv.to(flat.dtype)]).reshape((-1,) + tuple(h.shape[1:]))
+
+    @staticmethod
+    def backward(ctx, g):
+        ex = ctx.ex
+        n_own = ctx.shape[0]
+        g = g.reshape(g.shape[0], -1)
+        back = ex.post_reverse(g[n_own:].contiguous(), ctx.tag).wait()
+        g_own = g[:n_own].clone()
+        if back.shape[0]:
+            g_own.index_add_(0, ex.send_idx, back.to(g.dtype))
+        return g_own.reshape(ctx.shape), None
+
+
+def halo_rows(h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
+    """``[h ; halo rows of h]`` (autograd; quantised in flight when ``ex.bits < 32``)."""
+    return _HaloRows.apply(h.contiguous(), ex) if ex.active else h
+
+
+class _Context:
+    """What the layers of one :func:`distribute` call share: the part, the exchangers, the mvc
+    adjacencies."""
+
+    def __init__(self, part: Part, halo: str, bits: int, seed: int):
+        self.part, self.halo, self.bits = part, halo, bits
+        lg, dev = part.graph, part.device
+        self.plain = part.exchanger if bits == 32 else HaloExchanger.from_local_graph(lg, dev, bits=bits, seed=seed)
+        self.seed = seed
+        self.mvc_ex: HaloExchanger | None = None
+        self.adj: dict = {}
+        self.empty = torch.zeros(2, 0, dtype=torch.int64, device=dev)
+
+    def prepare_mvc(self, kinds: set[str]) -> None:
+        """Build the mvc exchanger and adjacencies (a collective: the plan check)."""
+        from graphdist.halo.setup import check_plan
+        from graphdist.halo.spmm import SparseAdj
+        lg, dev = self.part.graph, self.part.device
+        check_plan(lg, "mvc")
+        self.mvc_ex = HaloExchanger.from_local_graph(lg, dev, halo="mvc", bits=self.bits, seed=self.seed)
+        for kind in sorted(kinds):
+            base = "sage" if kind == "sum" else kind
+            if base not in self.adj:
+                self.adj[base] = SparseAdj.for_model(lg, base, dev, halo="mvc")
+        if "sum" in kinds:  # sum = in-degree * mean (every in-edge of an owned row is local)
+            self.adj["deg"] = (lg.indptr[1:] - lg.indptr[:-1]).clamp(min=1).to(dev, torch.float32)[:, None]
+
+    def aggregate(self, kind: str, h: torch.Tensor) -> torch.Tensor:
+        if h.dim() != 2:
+            raise ConfigError(f"halo='mvc' aggregates rows [n, F], got a tensor of shape {tuple(h.shape)}")
+        out = self.adj["sage" if kind == "sum" else kind].propagate(h, self.mvc_ex)
+        return out * self.adj["deg"].to(out.dtype) if kind == "sum" else out
+
+    def exchangers(self) -> list[HaloExchanger]:
+        return [e for e in (self.plain, self.mvc_ex) if e is not None]
+
+
+class _ConvState:
+    """A wrapped layer's name, rule, shared context and halo mode."""
+
+    def __init__(self, name: str, cls: type, rule: LayerRule, ctx: _Context, sig: inspect.Signature,
+                 linear: str | None):
+        self.name, self.cls, self.rule, self.ctx, self.sig, self.linear = name, cls, rule, ctx, sig, linear
+        self.used = "mvc" if linear else "plain"
+
+
+# ---------------------------------------------------------------------------- the wrapped layer
+class DistConv:
+    """Put in front of a ``MessagePassing`` class by :func:`distribute`: ``forward`` takes the
+    rank's owned rows ``x [n_own, F]`` and ``edge_index`` over local ids (``part.edge_index``;
+    any subset of it for layers that do not normalise by degree), exchanges the halo rows of
+    ``x`` and returns the layer's owned rows, exactly as the layer computes them on the whole
+    graph. Other arguments (``edge_weight``, ``edge_attr`` in ``edge_index`` order, GCN2Conv's
+    ``x_0`` owned rows) pass through."""
+
+    _graphdist: _ConvState
+
+    def forward(self, *args, **kwargs):
+        st = self._graphdist
+        b = st.sig.bind(*args, **kwargs)
+        a = b.arguments
+        part = st.ctx.part
+        x, ei = a.get("x"), a.get("edge_index")
+        where = f"layer {st.name or '<model>'} ({st.cls.__name__})"
+        if not torch.is_tensor(x) or x.dim() < 2 or x.shape[0] != part.num_owned:
+            got = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
+            raise ConfigError(f"{where} takes this rank's owned rows x [{part.num_owned}, F], got {got}")
+        if not (torch.is_tensor(ei) and ei.dim() == 2 and ei.shape[0] == 2):
+            raise ConfigError(f"{where} takes edge_index [2, E] over the part's local ids (part.edge_index)")
+        if a.get("size") is not None:
+            raise ConfigError(f"{where}: size= is not supported on a part (the part fixes the sizes)")
+        base = super().forward
+        edges_given = any(a.get(n) is not None for n in st.rule.edge_args)
+        if st.linear and not edges_given:
+            _require_part_edges(ei, part, where, "halo='mvc' aggregates over the part's own edges")
+            st.used = "mvc"
+            return self._mvc_call(st, base, b)
+        st.used = "plain"
+        return self._plain_call(st, base, b, where)
+
+    def _plain_call(self, st, base, b, where):
+        a, part, rule = b.arguments, st.ctx.part, st.rule
+        x = a["x"]
+        gcn = rule.gcn_norm(self) if rule.gcn_norm is not None else None
+        if gcn is not None:
+            _require_part_edges(a["edge_index"], part, where, "it normalises with the degrees of the part's edges")
+            if a.get("edge_weight") is not None:
+                raise ConfigError(f"{where} normalises with edge weights: the weighted degrees of halo nodes are "
+                                  "not in a part yet; pass normalize=False and your own normalised weights")
+            a["edge_index"], a["edge_weight"] = part.gcn_edges(*gcn, dtype=x.dtype)
+        halo = st.ctx.plain.active and part.num_halo > 0
+        if halo:
+            full = halo_rows(x, st.ctx.plain)
+            if rule.call == "bipartite":
+                a["x"] = (full, x)
+            else:
+                a["x"] = full
+                for name in rule.node_args:
+                    if a.get(name) is not None:
+                        a[name] = _pad(a[name], part.num_halo)
+        with _normalize_off(self, gcn is not None):
+            out = base(*b.args, **b.kwargs)
+        return _owned(out, part.num_owned) if halo and rule.call == "full" else out
+
+    def _mvc_call(self, st, base, b):
+        a, ctx = b.arguments, st.ctx
+        a["edge_index"] = ctx.empty
+        kind = st.linear
+
+        def replace(module, inputs, out):
+            xs = inputs[2]["x"]
+            return ctx.aggregate(kind, xs[0] if isinstance(xs, (tuple, list)) else xs)
+
+        handle = self.register_propagate_forward_hook(replace)
+        try:
+            with _normalize_off(self, st.rule.gcn_norm is not None and st.rule.gcn_norm(self) is not None):
+                return base(*b.args, **b.kwargs)
+        finally:
+            handle.remove()
+
+
+def _require_part_edges(ei, part: Part, where: str, why: str) -> None:
+    pe = part.edge_index
+    if ei is pe or (ei.shape == pe.shape and ei.device == pe.device
+                    and (ei.data_ptr() == pe.data_ptr() or torch.equal(ei, pe))):
+        return
+    raise ConfigError(f"{where} needs part.edge_index as its edge_index ({why})")
+
+
+@contextlib.contextmanager
+def _normalize_off(conv, off: bool):
+    if not off:
+        yield
+        return
+    conv.normalize = False
+    try:
+        yield
+    finally:
+        conv.normalize = True
+
+
+def _pad(t: torch.Tensor, n: int) -> torch.Tensor:
+    return torch.cat([t, t.new_zeros((n,) + tuple(t.shape[1:]))])
+
+
+def _owned(out, n: int):
+    if isinstance(out, tuple):  # (rows, extras), e.g. return_attention_weights=True
+        return (out[0][:n],) + tuple(out[1:])
+    return out[:n]
+
+
+_CLASSES: dict[type, type] = {}
+
+
+def _dist_class(cls: type) -> type:
+    if cls not in _CLASSES:
+        _CLASSES[cls] = type(f"Dist{cls.__name__}", (DistConv, cls), {"__module__": __name__})
+    return _CLASSES[cls]
+
+
+# ---------------------------------------------------------------------------- batch norm
+class GlobalBatchNorm1d(nn.BatchNorm1d):
+    """``BatchNorm1d`` whose batch statistics are those of every rank's rows together (two small
+    differentiable all-reduces), so it equals ``BatchNorm1d`` on the whole graph; :func:`distribute`
+    swaps it in for every ``torch.nn.BatchNorm1d`` (also inside PyG's ``BatchNorm`` and ``MLP``)."""
+
+    def forward(self, x):
+        batch_stats = self.training or (self.running_mean is None and self.running_var is None)
+        if not batch_stats:
+            return super().forward(x)
+        if x.dim() != 2:
+            raise ConfigError(f"GlobalBatchNorm1d takes node rows [n, C], got shape {tuple(x.shape)}")
+        n = comm.all_reduce_sum(torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device))
+        n = float(n[0])
+        mean = comm.all_reduce_sum_autograd(x.sum(0)) / n
+        d = x - mean
+        var = comm.all_reduce_sum_autograd((d * d).sum(0)) / n
+        if self.training and self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                f = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+                self.running_mean.mul_(1 - f).add_(f * mean.detach())
+                self.running_var.mul_(1 - f).add_(f * var.detach() * (n / max(n - 1.0, 1.0)))
+        out = d * (var + self.eps).rsqrt()
+        return out * self.weight + self.bias if self.affine else out
+
+
+# ---------------------------------------------------------------------------- distribute
+def distribute(model: nn.Module, part: Part, *, halo: str = "plain", bits: int = 32, seed: int = 0) -> nn.Module:
+    """Make ``model`` (written for one device) run on ``part`` and return it (changed in place).
+
+    ``halo``: ``plain`` (every layer) or ``mvc`` (pre-aggregated partial sums where a layer's
+    aggregation is a fixed linear map; the others run plain: :func:`summary` says which).
+    ``bits``: 32, or 16/8/4/2 to quantise the rows in flight (not exact). ``seed`` keys the
+    rounding noise. Refuses, with one line naming it, a layer that is not local. A collective:
+    every rank calls it with the same model."""
+    if halo not in HALO_MODES:
+        raise ConfigError(f"halo must be one of {', '.join(HALO_MODES)}, got {halo!r}")
+    if bits != 32 and part.world_size == 1:
+        raise ConfigError(f"bits={bits} quantises the halo exchange, but a 1-part job has none; use bits=32 "
+                          "or k >= 2 parts")
+    convs, norms = _scan(model)
+    ctx = _Context(part, halo, bits, seed)
+    kinds = {}
+    for name, conv, rule in convs:
+        kinds[name] = rule.linear(conv) if halo == "mvc" and rule.linear is not None else None
+    if any(kinds.values()):
+        ctx.prepare_mvc({k for k in kinds.values() if k})
+    for name, conv, rule in convs:
+        cls = type(conv)
+        sig = inspect.signature(cls.forward)
+        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
+        conv.__class__ = _dist_class(cls)
+        conv._graphdist = _ConvState(name, cls, rule, ctx, sig, kinds[name])
+    if part.world_size > 1:
+        for bn in norms:
+            bn.__class__ = GlobalBatchNorm1d
+    comm.broadcast_module(model)
+    return model
+
+
+def _scan(model: nn.Module):
+    """``([(name, conv, rule)], [batch norms])``; refuses what cannot run on a part."""
+    convs, norms, inside = [], [], {}
+    for name, mod in model.named_modules():
+        if isinstance(mod, DistConv):
+            raise ConfigError(f"layer {name or '<model>'} ({type(mod).__name__}) is already distributed")
+        if isinstance(mod, MessagePassing):
+            outer = next((o for o in inside if name.startswith(o + ".") or o == ""), None)
+            if outer is not None:
+                raise ConfigError(f"layer {name} ({type(mod).__name__}) sits inside layer {outer or '<model>'} "
+                                  f"({type(inside[outer]).__name__}); graphdist wraps outermost layers only")
+            convs.append((name, mod, rule_for(name, mod)))
+            inside[name] = mod
+        elif is_batch_norm(mod):
+            norms.append(mod)
+        elif not (isinstance(mod, Aggregation) and any(name.startswith(o + ".") or o == "" for o in inside)):
+            check_module(name, mod)
+    return convs, norms
+
+
+# ---------------------------------------------------------------------------- reports
+def _states(model: nn.Module):
+    return [(n, m._graphdist) for n, m in model.named_modules() if isinstance(m, DistConv)]
+
+
+def summary(model: nn.Module) -> dict:
+    """``{layer name: {"layer": class, "halo": "plain"|"mvc", "bits": b, "call": "full"|"bipartite"}}``
+    for every wrapped layer; ``halo`` is the mode of its last call (before any call: the mode chosen)."""
+    return {n: {"layer": st.cls.__name__, "halo": st.used, "bits": st.ctx.bits, "call": st.rule.call}
+            for n, st in _states(model)}
+
+
+def _exchangers(model):
+    seen = {}
+    for _, st in _states(model):
+        for e in st.ctx.exchangers():
+            seen[id(e)] = e
+    return list(seen.values())
+
+
+def traffic(model: nn.Module, reset: bool = False) -> dict:
+    """Halo rows and bytes this rank has sent for ``model``'s layers (forward and backward,
+    quantisation parameters included) since the last reset."""
+    exs = _exchangers(model)
+    out = {"rows": sum(e.stats.rows for e in exs), "bytes": sum(e.stats.bytes for e in exs)}
+    if reset:
+        for e in exs:
+            e.stats.reset()
+    return out
+
+
+def set_step(model: nn.Module, step: int) -> None:
+    """Key the rounding noise of quantised rows by ``step`` from now on (runs repeat exactly)."""
+    for e in _exchangers(model):
+        e.set_step(step)

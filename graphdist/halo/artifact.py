@@ -152,6 +152,8 @@ def rebuild_hint(meta: dict, directory) -> str:
     p = meta.get("params") or {}
     spec = p.get("spec") or meta.get("graph") or "SPEC"
     k = meta.get("k", p.get("k", "K"))
+    if p.get("assignment"):
+        return f"rebuild it with: graphdist partition {spec} --assignment {p['assignment']} --parts {k} --out {directory}"
     method = meta.get("method") or "M"
     return f"rebuild it with: graphdist partition {spec} --parts {k} --method {method} --out {directory}"
 

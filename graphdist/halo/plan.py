@@ -104,7 +104,7 @@ def build_plan(graph, assignment, rank: int, k: int, *, _shared: _Shared | None 
     rs, re_ = int(sh.pr_starts[rank]), int(sh.pr_starts[rank + 1])
     ps, pe = int(sh.ps_starts[rank]), int(sh.ps_starts[rank + 1])
     t0, t1 = int(sh.t_ptr[ps]), int(sh.t_ptr[pe])
-    sub = lambda t: None if t is None else t[owned].clone()  # noqa: E731
+    sub = lambda t: None if t is None else t[owned]  # noqa: E731 - indexing copies already
     count = lambda parts: torch.bincount(parts, minlength=k).tolist()  # noqa: E731
     return LocalGraph(
         rank=rank, world_size=k, num_global_nodes=sh.n, owned=owned.clone(), indptr=indptr,
@@ -194,11 +194,16 @@ def validate_plans(plans: list[LocalGraph]) -> None:
             _check_partial_sums(r, s, poff, roff, halo_edges)
 
 
-def _halo_edges(s: LocalGraph) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(local row, halo column index)`` of every edge of ``s`` from a halo column."""
+def _halo_edges(s: LocalGraph) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(local row, halo column index, start of each peer's block)`` of every edge of ``s`` from
+    a halo column, sorted by column (so one peer's edges are one slice)."""
     h = s.indices >= s.num_owned
     rows = torch.repeat_interleave(torch.arange(s.num_owned), s.indptr[1:] - s.indptr[:-1])[h]
-    return rows, (s.indices[h] - s.num_owned).to(torch.int64)
+    cols = (s.indices[h] - s.num_owned).to(torch.int64)
+    del h
+    o = torch.argsort(cols, stable=True)
+    rows, cols = rows[o], cols[o]
+    return rows, cols, torch.searchsorted(cols, _blocks(s.recv_counts))
 
 
 def _check_partial_sums(r: LocalGraph, s: LocalGraph, poff, roff, halo_edges) -> None:
@@ -214,10 +219,10 @@ def _check_partial_sums(r: LocalGraph, s: LocalGraph, poff, roff, halo_edges) ->
     lo, hi = int(r.pre_ptr[a]), int(r.pre_ptr[b])
     sent_v = torch.repeat_interleave(dst, r.pre_ptr[a + 1:b + 1] - r.pre_ptr[a:b])
     sent_u = r.owned[r.pre_src[lo:hi]]
-    rows, cols = halo_edges
-    h0, h1 = int(roff[r.rank]), int(roff[r.rank + 1])
-    hit = (cols >= h0) & (cols < h1)
-    hit[hit.clone()] = ~s.halo_raw[cols[hit]]
+    rows, cols, start = halo_edges
+    e0, e1 = int(start[r.rank]), int(start[r.rank + 1])  # the edges from r's halo columns
+    rows, cols = rows[e0:e1], cols[e0:e1]
+    hit = ~s.halo_raw[cols]
     want_v, want_u = s.owned[rows[hit]], s.halo[cols[hit]]
     n = max(r.num_global_nodes, 1)
     o1, o2 = lex_order(sent_v, sent_u, n), lex_order(want_v, want_u, n)

@@ -107,7 +107,7 @@ def partition_to_artifact(cfg: PartitionConfig) -> dict:
     from partitioners import partition, quality
     check_choices(cfg)
     _check_artifact_out(cfg.out)
-    if cfg.assignment is None and not cfg.parts:
+    if cfg.assignment is None and cfg.parts is None:
         raise ConfigError("--parts K is required (or give --assignment FILE)")
     if cfg.assignment is not None:
         _check_readable(cfg.assignment)

@@ -16,7 +16,8 @@ reset minus the RSS before it).
     mtkahypar:list       the binding's list-of-nets constructor (one int array per net)
     mtkahypar:text       hMetis text through ``.astype(str)`` and a loop per net (the old path)
 
-Mt-KaHyPar variants build the hypergraph only (the partitioning that follows is the same call
+``kaminpar:networkit`` needs ``pip install kaminpar-networkit==3.7.3`` (it brings networkit; graphdist
+itself does not use them). Mt-KaHyPar variants build the hypergraph only (the partitioning that follows is the same call
 on the same object whichever way it was built).
 """
 from __future__ import annotations

@@ -79,6 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--graphs", default="sbm,rmat")
     ap.add_argument("--methods", default="metis,kaminpar,fennel,auto")
     ap.add_argument("--parts", default="4,8")
+    ap.add_argument("--runs", default=None, help="METHOD:K pairs instead of methods x parts, e.g. metis:8,auto:4")
     ap.add_argument("--need-gib", type=float, default=14.0, help="wait for this much MemAvailable before a run")
     ap.add_argument("--timeout", type=int, default=3600)
     ap.add_argument("--json", default=None)
@@ -86,9 +87,11 @@ def main(argv=None) -> int:
     results = []
     out_root = Path(tempfile.mkdtemp(prefix="graphdist-scale-"))
     try:
+        pairs = ([(m, int(k)) for m, k in (r.split(":") for r in args.runs.split(","))] if args.runs else
+                 [(m, int(k)) for m in args.methods.split(",") for k in args.parts.split(",")])
         for gname in args.graphs.split(","):
-            for method in args.methods.split(","):
-                for k in map(int, args.parts.split(",")):
+            for method, k in pairs:
+                if True:
                     waited = 0
                     while _available_gib() < args.need_gib and waited < 1800:
                         time.sleep(10)

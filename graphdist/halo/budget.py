@@ -16,8 +16,8 @@ from graphdist.errors import ConfigError
 GiB = 2 ** 30
 
 PER_EDGE = {  # bytes per stored (directed) edge of the partitioner's working set
-    "metis32": 48,   # cmeel-metis: 32-bit ids (coarsening hierarchy, edge weights of ones)
-    "metis64": 96,   # pymetis' METIS: 64-bit ids
+    "metis32": 64,   # cmeel-metis: 32-bit ids (coarsening hierarchy, edge weights of ones)
+    "metis64": 128,  # pymetis' METIS: 64-bit ids
     "kaminpar": 24,
     "mtkahypar": 120,
     "auto": 96,      # multi-constraint METIS, then two pin matrices of the refinement

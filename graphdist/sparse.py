@@ -12,7 +12,12 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["index2ptr", "ptr2index", "coo_to_csr", "lex_order"]
+__all__ = ["index2ptr", "ptr2index", "coo_to_csr", "lex_order", "index_dtype"]
+
+
+def index_dtype(bound: int):
+    """``torch.int32`` when every id is below ``bound <= 2^31 - 1``, else ``torch.int64``."""
+    return torch.int32 if int(bound) < 2**31 - 1 else torch.int64
 
 
 def index2ptr(index: torch.Tensor, size: int | None = None) -> torch.Tensor:
@@ -41,7 +46,7 @@ def lex_order(major: torch.Tensor, minor: torch.Tensor, minor_size: int) -> torc
     """Permutation sorting pairs by ``(major, minor)``: one sort of the key
     ``major * minor_size + minor`` when it fits in int64, else two stable sorts (no overflow)."""
     top = int(major.max()) + 1 if major.numel() else 0
-    if top * max(int(minor_size), 1) < 2**62:
-        return torch.argsort(major * max(int(minor_size), 1) + minor)
+    if top * max(int(minor_size), 1) < 2**62:  # int64 key (int32 ids would overflow the product)
+        return torch.argsort(major.to(torch.int64) * max(int(minor_size), 1) + minor)
     order = torch.argsort(minor, stable=True)
     return order[torch.argsort(major[order], stable=True)]

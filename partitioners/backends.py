@@ -2,11 +2,17 @@
 
     metis      k-way multilevel (forced: pymetis would use recursive bisection for k <= 8),
                minimises the undirected edge cut (or volume). Called through the
-               ``METIS_PartGraphKway`` symbol of pymetis' own extension, so several
-               constraints (nodes AND in-edges) are balanced at once, which pymetis' API lacks.
-    kaminpar   shared-memory multilevel graph partitioner (fast, large k), edge cut.
+               ``METIS_PartGraphKway`` symbol (ctypes), so several constraints (nodes AND
+               in-edges) are balanced at once, which pymetis' API lacks. Two builds are known:
+               cmeel-metis' ``libmetis.so`` with 32-bit ids (half of METIS' memory: it is
+               used whenever the graph fits 32-bit ids) and pymetis' own extension (64-bit).
+    kaminpar   shared-memory multilevel graph partitioner (fast, large k, lean), edge cut. The
+               binding reads only files: the graph goes through a binary ParHiP file written
+               with numpy (:mod:`partitioners.formats`).
     mtkahypar  hypergraph partitioner on the *column-net* model: net j = {j} ∪ {i : j -> i}.
-               Its km1 objective, sum_j (lambda_j - 1), is exactly the halo volume.
+               Its km1 objective, sum_j (lambda_j - 1), is exactly the halo volume. The
+               hypergraph goes through an hMetis text file written by numpy (vectorised
+               digits; BENCHMARKS.md compares it with the binding's list-of-nets constructor).
 
 KaMinPar and Mt-KaHyPar balance one weight; for ``balance="both"`` they balance the blend
 ``node_w / mean(node_w) + edge_w / mean(edge_w)``, which bounds neither. A missing library raises :class:`MissingBackendError` with the pip command.
@@ -19,13 +25,13 @@ import tempfile
 
 import numpy as np
 
-from partitioners.common import Weights, in_csr, sym_csr
+from partitioners.common import CSR, Weights, in_csr, sym_csr
 from partitioners.errors import MissingBackendError
 
 __all__ = ["metis_partition", "kaminpar_partition", "mtkahypar_partition", "single_weight"]
 
-_PIP = {"pymetis": "pip install pymetis", "kaminpar": "pip install kaminpar",
-        "mtkahypar": "pip install mtkahypar"}
+_PIP = {"pymetis": "pip install pymetis", "kaminpar": "pip install kaminpar==3.7.3",
+        "mtkahypar": "pip install mtkahypar==1.7.post1"}
 
 
 def _import(name: str, method: str):
@@ -53,7 +59,10 @@ def _threads() -> int:
 
 
 _OBJ = {"cut": 0, "vol": 1}
-_METIS_NOPTIONS, _OPT_OBJTYPE, _OPT_SEED, _OPT_UFACTOR = 40, 1, 8, 16
+_METIS_NOPTIONS, _OPT_OBJTYPE = 40, 1
+_LAYOUTS = {"5.1": {"seed": 8, "ufactor": 16}, "5.2": {"seed": 9, "ufactor": 18}}
+"""Option indices that moved between METIS 5.1 (pymetis) and 5.2 (cmeel-metis: NIPARTS came in
+before NITER, ONDISK after NO2HOP)."""
 
 
 _METIS: dict = {}
@@ -64,71 +73,137 @@ def _ptr(x: np.ndarray):
     return x.ctypes.data_as(ctypes.c_void_p)
 
 
-def _metis_selftest(lib) -> str:
-    """Check the widths this module assumes for the library's ``idx_t`` (64-bit) and
-    ``real_t`` (32-bit); returns "" when they hold, else what was seen.
+def _probe(lib, idx, options: dict):
+    """4-node path cut in 2 with ``options`` set: ``(status, parts, cut)``."""
+    opts = np.full(_METIS_NOPTIONS, -1, dtype=idx)
+    lib.METIS_SetDefaultOptions(_ptr(opts))
+    for i, v in options.items():
+        opts[i] = v
+    n = 4
+    xadj, adj = np.array([0, 1, 3, 5, 6], idx), np.array([1, 0, 2, 1, 3, 2], idx)
+    one, two, nv = np.array([1], idx), np.array([2], idx), np.array([n], idx)
+    vw, ub = np.ones(n, idx), np.full(2, 1.03, np.float32)
+    obj, part = np.zeros(2, idx), np.zeros(2 * n, idx)
+    rc = lib.METIS_PartGraphKway(_ptr(nv), _ptr(one), _ptr(xadj), _ptr(adj), _ptr(vw), None, None,
+                                 _ptr(two), None, _ptr(ub), _ptr(opts), _ptr(obj), _ptr(part))
+    return rc, part[:n].tolist(), int(obj[0])
+
+
+class _quiet_stdout:
+    """File descriptor 1 sent to /dev/null (C libraries print there, past ``sys.stdout``)."""
+
+    def __enter__(self):
+        import sys
+        sys.stdout.flush()
+        self.saved = os.dup(1)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.close(null)
+
+    def __exit__(self, *exc):
+        os.dup2(self.saved, 1)
+        os.close(self.saved)
+        return False
+
+
+def _metis_selftest(lib) -> tuple[str, object, dict | None]:
+    """``("", idx dtype, option layout)`` when the library's ``idx_t`` is 32- or 64-bit, its
+    ``real_t`` 32-bit and its option layout known, else ``(what was seen, None, None)``.
 
     ``METIS_SetDefaultOptions`` writes ``METIS_NOPTIONS`` idx_t values (all -1) into a buffer
-    twice that size in int64: exactly 40 int64 words change when idx_t is 64-bit, 20 when it is
+    of ``2 * METIS_NOPTIONS`` int64 words: 40 words change when idx_t is 64-bit, 20 when it is
     32-bit. Then a 4-node path cut in 2 with ``ubvec`` in float32 must come back as the
     balanced cut ``[0, 0, 1, 1]`` with edge cut 1 (a 64-bit real_t misreads ubvec and returns
-    an error or a degenerate cut)."""
+    an error or a degenerate cut). Option 8 is the seed in METIS 5.1 and ``ncuts`` in 5.2:
+    setting it to 0 is refused (status -2) only by 5.2."""
     opts = np.full(2 * _METIS_NOPTIONS, 7, dtype=np.int64)
     lib.METIS_SetDefaultOptions(_ptr(opts))
     written = int((opts != 7).sum())
-    if written != _METIS_NOPTIONS:
-        return f"idx_t is not 64-bit ({written * 8 // _METIS_NOPTIONS}-byte options seen)"
-    n = 4
-    xadj, adj = np.array([0, 1, 3, 5, 6], np.int64), np.array([1, 0, 2, 1, 3, 2], np.int64)
-    one, two, nv = np.array([1], np.int64), np.array([2], np.int64), np.array([n], np.int64)
-    vw, ub = np.ones(n, np.int64), np.full(2, 1.03, np.float32)
-    obj, part = np.zeros(2, np.int64), np.zeros(2 * n, np.int64)
-    rc = lib.METIS_PartGraphKway(_ptr(nv), _ptr(one), _ptr(xadj), _ptr(adj), _ptr(vw), None, None,
-                                 _ptr(two), None, _ptr(ub), _ptr(opts), _ptr(obj), _ptr(part))
-    got = part[:n].tolist()
-    if rc != 1 or obj[0] != 1 or sorted(got) != [0, 0, 1, 1] or got[0] != got[1]:
-        return f"real_t is not 32-bit (4-node path probe: status {rc}, parts {got}, cut {int(obj[0])})"
-    return ""
+    if written not in (_METIS_NOPTIONS, _METIS_NOPTIONS // 2):
+        return f"idx_t is neither 32- nor 64-bit ({written * 8 // _METIS_NOPTIONS}-byte options seen)", None, None
+    idx = np.int64 if written == _METIS_NOPTIONS else np.int32
+    with _quiet_stdout():  # METIS 5.2 prints "Input Error: Incorrect ncuts." for this probe
+        rc, _, _ = _probe(lib, idx, {8: 0})
+    layout = _LAYOUTS["5.1" if rc == 1 else "5.2"]
+    rc, got, cut = _probe(lib, idx, {layout["seed"]: 0, layout["ufactor"]: 30})
+    if rc != 1 or cut != 1 or sorted(got) != [0, 0, 1, 1] or got[0] != got[1]:
+        return f"real_t is not 32-bit (4-node path probe: status {rc}, parts {got}, cut {cut})", None, None
+    return "", idx, layout
 
 
-def _metis_lib():
-    """``METIS_PartGraphKway`` from pymetis' own extension, once its ``idx_t``/``real_t`` widths
-    passed :func:`_metis_selftest`; None when the symbol is not reachable or the widths differ
-    (then the pymetis API is used, which balances one constraint; ``_METIS["why"]`` says why)."""
-    if "lib" not in _METIS:
+def _metis_candidates() -> list[str]:
+    """Shared libraries that may hold ``METIS_PartGraphKway``, narrowest ids first: cmeel-metis'
+    ``libmetis.so`` (32-bit ids), then pymetis' own extension (64-bit)."""
+    import glob
+    import sys
+    found = []
+    for d in sys.path:
+        found += glob.glob(os.path.join(d, "cmeel.prefix", "lib", "libmetis.so*"))
+    try:
+        pymetis = importlib.import_module("pymetis")
+        found += glob.glob(os.path.join(os.path.dirname(pymetis.__file__), "_internal*.so"))
+    except ImportError:
+        pass
+    return list(dict.fromkeys(found))
+
+
+def _metis_libs() -> dict:
+    """``{idx dtype: METIS library}`` of the builds that passed :func:`_metis_selftest` (the
+    first of each width); ``_METIS["why"]`` says why none did."""
+    if "libs" not in _METIS:
         import ctypes
-        import glob
-        pymetis = _import("pymetis", "metis")
-        lib, why = None, "no _internal*.so with METIS_PartGraphKway next to pymetis"
-        for so in glob.glob(os.path.join(os.path.dirname(pymetis.__file__), "_internal*.so")):
+        libs, why = {}, "no library with METIS_PartGraphKway found (pymetis or cmeel-metis)"
+        for so in _metis_candidates():
             try:
+                gk = os.path.join(os.path.dirname(so), "libGKlib.so")
+                if os.path.exists(gk):  # cmeel's libmetis needs its GKlib, found by no rpath
+                    ctypes.CDLL(gk, mode=ctypes.RTLD_GLOBAL)
                 lib = ctypes.CDLL(so)
                 lib.METIS_PartGraphKway  # noqa: B018 - raises AttributeError if absent
                 lib.METIS_SetDefaultOptions.restype = ctypes.c_int
                 lib.METIS_PartGraphKway.restype = ctypes.c_int
             except (OSError, AttributeError):
-                lib = None
                 continue
-            why = _metis_selftest(lib)
-            if why:
-                lib = None
-            break
-        _METIS["lib"], _METIS["why"] = lib, "" if lib is not None else why
-    return _METIS["lib"]
+            bad, idx, layout = _metis_selftest(lib)
+            if bad:
+                why = f"{so}: {bad}"
+                continue
+            libs.setdefault(np.dtype(idx), (lib, layout))
+        _METIS["libs"], _METIS["why"] = libs, "" if libs else why
+    return _METIS["libs"]
+
+
+def _metis_lib(n: int = 0, nnz: int = 0):
+    """``(library, idx dtype)`` for a graph of ``n`` nodes and ``nnz`` adjacency entries: the
+    32-bit build when the ids fit and it is there, else the 64-bit one; ``(None, None)`` when
+    neither is usable."""
+    libs = _metis_libs()
+    small = max(n + 1, nnz) < 2**31 - 1
+    for idx in ((np.dtype(np.int32), np.dtype(np.int64)) if small else (np.dtype(np.int64),)):
+        if idx in libs:
+            return libs[idx][0], idx
+    return None, None
+
+
+def metis_backend(n: int = 0, nnz: int = 0) -> str:
+    """Which METIS serves a graph of this size: ``"32-bit"``, ``"64-bit"`` or ``"none"``."""
+    _, idx = _metis_lib(n, nnz)
+    return "none" if idx is None else f"{idx.itemsize * 8}-bit"
 
 
 def metis_kway(s, k: int, vwgt: np.ndarray, *, imbalance: float, seed: int,
                objective: str = "cut", adjwgt: np.ndarray | None = None) -> np.ndarray:
     """METIS k-way on symmetric CSR ``s`` with ``vwgt [N, ncon]`` integer weights (several
     constraints balanced at once, each to ``1 + imbalance``); ``objective`` cut or vol;
-    ``adjwgt`` optional integer edge weights (aligned with ``s.indices``, symmetric) for the cut."""
+    ``adjwgt`` optional integer edge weights (aligned with ``s.indices``, symmetric) for the cut.
+    With the 32-bit build an int32 ``s.indices`` is handed over without a copy."""
     n, ncon = vwgt.shape
-    lib = _metis_lib()
+    lib, idx = _metis_lib(n, s.nnz)
     if lib is None:
         if ncon != 1 or objective != "cut" or adjwgt is not None:
-            raise MissingBackendError(f"multi-constraint/volume METIS needs pymetis' METIS_PartGraphKway "
-                                      f"with 64-bit idx_t and 32-bit real_t, and this build fails that "
-                                      f"check ({_METIS['why']}); install it with: pip install pymetis==2025.2.2")
+            raise MissingBackendError(f"multi-constraint/volume METIS needs METIS_PartGraphKway with 32- or "
+                                      f"64-bit idx_t and 32-bit real_t, and no build passes that check "
+                                      f"({_METIS['why']}); install it with: pip install cmeel-metis==5.2.1.1")
         import warnings
         pymetis = _import("pymetis", "metis")
         opts = pymetis.Options(seed=int(seed), ufactor=max(1, int(round(1000 * imbalance))))
@@ -137,13 +212,13 @@ def metis_kway(s, k: int, vwgt: np.ndarray, *, imbalance: float, seed: int,
             _, parts = pymetis.part_graph(k, xadj=s.indptr.astype(np.int64), adjncy=s.indices.astype(np.int64),
                                           vweights=vwgt[:, 0], recursive=False, options=opts)
         return np.asarray(parts, dtype=np.int64)
-    idx = np.int64
     ptr = _ptr
     opts = np.full(_METIS_NOPTIONS, -1, dtype=idx)
     lib.METIS_SetDefaultOptions(ptr(opts))
+    layout = _metis_libs()[idx][1]
     opts[_OPT_OBJTYPE] = _OBJ[objective]
-    opts[_OPT_SEED] = int(seed)
-    opts[_OPT_UFACTOR] = max(1, int(round(1000 * imbalance)))
+    opts[layout["seed"]] = int(seed)
+    opts[layout["ufactor"]] = max(1, int(round(1000 * imbalance)))
     nv, nc, nparts = np.array([n], idx), np.array([ncon], idx), np.array([k], idx)
     xadj = np.ascontiguousarray(s.indptr, dtype=idx)
     adj = np.ascontiguousarray(s.indices, dtype=idx)
@@ -156,7 +231,7 @@ def metis_kway(s, k: int, vwgt: np.ndarray, *, imbalance: float, seed: int,
                                  ptr(nparts), None, ptr(ub), ptr(opts), ptr(obj), ptr(part))
     if rc != 1:  # METIS_OK
         raise RuntimeError(f"METIS_PartGraphKway failed with status {rc} (n={n}, k={k})")
-    return part
+    return part.astype(np.int64)
 
 
 def metis_partition(graph, k: int, weights: Weights, *, imbalance: float, seed: int,
@@ -166,7 +241,8 @@ def metis_partition(graph, k: int, weights: Weights, *, imbalance: float, seed: 
     edge ``{u, v}`` weighs ``64 / max(deg u, deg v)`` (at least 1) in the cut, so edges at hubs
     are cheap to cut: with pre/post aggregation a hub's cut edges cost one row per part, not
     one per edge."""
-    _import("pymetis", "metis")
+    if metis_backend() == "none":
+        _import("pymetis", "metis")
     n = int(graph.num_nodes)
     if k == 1 or n == 0:
         return np.zeros(n, dtype=np.int64)
@@ -176,44 +252,40 @@ def metis_partition(graph, k: int, weights: Weights, *, imbalance: float, seed: 
                    for w in weights.w], 1)
     ew = None
     if hub_cut:
-        deg = np.diff(s.indptr)
-        rows = np.repeat(np.arange(n), deg)
-        ew = np.maximum(np.round(64.0 / np.maximum(deg[rows], deg[s.indices])), 1).astype(np.int64)
+        deg = np.diff(s.indptr).astype(np.int32)
+        rows = np.repeat(np.arange(n, dtype=np.int32), deg)
+        ew = np.maximum(np.round(64.0 / np.maximum(deg[rows], deg[s.indices])), 1).astype(np.int32)
+        del rows
     return metis_kway(s, k, vw, imbalance=imbalance, seed=seed, objective=objective, adjwgt=ew)
 
 
-def _write_metis(path: str, s, vw: np.ndarray) -> None:
-    """METIS text format with vertex weights (fmt 010), 1-based neighbour ids."""
-    n = s.shape[0]
-    with open(path, "w") as f:
-        f.write(f"{n} {s.nnz // 2} 010\n")
-        ptr, ind = s.indptr, (s.indices.astype(np.int64) + 1).astype(str)
-        chunk = 1 << 16
-        for r0 in range(0, n, chunk):
-            r1 = min(n, r0 + chunk)
-            lines = [str(vw[r]) + (" " + " ".join(ind[ptr[r]:ptr[r + 1]]) if ptr[r + 1] > ptr[r] else "")
-                     for r in range(r0, r1)]
-            f.write("\n".join(lines) + "\n")
+def _kaminpar_graph(kaminpar, s: CSR, vw: np.ndarray, compress: bool = False):
+    """The KaMinPar graph of ``s`` with vertex weights ``vw``, through a binary ParHiP file
+    written with numpy (the binding has no in-memory constructor); the file is gone on return."""
+    from partitioners.formats import write_parhip
+    with tempfile.TemporaryDirectory(prefix="graphdist-kaminpar-") as d:
+        path = os.path.join(d, "g.parhip")
+        write_parhip(path, s.indptr, s.indices, vw)
+        return kaminpar.load_graph(path, kaminpar.GraphFileFormat.PARHIP, compress)
+
+
+def _kaminpar_run(kaminpar, g, k: int, imbalance: float, seed: int, preset: str) -> np.ndarray:
+    kaminpar.reseed(int(seed))
+    ctx = kaminpar.context_by_name(preset) if preset != "default" else kaminpar.default_context()
+    solver = kaminpar.KaMinPar(_threads(), ctx)
+    return np.asarray(solver.compute_partition(g, int(k), float(imbalance)), dtype=np.int64)
 
 
 def kaminpar_partition(graph, k: int, weights: Weights, *, imbalance: float, seed: int,
-                       preset: str = "default") -> np.ndarray:
-    """KaMinPar (edge cut, one vertex weight). The graph goes through a temporary METIS file
-    because the binding has no in-memory constructor."""
+                       preset: str = "default", compress: bool = False) -> np.ndarray:
+    """KaMinPar (edge cut, one vertex weight); ``compress``: KaMinPar's compressed graph (less
+    memory, slower)."""
     kaminpar = _import("kaminpar", "kaminpar")
     n = int(graph.num_nodes)
     if k == 1 or n == 0:
         return np.zeros(n, dtype=np.int64)
-    s = sym_csr(graph)
-    with tempfile.TemporaryDirectory(prefix="graphdist-kaminpar-") as d:
-        path = os.path.join(d, "g.metis")
-        _write_metis(path, s, single_weight(weights))
-        g = kaminpar.load_graph(path, kaminpar.GraphFileFormat.METIS)
-    kaminpar.reseed(int(seed))
-    ctx = kaminpar.context_by_name(preset) if preset != "default" else kaminpar.default_context()
-    solver = kaminpar.KaMinPar(_threads(), ctx)
-    parts = solver.compute_partition(g, int(k), float(imbalance))
-    return np.asarray(parts, dtype=np.int64)
+    g = _kaminpar_graph(kaminpar, sym_csr(graph), single_weight(weights), compress)
+    return _kaminpar_run(kaminpar, g, k, imbalance, seed, preset)
 
 
 def unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -246,30 +318,55 @@ def mtkahypar_partition(graph, k: int, weights: Weights, *, imbalance: float, se
     ctx.set_partitioning_parameters(int(k), float(imbalance), mtkahypar.Objective.KM1)
     ctx.logging = False
     mtkahypar.set_seed(int(seed))
-    indptr, indices = in_csr(graph)
-    # net j = {j} ∪ out(j): transpose the in-CSR (rows = sources) and add j itself
-    deg = np.diff(indptr)
-    dst = np.repeat(np.arange(n, dtype=np.int64), deg)
-    src = indices
-    loops = np.arange(n, dtype=np.int64)
-    net, pin = unique_pairs(np.concatenate([src, loops]), np.concatenate([dst, loops]))
-    nptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(net, minlength=n), out=nptr[1:])
-    vw = single_weight(weights)
-    with tempfile.TemporaryDirectory(prefix="graphdist-mtkahypar-") as d:
-        path = os.path.join(d, "g.hgr")
-        sizes = np.diff(nptr)
-        keep = np.repeat(sizes > 1, sizes)  # single-pin nets never cut: drop
-        nptr2 = np.zeros(int((sizes > 1).sum()) + 1, dtype=np.int64)
-        np.cumsum(sizes[sizes > 1], out=nptr2[1:])
-        pins = (pin[keep] + 1).astype(str)
-        with open(path, "w") as f:
-            f.write(f"{nptr2.size - 1} {n} 10\n")  # fmt 10: node weights
-            for r0 in range(0, nptr2.size - 1, 1 << 16):
-                r1 = min(nptr2.size - 1, r0 + (1 << 16))
-                f.write("\n".join(" ".join(pins[nptr2[r]:nptr2[r + 1]]) for r in range(r0, r1)))
-                f.write("\n")
-            f.write("\n".join(map(str, vw.tolist())) + "\n")
-        hg = mtk.hypergraph_from_file(path, ctx, mtkahypar.FileFormat.HMETIS)
+    nptr, pins = column_nets(graph)
+    hg = _mtkahypar_hypergraph(mtkahypar, mtk, ctx, nptr, pins, single_weight(weights), n)
+    del nptr, pins
     phg = hg.partition(ctx)
     return np.asarray(phg.get_partition(), dtype=np.int64)
+
+
+def column_nets(graph) -> tuple[np.ndarray, np.ndarray]:
+    """``(nptr int64, pins)`` of the column-net hypergraph without its single-pin nets (they are
+    never cut): net j = {j} ∪ {i : j -> i}. A symmetric graph without self-loops is its own
+    transpose: each net is its CSR row with ``j`` put in front (no sort, no transposition)."""
+    import scipy.sparse as sp
+    from partitioners.common import id_dtype
+    n = int(graph.num_nodes)
+    indptr, indices = in_csr(graph)
+    meta = getattr(graph, "meta", None) or {}
+    if not (meta.get("symmetric") and not meta.get("self_loops", True)):
+        a = sp.csr_matrix((np.ones(indices.size, dtype=np.int8), indices, indptr), shape=(n, n))
+        t = (a.T.tocsr() + sp.identity(n, dtype=np.int8, format="csr")).tocsr()
+        del a
+        t.sum_duplicates()
+        nptr, pins = t.indptr.astype(np.int64), t.indices.astype(id_dtype(n), copy=False)
+    else:
+        nptr = indptr + np.arange(n + 1, dtype=np.int64)
+        pins = np.empty(nptr[-1], dtype=indices.dtype)
+        head = np.zeros(pins.size, dtype=bool)
+        head[nptr[:-1]] = True
+        pins[head] = np.arange(n, dtype=indices.dtype)
+        pins[~head] = indices
+        del head
+    size = np.diff(nptr)
+    if (size > 1).all():
+        return nptr, pins
+    keep = np.repeat(size > 1, size)
+    ptr = np.zeros(int((size > 1).sum()) + 1, dtype=np.int64)
+    np.cumsum(size[size > 1], out=ptr[1:])
+    return ptr, pins[keep]
+
+
+def _mtkahypar_hypergraph(mtkahypar, mtk, ctx, nptr: np.ndarray, pins: np.ndarray, vw: np.ndarray, n: int,
+                          via: str = "file"):
+    """The Mt-KaHyPar hypergraph of the nets ``(nptr, pins)``: ``via="file"`` writes an hMetis
+    file with numpy (the default: leaner and faster, BENCHMARKS.md), ``"list"`` hands the
+    binding a list with one int array per net."""
+    if via == "list":
+        nets = np.split(pins.astype(np.int64), nptr[1:-1])
+        return mtk.create_hypergraph(ctx, n, len(nets), nets, vw.tolist(), [1] * len(nets))
+    from partitioners.formats import write_hmetis
+    with tempfile.TemporaryDirectory(prefix="graphdist-mtkahypar-") as d:
+        path = os.path.join(d, "g.hgr")
+        write_hmetis(path, nptr, pins, vw)
+        return mtk.hypergraph_from_file(path, ctx, mtkahypar.FileFormat.HMETIS)

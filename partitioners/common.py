@@ -36,28 +36,118 @@ class Weights:
     """``caps[c]`` = maximum load of one part in constraint ``c``."""
 
 
+def id_dtype(n: int):
+    """numpy dtype of node ids below ``n``: int32 when they fit, else int64."""
+    return np.int32 if int(n) < 2**31 - 1 else np.int64
+
+
 def in_csr(graph) -> tuple[np.ndarray, np.ndarray]:
-    """The graph's own destination CSR as int64 numpy ``(indptr, indices)``."""
+    """The graph's own destination CSR as numpy ``(indptr int64, indices)``; ``indices`` keeps
+    the graph's narrow id dtype (no copy)."""
     return (as_numpy(graph.indptr).astype(np.int64, copy=False),
-            as_numpy(graph.indices).astype(np.int64, copy=False))
+            as_numpy(graph.indices).astype(id_dtype(graph.num_nodes), copy=False))
+
+
+def gather_rows(indptr, indices, rows, block: int = 1 << 23):
+    """``(ptr, idx)``: the CSR rows ``rows`` of ``(indptr, indices)``, in the order given, as
+    numpy arrays (``idx`` keeps the dtype of ``indices``; ``ptr`` is int64). Works in blocks of
+    about ``block`` entries, so no temporary is sized by the whole result."""
+    indptr, indices, rows = as_numpy(indptr), as_numpy(indices), as_numpy(rows)
+    lo = indptr[rows].astype(np.int64)
+    cnt = indptr[rows + 1].astype(np.int64) - lo
+    ptr = np.zeros(rows.size + 1, dtype=np.int64)
+    np.cumsum(cnt, out=ptr[1:])
+    idx = np.empty(int(ptr[-1]), dtype=indices.dtype)
+    r0 = 0
+    while r0 < rows.size:  # rows r0..r1-1 hold about `block` entries (at least one row)
+        r1 = int(np.searchsorted(ptr, ptr[r0] + block, side="right"))
+        r1 = min(max(r1 - 1, r0 + 1), rows.size)
+        c = cnt[r0:r1]
+        e0, e1 = int(ptr[r0]), int(ptr[r1])
+        pos = np.repeat(lo[r0:r1] - ptr[r0:r1], c) + np.arange(e0, e1)
+        idx[e0:e1] = indices[pos]
+        r0 = r1
+    return ptr, idx
 
 
 def in_degree(graph) -> np.ndarray:
     return np.diff(as_numpy(graph.indptr)).astype(np.int64)
 
 
-def sym_csr(graph) -> sp.csr_matrix:
-    """Undirected simple adjacency ``A + A^T`` (values 1, no self-loops) as scipy CSR, int32
-    indices; sorted rows."""
+@dataclass
+class CSR:
+    """A square pattern-only CSR (no values): what METIS and KaMinPar read."""
+
+    indptr: np.ndarray
+    """``[n+1]`` int64 row pointer."""
+    indices: np.ndarray
+    """``[nnz]`` column ids (int32 when they fit), sorted within each row."""
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.indptr.size - 1, self.indptr.size - 1)
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indices.size)
+
+
+def row_blocks(indptr: np.ndarray, block: int = 1 << 23):
+    """``(r0, r1)`` row ranges holding about ``block`` entries each (at least one row)."""
+    n = indptr.size - 1
+    r0 = 0
+    while r0 < n:
+        r1 = min(n, max(r0 + 1, int(np.searchsorted(indptr, indptr[r0] + block, side="right")) - 1))
+        yield r0, r1
+        r0 = r1
+
+
+def _loop_mask(indptr: np.ndarray, indices: np.ndarray, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(local row of each entry, entry is a self-loop)`` for rows ``r0..r1-1``."""
+    e0, e1 = int(indptr[r0]), int(indptr[r1])
+    local = np.repeat(np.arange(r1 - r0, dtype=np.int32), np.diff(indptr[r0:r1 + 1]))
+    return local, indices[e0:e1] == local + r0
+
+
+def self_loops_per_row(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
+    """``[N]`` int64 number of entries ``(i, i)`` in each row (row blocks, no E-sized temporary)."""
+    indptr = np.asarray(indptr, dtype=np.int64)
+    out = np.zeros(indptr.size - 1, dtype=np.int64)
+    for r0, r1 in row_blocks(indptr):
+        local, loop = _loop_mask(indptr, indices, r0, r1)
+        out[r0:r1] = np.bincount(local[loop], minlength=r1 - r0)
+    return out
+
+
+def _drop_loops(indptr: np.ndarray, indices: np.ndarray) -> CSR:
+    """``(indptr, indices)`` without entries ``(i, i)``."""
+    loops = self_loops_per_row(indptr, indices)
+    if not loops.any():
+        return CSR(indptr, indices)
+    keep = np.empty(indices.size, dtype=bool)
+    for r0, r1 in row_blocks(indptr):
+        keep[int(indptr[r0]):int(indptr[r1])] = ~_loop_mask(indptr, indices, r0, r1)[1]
+    ptr = np.zeros(indptr.size, dtype=np.int64)
+    np.cumsum(np.diff(indptr) - loops, out=ptr[1:])
+    return CSR(ptr, indices[keep])
+
+
+def sym_csr(graph) -> CSR:
+    """Undirected simple adjacency ``A + A^T`` (no self-loops), sorted rows, int32 ids when they
+    fit. A graph built symmetrised (``meta["symmetric"]``) already is it: its own arrays are
+    returned without a copy (minus self-loops, if it kept any)."""
     n = int(graph.num_nodes)
     indptr, indices = in_csr(graph)
-    a = sp.csr_matrix((np.ones(indices.size, dtype=np.float32), indices, indptr), shape=(n, n))
-    s = (a + a.T).tocsr()
-    s.setdiag(0)
-    s.eliminate_zeros()
-    s.sort_indices()
-    s.data[:] = 1.0
-    return s
+    meta = getattr(graph, "meta", None) or {}
+    if not meta.get("symmetric"):
+        a = sp.csr_matrix((np.ones(indices.size, dtype=np.int8), indices, indptr), shape=(n, n))
+        s = (a + a.T.tocsr()).tocsr()
+        del a
+        s.sum_duplicates()
+        indptr, indices = s.indptr.astype(np.int64), s.indices.astype(id_dtype(n), copy=False)
+    elif not meta.get("self_loops", True):
+        return CSR(indptr, indices)
+    return _drop_loops(indptr, indices)
 
 
 def make_weights(graph, k: int, imbalance: float, balance: str, node_weights=None) -> Weights:

@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
-from partitioners.common import as_numpy
+from partitioners.common import as_numpy, in_csr, row_blocks
 
 __all__ = ["HaloCover", "halo_cover", "matching_size"]
 
@@ -41,9 +41,11 @@ class HaloCover:
     dst: np.ndarray
     """``[cut]`` int64 destination ``v`` of every cut edge."""
     row: np.ndarray
-    """``[cut]`` int64 row of the edge: index into ``raw_node``/``raw_part`` (its ``(u, part of v)``)."""
+    """``[cut]`` row of the edge (int32 when it fits): index into ``raw_node``/``raw_part`` (its
+    ``(u, part of v)``)."""
     col: np.ndarray
-    """``[cut]`` int64 column of the edge: index into ``pre_node``/``pre_part`` (its ``(v, part of u)``)."""
+    """``[cut]`` column of the edge (int32 when it fits): index into ``pre_node``/``pre_part``
+    (its ``(v, part of u)``)."""
     raw_node: np.ndarray
     """``[R]`` source node of each distinct ``(u, receiving part)`` pair, sorted by (u, part)."""
     raw_part: np.ndarray
@@ -72,27 +74,41 @@ class HaloCover:
                 + np.bincount(a[self.pre_node[self.pre_cover]], minlength=k))
 
 
+def _small(a: np.ndarray, k: int) -> np.ndarray:
+    return a.astype(np.int8 if k <= 127 else np.int16 if k <= 32767 else np.int64)
+
+
 def _cut_edges(graph, a: np.ndarray, k: int):
-    indptr = as_numpy(graph.indptr).astype(np.int64, copy=False)
-    src = as_numpy(graph.indices).astype(np.int64, copy=False)
-    dst = np.repeat(np.arange(a.size, dtype=np.int64), np.diff(indptr))
-    ps, pd = a[src], a[dst]
-    cut = ps != pd
-    return src[cut], dst[cut], ps[cut], pd[cut]
+    """``(src, dst, part of src, part of dst)`` of the cut edges in CSR order: ends int64, parts
+    in the narrowest type. Only cut-sized arrays are int64 (the mask is built in row blocks)."""
+    indptr, src = in_csr(graph)
+    small = _small(a, k)
+    cut = np.empty(src.size, dtype=bool)
+    for r0, r1 in row_blocks(indptr):
+        e0, e1 = int(indptr[r0]), int(indptr[r1])
+        cut[e0:e1] = small[src[e0:e1]] != np.repeat(small[r0:r1], np.diff(indptr[r0:r1 + 1]))
+    e = np.flatnonzero(cut)
+    del cut
+    u = src[e].astype(np.int64)
+    v = np.searchsorted(indptr, e, side="right") - 1
+    del e
+    return u, v, small[u], small[v]
 
 
 _DENSE_LIMIT = 1 << 25  # N * k cells for the bitmap ranking of pair keys (int32 ranks: 128 MiB)
 
 
 def _rank(keys: np.ndarray, size: int):
-    """``(sorted distinct keys, index of each key among them)`` (a bitmap when ``size`` is small)."""
+    """``(sorted distinct keys, index of each key among them, int32 when it fits)`` (a bitmap
+    when ``size`` is small)."""
     if size <= _DENSE_LIMIT:
         mask = np.zeros(size, dtype=bool)
         mask[keys] = True
         rank = np.cumsum(mask, dtype=np.int32) - 1
-        return np.flatnonzero(mask), rank[keys].astype(np.int64)
+        return np.flatnonzero(mask), rank[keys]
     uniq, inv = np.unique(keys, return_inverse=True)
-    return uniq, inv.reshape(-1)
+    inv = inv.reshape(-1)
+    return uniq, inv.astype(np.int32) if uniq.size < 2**31 - 1 else inv
 
 
 def _bipartite(graph, a, k):
@@ -102,6 +118,7 @@ def _bipartite(graph, a, k):
     src, dst, ps, pd = _cut_edges(graph, a, k)
     rkey, row = _rank(src * k + pd, n * k)
     ckey, col = _rank(dst * k + ps, n * k)
+    del ps, pd
     b = sp.csr_matrix((np.ones(src.size, dtype=np.int8), (row, col)), shape=(rkey.size, ckey.size))
     b.sum_duplicates()
     return src, dst, row, col, rkey, ckey, b

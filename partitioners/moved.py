@@ -41,13 +41,14 @@ def moved_pins(graph, raw: np.ndarray) -> sp.csr_matrix:
     raw nodes, then the row net of every node)."""
     n = int(graph.num_nodes)
     indptr, indices = in_csr(graph)
-    a = sp.csr_matrix((np.ones(indices.size, dtype=np.float32), indices, indptr), shape=(n, n))
-    eye = sp.identity(n, dtype=np.float32, format="csr")
+    a = sp.csr_matrix((np.ones(indices.size, dtype=np.int8), indices, indptr), shape=(n, n))
+    eye = sp.identity(n, dtype=np.int8, format="csr")
     col = (a + eye).tocsc()[:, np.flatnonzero(raw)]
-    row = sp.diags((~raw).astype(np.float32)) @ a.T.tocsr() + eye
+    row = sp.diags((~raw).astype(np.int8), dtype=np.int8) @ a.T.tocsr() + eye
+    del a
     m = sp.hstack([col, row], format="csr")
-    m.data[:] = 1.0
-    m.eliminate_zeros()
+    del col, row
+    m.data[:] = 1
     return m
 
 

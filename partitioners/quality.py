@@ -80,7 +80,7 @@ class _Cache:
         n = self.a.size
         self.deg = np.diff(as_numpy(graph.indptr)).astype(np.int64)
         src = as_numpy(graph.indices)
-        self.src = src.astype(np.int32) if n < 2**31 else src.astype(np.int64)
+        self.src = src.astype(np.int32 if n < 2**31 - 1 else np.int64, copy=False)
         small = _small(self.a, self.k)
         self.dst_part = np.repeat(small, self.deg)
         self.src_part = small[self.src]

@@ -41,13 +41,19 @@ _DENSE_LIMIT = 1 << 25  # cells of the dense [nets, k] pin-count array (128 MiB 
 
 
 def column_net_pins(graph) -> sp.csr_matrix:
-    """``A + I`` as a binary nodes x nets matrix (net j = j and the destinations of its edges)."""
+    """``A + I`` as a binary nodes x nets matrix (net j = j and the destinations of its edges),
+    one-byte values, int32 ids when they fit."""
     n = int(graph.num_nodes)
     indptr, indices = in_csr(graph)
-    a = sp.csr_matrix((np.ones(indices.size, dtype=np.float32), indices, indptr), shape=(n, n))
-    m = (a + sp.identity(n, dtype=np.float32, format="csr")).tocsr()
-    m.data[:] = 1.0
+    a = sp.csr_matrix((np.ones(indices.size, dtype=np.int8), indices, indptr), shape=(n, n))
+    m = (a + sp.identity(n, dtype=np.int8, format="csr")).tocsr()
+    del a
+    m.data[:] = 1
     return m
+
+
+def _small(a: np.ndarray, k: int) -> np.ndarray:
+    return a.astype(np.int8 if k <= 127 else np.int16 if k <= 32767 else np.int64)
 
 
 class PinCounts:
@@ -55,7 +61,9 @@ class PinCounts:
 
     def __init__(self, cols: np.ndarray, parts: np.ndarray, n_nets: int, k: int, dense_limit: int | None = None):
         self.n_nets, self.k = n_nets, k
-        key = cols * k + parts
+        kt = np.int32 if n_nets * k < 2**31 - 1 else np.int64
+        key = cols.astype(kt) * kt(k)
+        key += parts
         if n_nets * k <= (_DENSE_LIMIT if dense_limit is None else dense_limit):
             self.flat = np.bincount(key, minlength=n_nets * k).astype(np.int32)
             self.keys = None
@@ -99,8 +107,9 @@ class VolumeRefiner:
     def __init__(self, graph, k: int, weights: Weights, pins: sp.csr_matrix | None = None):
         m = column_net_pins(graph) if pins is None else pins.tocsr()
         self.m = m  # rows = nodes, cols = nets they belong to
-        self.rows = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))
-        self.cols = m.indices.astype(np.int64)
+        it = np.int32 if max(m.shape) < 2**31 - 1 else np.int64
+        self.rows = np.repeat(np.arange(m.shape[0], dtype=it), np.diff(m.indptr))
+        self.cols = m.indices.astype(it, copy=False)
         self.deg = np.diff(m.indptr).astype(np.int64)
         self.n, self.n_nets, self.k = m.shape[0], m.shape[1], int(k)
         self.w = np.stack(weights.w)  # [C, N]
@@ -109,7 +118,7 @@ class VolumeRefiner:
     # ------------------------------------------------------------------ state
     def phi(self, a: np.ndarray) -> PinCounts:
         """Pins of every net in every part."""
-        return PinCounts(self.cols, a[self.rows], self.n_nets, self.k)
+        return PinCounts(self.cols, _small(a, self.k)[self.rows], self.n_nets, self.k)
 
     def volume(self, a: np.ndarray, phi: PinCounts | None = None) -> int:
         return (self.phi(a) if phi is None else phi).volume()
@@ -148,7 +157,7 @@ class VolumeRefiner:
 
     def boundary(self, phi: PinCounts) -> np.ndarray:
         cut_net = phi.lam() > 1
-        return np.flatnonzero(np.bincount(self.rows, weights=cut_net[self.cols], minlength=self.n) > 0)
+        return np.flatnonzero(np.bincount(self.rows[cut_net[self.cols]], minlength=self.n) > 0)
 
     # ------------------------------------------------------------------ balance
     def rebalance(self, a: np.ndarray, passes: int = 30) -> bool:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from partitioners.common import Weights, group_cumsum, in_csr
+from partitioners.common import Weights, gather_rows, group_cumsum, in_csr
 
 __all__ = ["random_partition", "block_partition", "stream_partition"]
 
@@ -89,10 +89,7 @@ def stream_partition(graph, k: int, weights: Weights, *, seed: int = 0, method: 
     rng = np.random.default_rng(seed)
     indptr, indices = in_csr(graph)
     order = rng.permutation(n)
-    deg = np.diff(indptr)[order]  # rows in stream order, gathered without copying the CSR
-    pptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(deg, out=pptr[1:])
-    pind = indices[np.repeat(indptr[order] - pptr[:-1], deg) + np.arange(pptr[-1])]
+    pptr, pind = gather_rows(indptr, indices, order)  # rows in stream order (narrow ids, in blocks)
     bs = int(batch_size or max(32, n // 128))
     caps = np.asarray(weights.caps, dtype=np.float64)
     w = np.stack(weights.w)  # [C, N]

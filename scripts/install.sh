@@ -7,6 +7,8 @@
 #
 # torchrec 1.9.2 declares the CUDA-only package fbgemm-gpu as a dependency, so it is installed with
 # --no-deps and its real needs are listed here. The pins below are the combination known to work.
+# cmeel-metis ships METIS with 32-bit ids, which partitions graphs below 2^31 edges in half the
+# memory of pymetis' 64-bit build (graphdist uses pymetis' build when it is missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -24,6 +26,6 @@ else
 fi
 "${PIP[@]}" --no-deps "torchrec==1.9.2" "$FBGEMM"
 "${PIP[@]}" "tensordict==0.15.3" "torchmetrics==1.0.3" "pyre-extensions==0.0.32" "iopath==0.1.10" \
-  "tqdm>=4.60" "kaminpar==3.7.3" "mtkahypar==1.7.post1"
+  "tqdm>=4.60" "kaminpar==3.7.3" "mtkahypar==1.7.post1" "cmeel-metis==5.2.1.1"
 "${PIP[@]}" -e ".${extras}"
 "$PY" -c "import torch, torchrec, torch_geometric, pymetis; print(f'graphdist install ok: torch {torch.__version__}, torchrec {torchrec.__version__}, torch_geometric {torch_geometric.__version__}')"

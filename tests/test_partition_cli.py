@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphdist.halo.artifact import check_artifact, read_artifact, write_artifact
+from graphdist.halo.artifact import FORMAT_VERSION, check_artifact, read_artifact, write_artifact
 from graphdist.cli import main
 from graphdist.data import load_graph
 from graphdist.errors import ArtifactError
@@ -151,15 +151,16 @@ def test_replaced_files_and_old_formats_are_refused(artifact, tmp_path, capsys):
     with pytest.raises(ArtifactError, match="part_00002.pt was changed"):
         load_part(swapped, 2)
     assert load_part(swapped, 1).rank == 1
-    # an artifact of the previous format (before the pre-aggregation plan) says how to rebuild it
+    # an artifact of the previous format (int64 part files) says how to rebuild it
     old = _copy(artifact, tmp_path / "old")
     meta = json.loads((old / "meta.json").read_text())
-    meta["format_version"] = 1
+    meta["format_version"] = FORMAT_VERSION - 1
     (old / "meta.json").write_text(json.dumps(meta))
     for argv in (["quality", str(old)], ["train-gcn", "--partition", str(old)]):
         assert main(argv) == 2
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and "format 1, this graphdist reads format 2" in err
+        assert err.count("\n") == 1
+        assert f"format {FORMAT_VERSION - 1}, this graphdist reads format {FORMAT_VERSION}" in err
         assert f"rebuild it with: graphdist partition {SPEC} --parts 4 --method ldg --out {old}" in err
 
 

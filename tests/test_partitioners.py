@@ -12,6 +12,7 @@ from graphdist.data import load_graph
 from graphdist.data.graph import Graph
 from graphdist.errors import USER_ERRORS
 from partitioners import METHODS, MissingBackendError, PartitionError, partition, quality
+from partitioners.quality import edge_cut
 from partitioners.common import make_weights
 from partitioners.refine import VolumeRefiner
 
@@ -187,23 +188,51 @@ def test_missing_backend_names_pip_command(monkeypatch):
 
 
 class _FakeMetis:
-    """A METIS library whose idx_t is 32-bit: METIS_SetDefaultOptions writes 40 int32 words."""
+    """A METIS library whose idx_t is 16-bit: METIS_SetDefaultOptions writes 40 int16 words."""
 
     def METIS_SetDefaultOptions(self, p):  # noqa: N802 - the C symbol's name
         import ctypes
-        ctypes.memmove(p, (ctypes.c_int32 * 40)(*([-1] * 40)), 40 * 4)
+        ctypes.memmove(p, (ctypes.c_int16 * 40)(*([-1] * 40)), 40 * 2)
         return 1
 
 
 def test_metis_width_selftest_detects_a_foreign_build(monkeypatch):
     from partitioners import backends
     pytest.importorskip("pymetis")
-    assert backends._metis_selftest(backends._metis_lib()) == ""  # the pinned build passes
-    assert "idx_t is not 64-bit" in backends._metis_selftest(_FakeMetis())
-    monkeypatch.setitem(backends._METIS, "lib", None)
-    monkeypatch.setitem(backends._METIS, "why", "idx_t is not 64-bit (4-byte options seen)")
-    with pytest.raises(MissingBackendError, match="4-byte options seen.*pymetis==2025.2.2"):
+    libs = backends._metis_libs()
+    assert libs, backends._METIS["why"]
+    for idx, (lib, layout) in libs.items():  # every build found passes, with its own widths
+        why, got, lay = backends._metis_selftest(lib)
+        assert why == "" and np.dtype(got) == idx and lay == layout
+    why, idx, _ = backends._metis_selftest(_FakeMetis())
+    assert "neither 32- nor 64-bit (2-byte options seen)" in why and idx is None
+    monkeypatch.setitem(backends._METIS, "libs", {})
+    monkeypatch.setitem(backends._METIS, "why", why)
+    with pytest.raises(MissingBackendError, match="2-byte options seen.*cmeel-metis==5.2.1.1"):
         partition(grid(4, 4), 2, method="metis", balance="both")
+
+
+def test_metis_32_and_64_bit_builds_cut_alike():
+    """The 32-bit build (cmeel-metis) and pymetis' 64-bit one: both balanced, cuts within 15%."""
+    from partitioners import backends
+    from partitioners.common import sym_csr
+    libs = backends._metis_libs()
+    if len(libs) < 2:
+        pytest.skip("needs both METIS builds (pymetis and cmeel-metis)")
+    g = grid(30, 30)
+    s = sym_csr(g)
+    cuts = {}
+    for idx in libs:
+        monkey = {i: v for i, v in libs.items() if i == idx}
+        saved = backends._METIS["libs"]
+        backends._METIS["libs"] = monkey
+        try:
+            a = backends.metis_kway(s, 4, np.ones((900, 1), dtype=np.int64), imbalance=0.03, seed=0)
+        finally:
+            backends._METIS["libs"] = saved
+        assert np.bincount(a, minlength=4).max() <= 1.03 * 900 / 4 + 1
+        cuts[idx.itemsize] = edge_cut(g, torch.from_numpy(a))
+    assert max(cuts.values()) <= 1.15 * min(cuts.values()), cuts
 
 
 # ------------------------------------------------------------------ rows moved (pre/post aggregation)

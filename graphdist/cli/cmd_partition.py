@@ -2,6 +2,7 @@
 
     graphdist partition SPEC --parts K [--method M] [--imbalance 0.03] [--seed S]
                              [--balance nodes|edges|both] --out DIR
+    graphdist partition SPEC --assignment FILE [--parts K] --out DIR
     graphdist quality DIR [--json] [--feature-dim F]
     graphdist compare SPEC --parts 4,16 --methods auto,metis,ldg [--json FILE] [--plot FILE.png]
 """
@@ -45,9 +46,10 @@ def _partition(args) -> int:
     cfg = config.from_namespace(PartitionConfig, args)
     r = partition_to_artifact(cfg)
     g = r["graph"]
+    how = (f"given by {cfg.assignment} (k={r['k']})" if cfg.assignment
+           else f"{cfg.method} (k={r['k']}, imbalance<={cfg.imbalance:.0%})")
     _print_quality(r["quality"], [("graph", f"{cfg.spec} ({g.num_nodes:,} nodes, {g.num_edges:,} edges)"),
-                                  ("method", f"{cfg.method} (k={cfg.parts}, imbalance<={cfg.imbalance:.0%})"),
-                                  ("time", f"{r['seconds']:.2f} s"), ("artifact", str(r["out"]))])
+                                  ("method", how), ("time", f"{r['seconds']:.2f} s"), ("artifact", str(r["out"]))])
     return 0
 
 

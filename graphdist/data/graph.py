@@ -3,8 +3,9 @@
 Layout (message flow is src -> dst)::
 
     indptr  [N+1]  int64   row i = destination node i
-    indices [E]    int64   indices[indptr[i]:indptr[i+1]] = sources j of edges j -> i,
-                           sorted ascending within a row, no duplicates
+    indices [E]    int32   indices[indptr[i]:indptr[i+1]] = sources j of edges j -> i,
+                           sorted ascending within a row, no duplicates (int64 only when
+                           N >= 2^31 - 1: ids are as narrow as they can be)
     x       [N, F] float32 (optional) node features
     y       [N]    int64   (optional) class labels, -1 = unlabelled
     train_mask / val_mask / test_mask [N] bool (optional)
@@ -23,7 +24,7 @@ import numpy as np
 import torch
 
 from graphdist.errors import DataFormatError
-from graphdist.sparse import index2ptr, lex_order, ptr2index
+from graphdist.sparse import index_dtype, ptr2index
 
 
 def _as_long(a) -> torch.Tensor:
@@ -34,6 +35,25 @@ def _as_long(a) -> torch.Tensor:
     return a.to(torch.int64).contiguous()
 
 
+def _as_ids(a, bound: int) -> torch.Tensor:
+    """Node ids as a contiguous tensor of :func:`graphdist.sparse.index_dtype` (no copy when it
+    already is one)."""
+    if isinstance(a, np.ndarray):
+        a = torch.from_numpy(np.ascontiguousarray(a))
+    elif not isinstance(a, torch.Tensor):
+        a = torch.as_tensor(a)
+    return a.to(index_dtype(bound)).contiguous()
+
+
+def _np_ids(a, bound: int) -> np.ndarray:
+    """Node ids as a numpy array of the narrow id dtype (a view when it already is one)."""
+    a = a.numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+    return a.astype(np.int32 if index_dtype(bound) == torch.int32 else np.int64, copy=False)
+
+
+_HASH_BLOCK = 1 << 22
+
+
 @dataclass(eq=False)
 class Graph:
     """A graph in destination-row CSR form with optional features, labels and split masks."""
@@ -41,7 +61,8 @@ class Graph:
     indptr: torch.Tensor
     """``[N+1]`` int64 row pointer; row ``i`` holds the in-neighbours (sources) of node ``i``."""
     indices: torch.Tensor
-    """``[E]`` int64 source node of each edge, grouped by destination row, ascending per row."""
+    """``[E]`` int32 (int64 when N >= 2^31 - 1) source node of each edge, grouped by destination
+    row, ascending per row."""
     x: torch.Tensor | None = None
     """``[N, F]`` float32 node features, or None."""
     y: torch.Tensor | None = None
@@ -59,8 +80,8 @@ class Graph:
 
     def __post_init__(self):
         self.indptr = _as_long(self.indptr)
-        self.indices = _as_long(self.indices)
         n = self.indptr.numel() - 1
+        self.indices = _as_ids(self.indices, max(n, 1))
         if n < 0 or int(self.indptr[-1]) != self.indices.numel():
             raise ValueError("indptr[-1] must equal len(indices)")
         if self.x is not None:
@@ -86,16 +107,30 @@ class Graph:
     @classmethod
     def from_edges(cls, src, dst, num_nodes: int, *, symmetrize: bool = True,
                    self_loops: bool = False, **node_data) -> "Graph":
-        """Build from edge arrays ``src -> dst`` (numpy or torch). Duplicates are removed;
-        ``symmetrize`` adds the reverse of every edge; self-loops are dropped unless kept."""
-        src = _as_long(src)
-        dst = _as_long(dst)
-        if symmetrize:
-            src, dst = torch.cat([src, dst]), torch.cat([dst, src])
+        """Build from edge arrays ``src -> dst`` (numpy or torch, any integer type). Duplicates
+        are removed; ``symmetrize`` adds the reverse of every edge; self-loops are dropped unless
+        kept. Memory: the ids are narrowed to int32 first (when N allows), and no temporary is
+        wider than the edges themselves (``meta["symmetric"]`` records a symmetrised build, so
+        partitioners can skip ``A + A^T``)."""
+        n = int(num_nodes)
+        src, dst = _np_ids(src, max(n, 1)), _np_ids(dst, max(n, 1))
         if not self_loops:
             keep = src != dst
-            src, dst = src[keep], dst[keep]
-        indptr, indices = csr_from_coo(dst, src, num_nodes)
+            if not keep.all():
+                src, dst = src[keep], dst[keep]
+            del keep
+        if symmetrize:
+            rows, cols = np.concatenate([dst, src]), np.concatenate([src, dst])
+        else:
+            rows, cols = dst, src
+        del src, dst
+        indptr, indices = csr_from_coo(rows, cols, n)
+        del rows, cols
+        if symmetrize:
+            meta = dict(node_data.pop("meta", None) or {})
+            meta.setdefault("symmetric", True)
+            meta.setdefault("self_loops", bool(self_loops))
+            node_data["meta"] = meta
         return cls(indptr, indices, **node_data)
 
     # ------------------------------------------------------------------ properties
@@ -121,7 +156,7 @@ class Graph:
         return self.indptr[1:] - self.indptr[:-1]
 
     def out_degree(self) -> torch.Tensor:
-        return torch.bincount(self.indices, minlength=self.num_nodes)
+        return torch.bincount(self.indices.to(torch.int64), minlength=self.num_nodes)
 
     def dst_of_edges(self) -> torch.Tensor:
         """``[E]`` destination node of each stored edge (the CSR row)."""
@@ -130,11 +165,14 @@ class Graph:
     @property
     def edge_index(self) -> torch.Tensor:
         """``[2, E]`` PyG-style ``(src, dst)``."""
-        return torch.stack([self.indices, self.dst_of_edges()])
+        return torch.stack([self.indices.to(torch.int64), self.dst_of_edges()])
 
     @cached_property
     def fingerprint(self) -> str:
-        """Content hash of structure and node data (16 hex digits); equal graphs, equal prints."""
+        """Content hash of structure and node data (16 hex digits); equal graphs, equal prints.
+
+        Ids are hashed as int64 whatever their stored width (so a graph's print does not depend
+        on it), block by block: no copy of a whole array is made."""
         h = hashlib.blake2b(digest_size=8)
         h.update(np.int64(self.num_nodes).tobytes())
         for k in ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask"):
@@ -142,7 +180,11 @@ class Graph:
             h.update(k.encode())
             if v is not None:
                 h.update(str(tuple(v.shape)).encode())
-                h.update(v.contiguous().numpy().tobytes())
+                a = v.contiguous().numpy().reshape(-1)
+                wide = a.dtype.kind in "iu" and a.dtype != np.int64 and k in ("indptr", "indices")
+                for i in range(0, a.size, _HASH_BLOCK):
+                    block = a[i:i + _HASH_BLOCK]
+                    h.update(block.astype(np.int64) if wide else block)
         return h.hexdigest()
 
     def to_scipy(self):
@@ -193,21 +235,21 @@ class Graph:
 
 
 def csr_from_coo(rows, cols, num_rows: int, num_cols: int | None = None):
-    """Sorted, de-duplicated CSR ``(indptr, indices)`` from COO ``(rows, cols)`` (vectorised).
+    """Sorted, de-duplicated CSR ``(indptr int64, indices)`` from COO ``(rows, cols)``.
 
-    ``num_cols`` defaults to ``num_rows`` (a square adjacency)."""
-    rows = _as_long(rows)
-    cols = _as_long(cols)
+    ``num_cols`` defaults to ``num_rows`` (a square adjacency); ``indices`` has the narrow id
+    dtype of ``num_cols`` (int32 below 2^31 - 1). scipy's counting sort by row, then an in-place
+    sort and de-duplication within each row: the only temporaries are the output itself and a
+    one-byte value per entry (no int64 sort keys, no argsort permutation)."""
+    import scipy.sparse as sp
     n = int(num_rows)
     m = max(int(num_rows if num_cols is None else num_cols), 1)
-    if rows.numel() and n * m < 2**62:
-        key = torch.unique(rows * m + cols)  # sorted by row, then col; dedups
-        rows = torch.div(key, m, rounding_mode="floor")
-        cols = key - rows * m
-    elif rows.numel():  # the key would overflow int64: two stable sorts, then drop repeats
-        order = lex_order(rows, cols, m)
-        rows, cols = rows[order], cols[order]
-        keep = torch.ones_like(rows, dtype=torch.bool)
-        keep[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
-        rows, cols = rows[keep], cols[keep]
-    return index2ptr(rows, n), cols.contiguous()
+    bound = max(n, m)
+    rows, cols = _np_ids(rows, bound), _np_ids(cols, bound)
+    if rows.size == 0:
+        return torch.zeros(n + 1, dtype=torch.int64), torch.zeros(0, dtype=index_dtype(m))
+    a = sp.coo_matrix((np.ones(rows.size, dtype=bool), (rows, cols)), shape=(n, m)).tocsr()
+    a.sum_duplicates()  # sorts each row, then merges repeats in place
+    indptr = torch.from_numpy(a.indptr.astype(np.int64))
+    indices = torch.from_numpy(_np_ids(a.indices, m))
+    return indptr, indices

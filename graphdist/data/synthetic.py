@@ -1,7 +1,9 @@
 """Synthetic graphs, vectorised: planted-partition SBM (a learnable task) and Graph500 R-MAT.
 
-Both draw every edge at once with numpy (no Python loop per edge): 1M nodes / 20M directed
-edges of SBM take a few seconds and ~2 GB here.
+Both draw every edge with numpy (no Python loop per edge), in blocks of ``BLOCK`` draws whose
+values are narrowed to int32 as they come (the same random stream as one draw of the whole
+array, so a spec always gives the same graph): no E-sized int64 array is made. The CSR is built
+before the features are drawn, so the edge arrays are gone when ``x`` arrives.
 """
 from __future__ import annotations
 
@@ -10,6 +12,21 @@ import torch
 
 from graphdist.data.graph import Graph
 from graphdist.errors import SpecError
+
+BLOCK = 1 << 22
+"""Draws per block: bounds the int64/float64 temporaries of the generators."""
+
+
+def _ids(n: int):
+    return np.int32 if n < 2**31 - 1 else np.int64
+
+
+def _blocks(m: int, dtype, draw) -> np.ndarray:
+    """``[m]`` array of ``dtype`` filled block by block with ``draw(count)``."""
+    out = np.empty(m, dtype=dtype)
+    for i in range(0, m, BLOCK):
+        out[i:i + BLOCK] = draw(min(BLOCK, m - i))
+    return out
 
 
 def random_splits(rng, n, train, val):
@@ -40,40 +57,59 @@ def sbm_graph(nodes, classes, avg_degree, homophily, features, signal, train, va
         raise SpecError(f"sbm: avg_degree={avg_degree} must be > 0 and features={features} >= 0")
     rng = np.random.default_rng(seed)
     y = rng.integers(0, classes, nodes)
-    order = np.argsort(y, kind="stable")
+    it = _ids(nodes)
+    order = np.argsort(y, kind="stable").astype(it)
     size = np.bincount(y, minlength=classes)
     offset = np.concatenate([[0], np.cumsum(size)[:-1]])
     m = int(round(nodes * avg_degree / 2))  # undirected pairs; symmetrised below
-    src = rng.integers(0, nodes, m)
-    same = rng.random(m, dtype=np.float32) < homophily
-    shift = rng.integers(1, classes, m) if classes > 1 else np.zeros(m, dtype=np.int64)
-    cls = np.where(same, y[src], (y[src] + shift) % classes)
-    cls_size = size[cls]
-    pick = (rng.random(m) * cls_size).astype(np.int64)
-    dst = order[offset[cls] + np.minimum(pick, cls_size - 1)]
-    del same, shift, cls, cls_size, pick
-    x = None
+    src = _blocks(m, it, lambda c: rng.integers(0, nodes, c))
+    same = _blocks(m, bool, lambda c: rng.random(c, dtype=np.float32) < homophily)
+    ct = np.int16 if classes < 2**15 else np.int64
+    if classes > 1:
+        shift = _blocks(m, ct, lambda c: rng.integers(1, classes, c))
+    else:
+        shift = np.zeros(m, dtype=ct)
+    yc = y.astype(ct)
+    dst = np.empty(m, dtype=it)
+    for i in range(0, m, BLOCK):  # the partner's class, then a uniform node of that class
+        j = slice(i, i + BLOCK)
+        ys = yc[src[j]].astype(np.int64)
+        shift[j] = np.where(same[j], ys, (ys + shift[j]) % classes)
+    del same
+    cls = shift  # reused in place: the partner's class of every pair
+    for i in range(0, m, BLOCK):
+        j = slice(i, i + BLOCK)
+        c = cls[j].astype(np.int64)
+        cls_size = size[c]
+        pick = (rng.random(c.size) * cls_size).astype(np.int64)
+        dst[j] = order[offset[c] + np.minimum(pick, cls_size - 1)]
+    del cls, shift, order
+    g = Graph.from_edges(src, dst, nodes, symmetrize=True, self_loops=False,
+                         y=torch.from_numpy(y), meta={"directed": False, "generator": "sbm"})
+    del src, dst
     if features:
         means = rng.standard_normal((classes, features)).astype(np.float32)
         x = rng.standard_normal((nodes, features), dtype=np.float32)
         x += signal * means[y]
-    tr, va, te = random_splits(rng, nodes, train, val)
-    return Graph.from_edges(src, dst, nodes, symmetrize=True, self_loops=False, x=x,
-                            y=torch.from_numpy(y), train_mask=tr, val_mask=va, test_mask=te,
-                            meta={"directed": False, "generator": "sbm"})
+        g.x = torch.from_numpy(x)
+    g.train_mask, g.val_mask, g.test_mask = random_splits(rng, nodes, train, val)
+    return g
 
 
 def rmat_edges(scale, edge_factor, a, b, c, rng):
     """Graph500 R-MAT edge endpoints: each of ``scale`` levels picks a quadrant with
     probabilities (a, b, c, d = 1 - a - b - c)."""
     m = int(edge_factor) << int(scale)
-    src = np.zeros(m, dtype=np.int64)
-    dst = np.zeros(m, dtype=np.int64)
+    it = _ids(1 << scale)
+    src = np.zeros(m, dtype=it)
+    dst = np.zeros(m, dtype=it)
     for level in range(scale):
-        r = rng.random(m, dtype=np.float32)
-        bit = np.int64(1) << level
-        src |= np.where(r >= a + b, bit, 0)
-        dst |= np.where(((r >= a) & (r < a + b)) | (r >= a + b + c), bit, 0)
+        bit = it(1) << it(level)
+        for i in range(0, m, BLOCK):
+            j = slice(i, i + BLOCK)
+            r = rng.random(min(BLOCK, m - i), dtype=np.float32)
+            src[j] |= np.where(r >= a + b, bit, it(0))
+            dst[j] |= np.where(((r >= a) & (r < a + b)) | (r >= a + b + c), bit, it(0))
     return src, dst
 
 
@@ -88,13 +124,17 @@ def rmat_graph(scale, edge_factor, a, b, c, features, classes, seed) -> Graph:
     rng = np.random.default_rng(seed)
     n = 1 << scale
     src, dst = rmat_edges(scale, edge_factor, a, b, c, rng)
-    perm = rng.permutation(n)
-    src, dst = perm[src], perm[dst]
-    kw = {}
+    perm = rng.permutation(n).astype(src.dtype)
+    for i in range(0, src.size, BLOCK):  # relabel in place
+        j = slice(i, i + BLOCK)
+        src[j], dst[j] = perm[src[j]], perm[dst[j]]
+    del perm
+    g = Graph.from_edges(src, dst, n, symmetrize=True, self_loops=False,
+                         meta={"directed": False, "generator": "rmat"})
+    del src, dst
     if features:
-        kw["x"] = rng.standard_normal((n, features), dtype=np.float32)
+        g.x = torch.from_numpy(rng.standard_normal((n, features), dtype=np.float32))
     if classes:
-        kw["y"] = torch.from_numpy(rng.integers(0, classes, n))
-        kw["train_mask"], kw["val_mask"], kw["test_mask"] = random_splits(rng, n, 0.1, 0.1)
-    return Graph.from_edges(src, dst, n, symmetrize=True, self_loops=False,
-                            meta={"directed": False, "generator": "rmat"}, **kw)
+        g.y = torch.from_numpy(rng.integers(0, classes, n))
+        g.train_mask, g.val_mask, g.test_mask = random_splits(rng, n, 0.1, 0.1)
+    return g

@@ -31,8 +31,10 @@ import torch
 
 from graphdist.errors import ArtifactError
 
-FORMAT_VERSION = 2
-"""2: part files carry the pre/post-aggregation (mvc) plan; meta.json records SHA-256 hashes."""
+FORMAT_VERSION = 3
+"""2: part files carry the pre/post-aggregation (mvc) plan; meta.json records SHA-256 hashes;
+3: part format 3 (int32 local columns, memory-mapped); ``params.assignment`` names the file of a
+partition given with ``--assignment``."""
 META = "meta.json"
 ASSIGNMENT = "assignment.npy"
 
@@ -150,6 +152,8 @@ def rebuild_hint(meta: dict, directory) -> str:
     p = meta.get("params") or {}
     spec = p.get("spec") or meta.get("graph") or "SPEC"
     k = meta.get("k", p.get("k", "K"))
+    if p.get("assignment"):
+        return f"rebuild it with: graphdist partition {spec} --assignment {p['assignment']} --parts {k} --out {directory}"
     method = meta.get("method") or "M"
     return f"rebuild it with: graphdist partition {spec} --parts {k} --method {method} --out {directory}"
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from graphdist.errors import ArtifactError
-from graphdist.sparse import coo_to_csr, ptr2index
+from graphdist.sparse import coo_to_csr, index_dtype, ptr2index
 
 MODELS = ("gcn", "sage", "sym")
 """Normalisations: ``gcn`` D^-1/2 (A+I) D^-1/2 (Kipf, PyG ``gcn_norm``), ``sage`` the mean
@@ -71,7 +71,8 @@ class LocalGraph:
     indptr: torch.Tensor
     """``[n_own+1]`` int64 local CSR row pointer (rows = owned destinations)."""
     indices: torch.Tensor
-    """``[nnz]`` int64 local column ids ``[owned | halo]`` of each in-neighbour."""
+    """``[nnz]`` local column ids ``[owned | halo]`` of each in-neighbour, sorted within a row:
+    int32 (int64 only when the columns do not fit)."""
     halo: torch.Tensor
     """``[n_halo]`` int64 global ids of halo columns, grouped by owning peer, ascending within."""
     recv_counts: list[int]
@@ -155,7 +156,7 @@ class LocalGraph:
         """``(rows, cols, values float64)`` of the normalised adjacency in the plain layout,
         sorted by (row, col)."""
         left, right, loops = self.normalisation(model)
-        rows, cols = self.row_of_edges(), self.indices
+        rows, cols = self.row_of_edges(), self.indices.to(torch.int64)
         if model in ("gcn", "sym"):  # self-loops replaced (gcn) or dropped (sym)
             keep = cols != rows
             rows, cols = rows[keep], cols[keep]
@@ -219,6 +220,7 @@ class LocalGraph:
         col_map = torch.cat([inv, torch.arange(n, self.num_cols)])
         rows = inv[self.row_of_edges()]
         ip, cols, _ = coo_to_csr(rows, col_map[self.indices], None, n, self.num_cols)
+        cols = cols.to(index_dtype(self.num_cols))
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         sub = lambda t: None if t is None else t[perm]  # noqa: E731
         d.update(owned=self.owned[perm], indptr=ip, indices=cols, send_idx=inv[self.send_idx],

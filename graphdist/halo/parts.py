@@ -2,6 +2,10 @@
 
     DIR/part_00000.pt  ...  DIR/part_{k-1:05d}.pt     (torch.save of a dict of tensors)
 
+A rank maps its file (``torch.load(mmap=True)``): its tensors are pages of the file, read when
+first touched, so loading a part never holds it twice in memory. Parts are written one at a
+time: the partition command never holds every part's node data at once.
+
 Each file holds one :class:`~graphdist.halo.local.LocalGraph` (see :mod:`graphdist.halo.local` for
 the layout: owned global ids, local CSR over ``[owned | halo from peer 0 | ... ]``, the plain and
 the pre-aggregation (mvc) exchange plans, global degrees of all local columns, the part's
@@ -17,10 +21,12 @@ import torch
 
 from graphdist.errors import ArtifactError, MissingFileError
 from graphdist.fileio import atomic_torch_save
-from graphdist.halo.plan import LocalGraph, build_plans, plan_stats
+from graphdist.halo.plan import LocalGraph, _check_assignment, _Shared, build_plan, plan_stats, validate_plans
 
-PART_FORMAT_VERSION = 2
-"""2: the mvc plan (halo_raw, send_raw, pre_rows, pre_ptr, pre_src, pre_dst and counts)."""
+PART_FORMAT_VERSION = 3
+"""2: the mvc plan (halo_raw, send_raw, pre_rows, pre_ptr, pre_src, pre_dst and counts);
+3: int32 local column ids (``indices``), files read memory-mapped."""
+_NODE_DATA = ("x", "y", "train_mask", "val_mask", "test_mask")
 
 
 def part_path(directory, rank: int) -> Path:
@@ -36,19 +42,31 @@ def write_parts(directory, graph, assignment, k: int | None = None) -> dict:
     a = torch.as_tensor(assignment).to(torch.int64)
     if k is None:
         k = int(a.max()) + 1 if a.numel() else 1
-    plans = build_plans(graph, a, k)
+    a = _check_assignment(graph, a, k)
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    sizes = []
-    for p in plans:
-        payload = p.to_dict()
-        payload["format_version"] = PART_FORMAT_VERSION
-        dst = part_path(d, p.rank)
-        atomic_torch_save(payload, dst)
+    sh = _Shared(graph, a, k)
+    plans, sizes = [], []
+    for r in range(k):
+        p = build_plan(graph, a, r, k, _shared=sh)
+        dst = part_path(d, r)
+        save_part(p, dst)
         sizes.append(dst.stat().st_size)
+        for name in _NODE_DATA:  # written: only the exchange plan stays for the check below
+            setattr(p, name, None)
+        plans.append(p)
+    del sh
+    validate_plans(plans)
     out = {"parts": k, "files": [part_path(d, r).name for r in range(k)], "bytes": sizes}
     out.update(plan_stats(plans))
     return out
+
+
+def save_part(lg: LocalGraph, path) -> None:
+    """One part file (atomically), with :data:`PART_FORMAT_VERSION`."""
+    payload = lg.to_dict()
+    payload["format_version"] = PART_FORMAT_VERSION
+    atomic_torch_save(payload, path)
 
 
 def load_part(directory, rank: int) -> LocalGraph:
@@ -60,7 +78,7 @@ def load_part(directory, rank: int) -> LocalGraph:
         from graphdist.halo.artifact import check_hash, read_meta
         check_hash(read_meta(directory), directory, path.name)
     try:
-        d = torch.load(path, map_location="cpu", weights_only=True)
+        d = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except Exception as e:  # noqa: BLE001
         raise ArtifactError(f"{path}: cannot read part file: {e}") from e
     ver = d.pop("format_version", None)

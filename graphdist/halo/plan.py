@@ -13,15 +13,21 @@ Both exchange plans are cut from whole-graph arrays computed once (:class:`_Shar
 Sorting uses :func:`graphdist.sparse.lex_order` (no ``a * n + b`` keys that could overflow
 int64 on huge graphs). :func:`validate_plans` checks, for every ordered pair, that the raw rows,
 the partial sums and the very edges summed into them are the same on both sides.
+
+Memory: nothing here is sized by the whole graph's edges except the graph itself. A part's rows
+are gathered in blocks (:func:`partitioners.common.gather_rows`), renumbered to int32 local
+columns and sorted within each row in place; the shared arrays are sized by the cut.
 """
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from graphdist.errors import ArtifactError
 from graphdist.halo.local import HALO_MODES, MODELS, ExchangeLayout, LocalGraph
-from graphdist.sparse import index2ptr, lex_order, ptr2index
+from graphdist.sparse import index2ptr, lex_order
+from partitioners.common import gather_rows, self_loops_per_row
 
 __all__ = ["LocalGraph", "ExchangeLayout", "build_plan", "build_plans", "validate_plans", "plan_stats",
            "MODELS", "HALO_MODES"]
@@ -51,8 +57,8 @@ class _Shared:
         self.order, self.starts = order, index2ptr(a[order], k)
         self.local_of = torch.empty(n, dtype=torch.int64)  # position of node in its owner's list
         self.local_of[order] = torch.arange(n) - self.starts[a[order]]
-        src, dst = graph.indices, graph.dst_of_edges()
-        self.deg = graph.in_degree() - torch.bincount(dst[src == dst], minlength=n)
+        loops = torch.from_numpy(self_loops_per_row(graph.indptr.numpy(), graph.indices.numpy()))
+        self.deg = graph.in_degree() - loops
         an = a.numpy()
         c = halo_cover(graph, an, k)
         # plain halo pairs (u, receiving part q); receive order (q, owner, u), send order (owner, q, u)
@@ -93,23 +99,12 @@ def build_plan(graph, assignment, rank: int, k: int, *, _shared: _Shared | None 
     hs, he = int(sh.h_starts[rank]), int(sh.h_starts[rank + 1])
     halo = sh.h_node[hs:he]
     ss, se = int(sh.s_starts[rank]), int(sh.s_starts[rank + 1])
-    # local CSR: rows = owned nodes, cols via a global->local map for this part
-    col_of = torch.full((sh.n,), -1, dtype=torch.int64)
-    col_of[owned] = torch.arange(n_own)
-    col_of[halo] = n_own + torch.arange(halo.numel())
-    lo, hi = graph.indptr[owned], graph.indptr[owned + 1]
-    cnt = hi - lo
-    indptr = torch.zeros(n_own + 1, dtype=torch.int64)
-    torch.cumsum(cnt, 0, out=indptr[1:])
-    pos = torch.arange(int(indptr[-1])) - torch.repeat_interleave(indptr[:-1] - lo, cnt)
-    cols = col_of[graph.indices[pos]]
-    rows = ptr2index(indptr, int(indptr[-1]))
-    cols = cols[lex_order(rows, cols, n_own + halo.numel())]
+    indptr, cols = _local_csr(graph, owned, halo, sh.n)
     # partial sums received and sent
     rs, re_ = int(sh.pr_starts[rank]), int(sh.pr_starts[rank + 1])
     ps, pe = int(sh.ps_starts[rank]), int(sh.ps_starts[rank + 1])
     t0, t1 = int(sh.t_ptr[ps]), int(sh.t_ptr[pe])
-    sub = lambda t: None if t is None else t[owned].clone()  # noqa: E731
+    sub = lambda t: None if t is None else t[owned]  # noqa: E731 - indexing copies already
     count = lambda parts: torch.bincount(parts, minlength=k).tolist()  # noqa: E731
     return LocalGraph(
         rank=rank, world_size=k, num_global_nodes=sh.n, owned=owned.clone(), indptr=indptr,
@@ -123,6 +118,28 @@ def build_plan(graph, assignment, rank: int, k: int, *, _shared: _Shared | None 
         pre_rows=sh.local_of[sh.pr_node[rs:re_]], pre_recv_counts=count(sh.pr_from[rs:re_]),
         pre_ptr=sh.t_ptr[ps:pe + 1] - t0, pre_src=sh.local_of[sh.t_src[t0:t1]],
         pre_dst=sh.ps_node[ps:pe].clone(), pre_send_counts=count(sh.ps_part[ps:pe]))
+
+
+def _local_csr(graph, owned: torch.Tensor, halo: torch.Tensor, n: int):
+    """``(indptr int64, indices)`` of the owned rows in local columns ``[owned | halo]``, sorted
+    within each row; indices int32 when the columns fit."""
+    n_own, n_cols = owned.numel(), owned.numel() + halo.numel()
+    it = np.int32 if n_cols < 2**31 - 1 else np.int64
+    col_of = np.full(n, -1, dtype=it)
+    col_of[owned.numpy()] = np.arange(n_own, dtype=it)
+    col_of[halo.numpy()] = np.arange(n_own, n_cols, dtype=it)
+    ptr, src = gather_rows(graph.indptr, graph.indices, owned)
+    cols = col_of[src]
+    del src, col_of
+    if cols.size:
+        pt = ptr.astype(it) if ptr[-1] < 2**31 - 1 else ptr
+        m = sp.csr_matrix((np.ones(cols.size, dtype=bool), cols.astype(pt.dtype, copy=False), pt),
+                          shape=(n_own, n_cols), copy=False)
+        m.has_sorted_indices = False
+        m.sort_indices()  # in place, row by row
+        cols = m.indices.astype(it, copy=False)
+        del m
+    return torch.from_numpy(ptr), torch.from_numpy(cols)
 
 
 def _fp(graph) -> str:
@@ -149,16 +166,19 @@ def _blocks(counts) -> torch.Tensor:
 
 def validate_plans(plans: list[LocalGraph]) -> None:
     """Check that what rank r sends to s is exactly what s expects from r, in order, in both
-    exchange modes (mvc: raw rows, partial sums, and the edges summed into each)."""
+    exchange modes (mvc: raw rows, partial sums, and the edges summed into each). Only the
+    exchange fields are read (node data may be gone: :func:`graphdist.halo.parts.write_parts`
+    drops it once a part is written)."""
     k = len(plans)
     for s in plans:
         if len(s.recv_counts) != k or len(s.send_counts) != k:
             raise ArtifactError(f"part {s.rank}: plan is for {len(s.recv_counts)} parts, not {k}")
     mvc = all(p.has_mvc for p in plans)
-    for r in plans:
-        soff, poff = _blocks(r.send_counts), _blocks(r.pre_send_counts) if mvc else None
-        for s in plans:
-            roff = _blocks(s.recv_counts)
+    for s in plans:
+        roff = _blocks(s.recv_counts)
+        halo_edges = _halo_edges(s) if mvc else None
+        for r in plans:
+            soff, poff = _blocks(r.send_counts), _blocks(r.pre_send_counts) if mvc else None
             want = s.halo[roff[r.rank]:roff[r.rank + 1]]
             sel = slice(int(soff[s.rank]), int(soff[s.rank + 1]))
             sent = r.owned[r.send_idx[sel]]
@@ -171,10 +191,22 @@ def validate_plans(plans: list[LocalGraph]) -> None:
             if not torch.equal(r.send_raw[sel], raw_in):
                 raise ArtifactError(f"pre-aggregation plan asymmetric: part {r.rank} sends other raw rows "
                                     f"to part {s.rank} than it expects")
-            _check_partial_sums(r, s, poff, roff)
+            _check_partial_sums(r, s, poff, roff, halo_edges)
 
 
-def _check_partial_sums(r: LocalGraph, s: LocalGraph, poff, roff) -> None:
+def _halo_edges(s: LocalGraph) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(local row, halo column index, start of each peer's block)`` of every edge of ``s`` from
+    a halo column, sorted by column (so one peer's edges are one slice)."""
+    h = s.indices >= s.num_owned
+    rows = torch.repeat_interleave(torch.arange(s.num_owned), s.indptr[1:] - s.indptr[:-1])[h]
+    cols = (s.indices[h] - s.num_owned).to(torch.int64)
+    del h
+    o = torch.argsort(cols, stable=True)
+    rows, cols = rows[o], cols[o]
+    return rows, cols, torch.searchsorted(cols, _blocks(s.recv_counts))
+
+
+def _check_partial_sums(r: LocalGraph, s: LocalGraph, poff, roff, halo_edges) -> None:
     """Partial sums r -> s: same destinations on both sides, and the (v, u) edges r sums are
     exactly the edges of s from r's non-raw halo rows."""
     a, b = int(poff[s.rank]), int(poff[s.rank + 1])
@@ -187,10 +219,10 @@ def _check_partial_sums(r: LocalGraph, s: LocalGraph, poff, roff) -> None:
     lo, hi = int(r.pre_ptr[a]), int(r.pre_ptr[b])
     sent_v = torch.repeat_interleave(dst, r.pre_ptr[a + 1:b + 1] - r.pre_ptr[a:b])
     sent_u = r.owned[r.pre_src[lo:hi]]
-    rows, cols = s.row_of_edges(), s.indices - s.num_owned
-    h0, h1 = int(roff[r.rank]), int(roff[r.rank + 1])
-    hit = (cols >= h0) & (cols < h1)
-    hit[hit.clone()] = ~s.halo_raw[cols[hit]]
+    rows, cols, start = halo_edges
+    e0, e1 = int(start[r.rank]), int(start[r.rank + 1])  # the edges from r's halo columns
+    rows, cols = rows[e0:e1], cols[e0:e1]
+    hit = ~s.halo_raw[cols]
     want_v, want_u = s.owned[rows[hit]], s.halo[cols[hit]]
     n = max(r.num_global_nodes, 1)
     o1, o2 = lex_order(sent_v, sent_u, n), lex_order(want_v, want_u, n)

@@ -25,12 +25,12 @@ __all__ = ["PartitionConfig", "QualityConfig", "CompareConfig", "partition_to_ar
 
 @dataclass
 class PartitionConfig:
-    """``graphdist partition SPEC --parts K --out DIR``."""
+    """``graphdist partition SPEC --parts K --out DIR`` (or ``--assignment FILE``)."""
 
     spec: str = field(default="", metadata={"positional": True, "metavar": "SPEC"})
     """dataset spec KIND:ARGS (e.g. rmat:scale=14,edge_factor=8)"""
-    parts: int = field(default=0, metadata={"required": True})
-    """number of parts K"""
+    parts: int | None = None
+    """number of parts K (required unless --assignment is given; then default max id + 1)"""
     method: Literal[METHODS] = "auto"
     """partitioning method"""
     imbalance: float = 0.03
@@ -41,6 +41,9 @@ class PartitionConfig:
     """what to balance (default: both for auto, nodes otherwise)"""
     out: str = field(default="", metadata={"required": True, "metavar": "DIR"})
     """artifact directory to write (atomically)"""
+    assignment: str | None = field(default=None, metadata={"metavar": "FILE"})
+    """build the artifact from this partition instead of partitioning: .npy or text, one part
+    id per node in the loader's node order (e.g. from dKaMinPar or ParMETIS run elsewhere)"""
 
 
 @dataclass
@@ -95,24 +98,98 @@ def _check_k(k: int, n: int) -> None:
 
 
 def partition_to_artifact(cfg: PartitionConfig) -> dict:
-    """Load, partition, measure and write the artifact; returns ``{graph, quality, seconds, out}``."""
+    """Load, partition (or read ``cfg.assignment``), measure and write the artifact; returns
+    ``{graph, quality, seconds, out, k, method}``. Before partitioning, the memory the run needs
+    is checked against what is available (:mod:`graphdist.halo.budget`)."""
     from graphdist.data import load_graph
     from graphdist.halo.artifact import write_artifact
+    from graphdist.halo.budget import check_fits
     from partitioners import partition, quality
     check_choices(cfg)
     _check_artifact_out(cfg.out)
+    if cfg.assignment is None and cfg.parts is None:
+        raise ConfigError("--parts K is required (or give --assignment FILE)")
+    if cfg.assignment is not None:
+        _check_readable(cfg.assignment)
     g = load_graph(cfg.spec)
-    _check_k(cfg.parts, g.num_nodes)
-    t0 = time.perf_counter()
-    a = partition(g, cfg.parts, method=cfg.method, imbalance=cfg.imbalance, seed=cfg.seed,
-                  balance=cfg.balance)
-    seconds = time.perf_counter() - t0
-    q = quality(g, a, k=cfg.parts)
-    params = {"k": cfg.parts, "imbalance": cfg.imbalance, "seed": cfg.seed,
-              "balance": cfg.balance or ("both" if cfg.method == "auto" else "nodes"), "spec": cfg.spec}
-    out = write_artifact(cfg.out, g, a, method=cfg.method, params=params, quality=q,
-                         seconds=seconds, k=cfg.parts)
-    return {"graph": g, "quality": q, "seconds": seconds, "out": out}
+    if cfg.assignment is not None:
+        a, k = read_assignment(cfg.assignment, g.num_nodes, cfg.parts)
+        method, seconds = "given", 0.0
+        check_fits(g, method, k)
+    else:
+        k, method = int(cfg.parts), cfg.method
+        _check_k(k, g.num_nodes)
+        check_fits(g, method, k)
+        t0 = time.perf_counter()
+        a = partition(g, k, method=method, imbalance=cfg.imbalance, seed=cfg.seed, balance=cfg.balance)
+        seconds = time.perf_counter() - t0
+    q = quality(g, a, k=k)
+    params = {"k": k, "imbalance": cfg.imbalance, "seed": cfg.seed,
+              "balance": cfg.balance or ("both" if method == "auto" else "nodes"), "spec": cfg.spec}
+    if cfg.assignment is not None:
+        params = {"k": k, "spec": cfg.spec, "assignment": str(cfg.assignment)}
+    out = write_artifact(cfg.out, g, a, method=method, params=params, quality=q, seconds=seconds, k=k)
+    return {"graph": g, "quality": q, "seconds": seconds, "out": out, "k": k, "method": method}
+
+
+def _check_readable(path: str) -> None:
+    from graphdist.errors import MissingFileError
+    p = Path(path)
+    try:
+        with open(p, "rb") as f:
+            f.read(1)
+    except OSError as e:
+        raise MissingFileError(f"--assignment {path}: cannot read ({e.strerror or type(e).__name__})") from None
+
+
+def read_assignment(path, n: int, parts: int | None = None):
+    """``(int64 numpy [n], k)`` from a ``.npy`` array or a text file with one part id per line
+    (``#`` comments and blank lines skipped; further columns ignored). ``k`` is ``parts``, or
+    the largest id + 1. Every problem is a one-line error naming the file (and, for text, the
+    line): unreadable, not integers, wrong length, negative or ``>= parts``."""
+    import numpy as np
+
+    from graphdist.errors import DataFormatError
+    p = Path(path)
+    _check_readable(str(path))
+    line_of = None
+    if p.suffix == ".npy":
+        try:
+            arr = np.load(p, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise DataFormatError(p, f"not a readable .npy array ({str(e).split('. ')[0]})") from None
+        if arr.ndim == 2 and arr.shape[1] == 1:
+            arr = arr[:, 0]
+        if arr.ndim != 1:
+            raise DataFormatError(p, f"has shape {list(arr.shape)}; expected one part id per node")
+        if arr.dtype.kind == "f":
+            bad = np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))
+            if bad.size:
+                raise DataFormatError(p, f"entry {int(bad[0])} is {float(arr[bad[0]]):g}, not an integer part id")
+        elif arr.dtype.kind not in "iub":
+            raise DataFormatError(p, f"holds {arr.dtype} values; expected integer part ids")
+        a = arr.astype(np.int64)
+    else:
+        from graphdist.data.table import read_table
+        tab = read_table(p, 1, what="part id")
+        a = tab.values[:, 0]
+        line_of = tab.line_of
+    where = (lambda i: {"line": line_of(int(i))}) if line_of else (lambda i: {})  # noqa: E731
+    entry = "" if line_of else "entry {i}: "
+    if a.size != n:
+        raise DataFormatError(p, f"has {a.size:,} part ids but the graph has {n:,} nodes")
+    if n and int(a.min()) < 0:
+        i = int(np.flatnonzero(a < 0)[0])
+        raise DataFormatError(p, f"{entry.format(i=i)}negative part id {int(a[i])}", **where(i))
+    k = int(parts) if parts else (int(a.max()) + 1 if n else 1)
+    if parts is not None and parts < 1:
+        raise ConfigError(f"--parts {parts} must be >= 1")
+    if n and int(a.max()) >= k:
+        i = int(np.flatnonzero(a >= k)[0])
+        raise DataFormatError(p, f"{entry.format(i=i)}part id {int(a[i])} is out of range for --parts {k} "
+                                 f"(ids must be 0..{k - 1})", **where(i))
+    _check_k(k, n)
+    return a, k
 
 
 def _check_artifact_out(out: str) -> None:

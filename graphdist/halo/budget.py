@@ -1,0 +1,83 @@
+"""Will ``graphdist partition`` fit in memory? An estimate from the graph's size, checked
+before the partitioner starts, so a run that cannot fit stops with one line instead of being
+killed by the kernel half-way.
+
+The estimate is the loaded graph plus the largest working set of the steps after it (the
+partitioner, the quality metrics, the parts), each linear in the stored edges ``E`` and nodes
+``N``. The coefficients are the ones measured on products-shaped graphs (BENCHMARKS.md,
+"Products size: partitioning"), rounded up::
+
+    need = graph + max(partitioner, write)    partitioner = a * E + b * N * k
+"""
+from __future__ import annotations
+
+from graphdist.errors import ConfigError
+
+GiB = 2 ** 30
+
+PER_EDGE = {  # bytes per stored (directed) edge of the partitioner's working set
+    "metis32": 96,   # cmeel-metis: 32-bit ids (57 measured on the SBM, 86 on the power-law R-MAT)
+    "metis64": 192,  # pymetis' METIS: 64-bit ids
+    "kaminpar": 24,
+    "mtkahypar": 120,
+    "auto": 96,      # multi-constraint METIS, then two pin matrices of the refinement
+    "ldg": 16,
+    "fennel": 16,
+    "random": 0,
+    "block": 0,
+    "given": 0,
+}
+WRITE_PER_EDGE = 24
+"""Quality metrics, halo cover and one part being built, per stored edge."""
+PER_NODE_PART = 16
+"""Per node and part (dense membership bitmaps, pin counts)."""
+
+
+def graph_bytes(graph) -> int:
+    """Bytes held by the graph's tensors."""
+    total = 0
+    for k in ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask"):
+        t = getattr(graph, k, None)
+        if t is not None:
+            total += t.numel() * t.element_size()
+    return total
+
+
+def estimate(graph, method: str, k: int) -> int:
+    """Estimated peak resident bytes of partitioning ``graph`` with ``method`` into ``k`` parts
+    and writing the artifact (the graph included)."""
+    e, n = int(graph.num_edges), int(graph.num_nodes)
+    key = method
+    if method == "metis":
+        from partitioners.backends import metis_backend
+        key = "metis64" if metis_backend(n, e) == "64-bit" else "metis32"
+    part = PER_EDGE.get(key, 96) * e + PER_NODE_PART * n * k
+    write = WRITE_PER_EDGE * e + PER_NODE_PART * n * k
+    return graph_bytes(graph) + max(part, write)
+
+
+def available_bytes() -> int:
+    """Memory this process may still grow into: ``MemAvailable`` plus its own resident set
+    (Linux); else the machine's physical memory."""
+    try:
+        with open("/proc/meminfo") as f:
+            avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+        with open("/proc/self/statm") as f:
+            import os
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return avail + rss
+    except (OSError, StopIteration, ValueError):
+        from graphdist.runtime import host_memory_bytes
+        return host_memory_bytes()
+
+
+def check_fits(graph, method: str, k: int, have: int | None = None) -> int:
+    """Raise :class:`ConfigError` (one line: needed and available GiB) when the estimate exceeds
+    the memory available; returns the estimate."""
+    need = estimate(graph, method, k)
+    have = available_bytes() if have is None else int(have)
+    if need > have:
+        raise ConfigError(f"partitioning {graph.num_nodes:,} nodes / {graph.num_edges:,} edges with --method {method} "
+                          f"at k={k} needs about {need / GiB:.1f} GiB of memory, and {have / GiB:.1f} GiB is available "
+                          "(free memory plus this process); free memory or use --method kaminpar or fennel")
+    return need

@@ -1,0 +1,131 @@
+"""`graphdist partition SPEC --assignment FILE`: an artifact from a partition computed elsewhere,
+and the memory check that stops a run that would not fit before it starts."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from graphdist.cli import main
+from graphdist.data import load_graph
+from graphdist.halo.artifact import read_artifact
+from graphdist.halo.parts import load_part
+from graphdist.halo.plan import build_plan
+from partitioners import partition, quality
+
+SPEC = "sbm:nodes=300,classes=3,avg_degree=6,features=4,seed=1"
+
+
+@pytest.fixture(scope="module")
+def given():
+    g = load_graph(SPEC)
+    return g, partition(g, 3, method="ldg", seed=2).numpy()
+
+
+def _one_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("graphdist: error: "), err
+    return err
+
+
+@pytest.mark.parametrize("fmt", ["npy", "txt"])
+def test_artifact_from_a_given_assignment(given, tmp_path, fmt, capsys):
+    g, a = given
+    f = tmp_path / f"parts.{fmt}"
+    if fmt == "npy":
+        np.save(f, a.astype(np.int32))  # any integer type
+    else:
+        f.write_text("# from elsewhere\n" + "\n".join(map(str, a)) + "\n")
+    out = tmp_path / "art"
+    assert main(["partition", SPEC, "--assignment", str(f), "--out", str(out)]) == 0
+    assert f"given by {f} (k=3)" in capsys.readouterr().out
+    meta, got = read_artifact(out)
+    assert np.array_equal(got.numpy(), a) and meta["k"] == 3 and meta["method"] == "given"
+    assert meta["params"]["assignment"] == str(f)
+    assert meta["quality"] == json.loads(json.dumps(quality(g, torch.from_numpy(a), k=3)))
+    for r in range(3):  # the parts are the plans of that very assignment
+        want, lg = build_plan(g, torch.from_numpy(a), r, 3), load_part(out, r)
+        assert torch.equal(lg.owned, want.owned) and torch.equal(lg.indices, want.indices)
+        assert torch.equal(lg.send_idx, want.send_idx) and torch.equal(lg.x, want.x)
+
+
+def test_parts_flag_sets_k_and_the_hint_names_the_file(given, tmp_path, capsys):
+    g, a = given
+    f = tmp_path / "a.npy"
+    np.save(f, a)
+    out = tmp_path / "art"
+    assert main(["partition", SPEC, "--assignment", str(f), "--parts", "5", "--out", str(out)]) == 0
+    meta, _ = read_artifact(out)
+    assert meta["k"] == 5 and meta["parts"]["owned_nodes"][3:] == [0, 0]
+    meta_path = out / "meta.json"
+    m = json.loads(meta_path.read_text())
+    m["format_version"] = 0
+    meta_path.write_text(json.dumps(m))
+    assert main(["quality", str(out)]) == 2
+    assert f"graphdist partition {SPEC} --assignment {f} --parts 5 --out {out}" in _one_line(capsys)
+
+
+@pytest.mark.parametrize("write, extra, match", [
+    (lambda f, a: np.save(f.with_suffix(".npy"), a[:-1]), [], r"a\.npy: has 299 part ids but the graph has 300 nodes"),
+    (lambda f, a: f.with_suffix(".txt").write_text("\n".join(map(str, a[:-1])) + "\n"), [],
+     r"a\.txt: has 299 part ids"),
+    (lambda f, a: np.save(f.with_suffix(".npy"), np.r_[a[:7], -1, a[8:]]), [], r"a\.npy: entry 7: negative part id -1"),
+    (lambda f, a: f.with_suffix(".txt").write_text("\n".join(map(str, np.r_[a[:7], -2, a[8:]])) + "\n"), [],
+     r"a\.txt:8: negative part id -2"),
+    (lambda f, a: f.with_suffix(".txt").write_text("\n".join(map(str, a)) + "\n"), ["--parts", "2"],
+     r"a\.txt:\d+: part id 2 is out of range for --parts 2 \(ids must be 0\.\.1\)"),
+    (lambda f, a: np.save(f.with_suffix(".npy"), a), ["--parts", "2"], r"a\.npy: entry \d+: part id 2 is out of range"),
+    (lambda f, a: f.with_suffix(".txt").write_text("0\n1\nx1\n" + "\n".join(map(str, a[3:])) + "\n"), [],
+     r"a\.txt:3: .*'x1'"),
+    (lambda f, a: np.save(f.with_suffix(".npy"), np.r_[a[:4], 1.5, a[5:]].astype(float)), [],
+     r"a\.npy: entry 4 is 1\.5, not an integer part id"),
+    (lambda f, a: np.save(f.with_suffix(".npy"), a.reshape(100, 3)), [], r"a\.npy: has shape \[100, 3\]"),
+    (lambda f, a: f.with_suffix(".npy").write_bytes(b"not an array"), [], r"a\.npy: not a readable \.npy array"),
+    (lambda f, a: None, [], r"--assignment .*a\.npy: cannot read \(No such file or directory\)"),
+])
+def test_bad_assignments_are_one_line_errors(given, tmp_path, capsys, write, extra, match):
+    _, a = given
+    f = tmp_path / "a"
+    write(f, a)
+    path = next((p for p in tmp_path.iterdir() if p.stem == "a"), f.with_suffix(".npy"))
+    out = tmp_path / "art"
+    assert main(["partition", SPEC, "--assignment", str(path), *extra, "--out", str(out)]) == 2
+    import re
+    err = _one_line(capsys)
+    assert re.search(match, err), err
+    assert not out.exists()
+
+
+def test_parts_is_required_without_an_assignment(tmp_path, capsys):
+    assert main(["partition", SPEC, "--out", str(tmp_path / "art")]) == 2
+    assert "--parts K is required (or give --assignment FILE)" in _one_line(capsys)
+
+
+def test_a_run_that_would_not_fit_stops_before_partitioning(tmp_path, capsys, monkeypatch):
+    import graphdist.halo.budget as budget
+    import partitioners
+    from graphdist.halo.budget import estimate
+    g = load_graph(SPEC)
+    need = estimate(g, "metis", 4)
+    assert need > budget.graph_bytes(g) > 0
+    monkeypatch.setattr(budget, "available_bytes", lambda: need - 1)
+    called = []
+    monkeypatch.setattr(partitioners, "partition", lambda *a, **k: called.append(1))
+    out = tmp_path / "art"
+    assert main(["partition", SPEC, "--parts", "4", "--method", "metis", "--out", str(out)]) == 2
+    err = _one_line(capsys)
+    assert f"needs about {need / 2**30:.1f} GiB of memory, and {(need - 1) / 2**30:.1f} GiB is available" in err
+    assert "--method metis at k=4" in err and not called and not out.exists()
+    monkeypatch.undo()
+    monkeypatch.setattr(budget, "available_bytes", lambda: need)  # exactly enough: it runs
+    assert main(["partition", SPEC, "--parts", "4", "--method", "metis", "--out", str(out)]) == 0
+
+
+def test_estimate_grows_with_the_graph_and_the_method():
+    from graphdist.halo.budget import estimate
+    small, big = load_graph(SPEC), load_graph("sbm:nodes=3000,classes=3,avg_degree=6,features=4,seed=1")
+    for m in ("metis", "kaminpar", "auto", "fennel"):
+        assert estimate(big, m, 4) > estimate(small, m, 4)
+    assert estimate(big, "auto", 4) > estimate(big, "given", 4) > estimate(small, "given", 4)

@@ -4,14 +4,17 @@ ranks draw what one process draws and a resumed run draws what an unbroken one d
     r_i = mix32(row_i ^ key)      c_j = mix32(j * C ^ ~key)         (per row / per column)
     bits[i, j] = int32((r_i ^ c_j) * M)                               (one multiply per element)
 
-Used for dropout masks keyed by global node id (:func:`graphdist.gnn.models.keyed_dropout`);
-:func:`key32` also keys the stochastic rounding of quantised halo rows (:mod:`graphdist.halo.quant`).
+Per element that is an xor and a multiply (the hashes run once per row and once per column),
+several times cheaper than torch's generators on a CPU. Used for dropout masks keyed by global
+node id (:func:`graphdist.gnn.models.keyed_dropout`) and, through :func:`keyed_uniform` (rows
+keyed by position), for the stochastic rounding of quantised halo rows
+(:mod:`graphdist.halo.quant`).
 """
 from __future__ import annotations
 
 import torch
 
-__all__ = ["mix32", "key32", "keyed_bits"]
+__all__ = ["mix32", "key32", "keyed_bits", "keyed_uniform", "position_hashes", "uniform_into"]
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
@@ -38,11 +41,38 @@ def _rows32(ids: torch.Tensor) -> torch.Tensor:
     return torch.where(folded >= 1 << 31, folded - (1 << 32), folded).to(torch.int32)
 
 
+def _hashes(rows32: torch.Tensor, width: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = mix32(rows32 ^ key)
+    cols = torch.arange(width, dtype=torch.int32, device=rows32.device) * (0x85EBCA6B - (1 << 32))
+    return rows, mix32(cols ^ ~key)
+
+
 def keyed_bits(ids: torch.Tensor, width: int, key: int) -> torch.Tensor:
     """``[len(ids), width]`` int32, uniform over all 32-bit values, a function of
     ``(key, ids[i], j)``."""
-    rows = mix32(_rows32(ids) ^ key)
-    cols = torch.arange(width, dtype=torch.int32, device=ids.device) * (0x85EBCA6B - (1 << 32))
-    cols = mix32(cols ^ ~key)
-    x = rows[:, None] ^ cols[None, :]
-    return x.mul_(0x7FEB352D)
+    rows, cols = _hashes(_rows32(ids), width, key)
+    return (rows[:, None] ^ cols[None, :]).mul_(0x7FEB352D)
+
+
+def position_hashes(n: int, width: int, key: int, device: torch.device | str = "cpu"):
+    """Per-row and per-column hashes ``(r [n], c [width])`` of positions ``0..n-1`` (for
+    :func:`uniform_into`, which fills any block of rows from them)."""
+    return _hashes(torch.arange(n, dtype=torch.int32, device=device), width, key)
+
+
+def uniform_into(buf: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """Fill ``buf`` (int32 ``[len(rows), len(cols)]``, contiguous) with the noise of those rows
+    and return it as float32 in place: uniform on ``{0, 2^-24, ..., 1 - 2^-24}`` (the top 24 of
+    the 32 bits, converted exactly)."""
+    torch.bitwise_xor(rows[:, None], cols[None, :], out=buf)
+    buf.mul_(0x7FEB352D).bitwise_right_shift_(8).bitwise_and_(0xFFFFFF)  # shift, sign copies off
+    u = buf.view(torch.float32)
+    return u.copy_(buf).mul_(2.0 ** -24)  # converted in place: no second buffer
+
+
+def keyed_uniform(n: int, width: int, key: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``[n, width]`` float32 uniform on ``{0, 2^-24, ..., 1 - 2^-24}``, a function of
+    ``(key, i, j)`` for row ``i`` and column ``j`` (the same value :func:`keyed_bits` gives
+    for id ``i``, top 24 bits)."""
+    rows, cols = position_hashes(n, width, key, device)
+    return uniform_into(torch.empty((n, width), dtype=torch.int32, device=device), rows, cols)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["mix32", "key32", "keyed_bits", "keyed_uniform", "position_hashes", "uniform_into"]
+__all__ = ["mix32", "key32", "keyed_bits", "keyed_uniform", "position_hashes", "centred_into"]
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
@@ -56,23 +56,23 @@ def keyed_bits(ids: torch.Tensor, width: int, key: int) -> torch.Tensor:
 
 def position_hashes(n: int, width: int, key: int, device: torch.device | str = "cpu"):
     """Per-row and per-column hashes ``(r [n], c [width])`` of positions ``0..n-1`` (for
-    :func:`uniform_into`, which fills any block of rows from them)."""
+    :func:`centred_into`, which fills any block of rows from them)."""
     return _hashes(torch.arange(n, dtype=torch.int32, device=device), width, key)
 
 
-def uniform_into(buf: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+def centred_into(buf: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
     """Fill ``buf`` (int32 ``[len(rows), len(cols)]``, contiguous) with the noise of those rows
-    and return it as float32 in place: uniform on ``{0, 2^-24, ..., 1 - 2^-24}`` (the top 24 of
-    the 32 bits, converted exactly)."""
+    and return it as float32 in place: ``2^25 u`` with ``u`` uniform on the ``2^24`` odd
+    multiples of ``2^-25`` in ``(-1/2, 1/2)`` (the top 25 bits with the lowest set: whole
+    numbers below ``2^24``, converted exactly; ``E[u] = 0`` and ``|u| < 1/2``)."""
     torch.bitwise_xor(rows[:, None], cols[None, :], out=buf)
-    buf.mul_(0x7FEB352D).bitwise_right_shift_(8).bitwise_and_(0xFFFFFF)  # shift, sign copies off
-    u = buf.view(torch.float32)
-    return u.copy_(buf).mul_(2.0 ** -24)  # converted in place: no second buffer
+    buf.mul_(0x7FEB352D).bitwise_right_shift_(7).bitwise_or_(1)
+    return buf.view(torch.float32).copy_(buf)  # converted in place: no second buffer
 
 
 def keyed_uniform(n: int, width: int, key: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """``[n, width]`` float32 uniform on ``{0, 2^-24, ..., 1 - 2^-24}``, a function of
-    ``(key, i, j)`` for row ``i`` and column ``j`` (the same value :func:`keyed_bits` gives
-    for id ``i``, top 24 bits)."""
+    """``[n, width]`` float32 ``u`` of :func:`centred_into` (uniform in ``(-1/2, 1/2)``, mean 0),
+    a function of ``(key, i, j)`` for row ``i`` and column ``j`` (the top 25 of the bits
+    :func:`keyed_bits` gives for id ``i``)."""
     rows, cols = position_hashes(n, width, key, device)
-    return uniform_into(torch.empty((n, width), dtype=torch.int32, device=device), rows, cols)
+    return centred_into(torch.empty((n, width), dtype=torch.int32, device=device), rows, cols).mul_(2.0 ** -25)

@@ -5,30 +5,35 @@ One message row ``x [F]`` becomes ``ceil(F * b / 8)`` data bytes followed by 4 b
 parameters (offset ``z`` and scale ``s`` as bfloat16)::
 
     z = bf16 value <= min(x)          s = bf16 value >= (max(x) - z) / (2^b - 1)
-    q = floor((x - z) / s + U),  U ~ uniform[0, 1)      clamp to [0, 2^b - 1]
+    q = round((x - z) / s + u),  u ~ uniform(-1/2, 1/2)      clamp to [0, 2^b - 1]
     x_hat = q * s + z
 
 ``z`` and ``s`` are rounded to bfloat16 *before* the codes are drawn (``z`` down, ``s`` up), so
-``E[x_hat] = x`` holds for the parameters actually sent: the estimate is unbiased, and the
-rounding error is below one step ``s`` per value, ``s <= (max - min + 2^-7 |min|) / (2^b - 1)``
-(the bfloat16 offset widens the range by at most 2^-8 of ``|min|``). Values narrower than a byte are packed
-along the row: for b = 4 byte ``j`` holds values ``2j`` (low nibble) and ``2j+1``; for b = 2
-values ``4j .. 4j+3`` from the low bits up. b = 16 stores each code little-endian in 2 bytes.
+``E[x_hat] = x`` holds for the parameters actually sent: the estimate is unbiased (up to the
+float32 rounding of ``(x - z) / s + u``), and the rounding error is below one step ``s`` per
+value, ``s <= (max - min + 2^-7 |min|) / (2^b - 1)`` (the bfloat16 offset widens the range by
+at most 2^-8 of ``|min|``). Values narrower than a byte are packed along the row: for b = 4
+byte ``j`` holds values ``2j`` (low nibble) and ``2j+1``; for b = 2 values ``4j .. 4j+3`` from
+the low bits up. b = 16 stores each code little-endian in 2 bytes.
 
-``U`` is :func:`graphdist.halo.keyed.keyed_uniform` of ``(key, row, column)``: a hash, no
-generator state, so the same key draws the same noise on any rank and in a resumed run. The
-codes are written straight into the wire buffer: codes as int16 viewed two (b = 4) or four
-(b = 2) at a time as one wider integer, folded by shifts into the low byte and narrowed into
-place (the layout above, on the little-endian hosts torch runs on); decoding widens the bytes
-the same way.
+``u`` is :func:`graphdist.halo.keyed.centred_into` of ``(key, row, column)``: a hash, no
+generator state, so the same key draws the same noise on any rank and in a resumed run. It
+comes as ``2^25 u`` (whole numbers), so one multiply-add gives ``T = 2^25 ((x - z) / s + u)``
+exactly scaled, and adding ``1.5 * 2^48`` rounds ``T`` to whole ``2^25`` units with the code
+in the low bits of the float (no float-to-int conversion). The codes are written straight into
+the wire buffer: narrowed into place (b >= 8), or as int16 viewed two (b = 4) or four (b = 2)
+at a time as one wider integer, folded by shifts into the low byte and narrowed (the layout
+above, on the little-endian hosts torch runs on); decoding widens the bytes the same way. On a
+CPU the rows go through in blocks that stay in cache, on per-thread scratch buffers.
 """
 from __future__ import annotations
 
 import threading
 
 import torch
+import torch.nn.functional as F
 
-from graphdist.halo.keyed import key32, position_hashes, uniform_into
+from graphdist.halo.keyed import centred_into, key32, position_hashes
 
 __all__ = ["BITS", "row_bytes", "encode", "decode"]
 
@@ -50,19 +55,30 @@ def row_bytes(width: int, bits: int) -> int:
     return (width * bits + 7) // 8 + PARAM_BYTES
 
 
+_MAGIC = 1.5 * 2.0 ** 48
+"""``fl(T + 1.5 * 2^48)`` rounds ``T`` to a multiple of ``2^25`` (the spacing of floats there)
+to nearest, and its bits are ``0x57C00000 + T / 2^25`` for ``|T / 2^25| < 2^22``."""
+
+
 def _bf16_down(v: torch.Tensor) -> torch.Tensor:
-    """The largest bfloat16 value <= ``v`` (float32): truncate the low 16 bits, and step one
-    unit further from zero where that rounded a negative value up."""
-    i = v.view(torch.int32)
-    t = i & -65536
-    return (t + ((i < 0) & (i != t)).to(torch.int32) * 65536).view(torch.float32).to(torch.bfloat16)
+    """The largest bfloat16 value <= ``v`` (float32 in, float32 out): the low 16 bits cut
+    (towards zero), one bfloat16 step further from zero where that rounded a negative value up."""
+    t = v.view(torch.int32) & -65536
+    return t.add_((t.view(torch.float32) > v).to(torch.int32), alpha=65536).view(torch.float32)
 
 
 def _bf16_up(v: torch.Tensor) -> torch.Tensor:
-    """The smallest bfloat16 value >= ``v`` (float32)."""
-    i = v.view(torch.int32)
-    t = i & -65536
-    return (t + ((i >= 0) & (i != t)).to(torch.int32) * 65536).view(torch.float32).to(torch.bfloat16)
+    """The smallest bfloat16 value >= ``v`` (float32 in, float32 out)."""
+    t = v.view(torch.int32) & -65536
+    return t.add_((t.view(torch.float32) < v).to(torch.int32), alpha=65536).view(torch.float32)
+
+
+def _row_min_max(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    n, f = x.shape
+    if x.device.type == "cpu" and 1 < f <= 16 and x.is_contiguous():  # a pooling kernel beats a
+        flat = x.view(1, 1, n * f)                                     # reduction over few values
+        return (-F.max_pool1d(-flat, f, f)).view(n), F.max_pool1d(flat, f, f).view(n)
+    return x.amin(1), x.amax(1)
 
 
 def _blocks(n: int, width: int, device: torch.device):
@@ -91,24 +107,22 @@ def encode(x: torch.Tensor, bits: int, key: int = 0) -> torch.Tensor:
     out = torch.empty((n, row_bytes(f, bits)), dtype=torch.uint8, device=x.device)
     if n == 0 or f == 0:
         return out.zero_()
-    z = _bf16_down(x.amin(1))
-    zf = z.float()
-    s = _bf16_up((x.amax(1) - zf) / levels)
-    sf = s.float()
-    sf += sf == 0  # a constant row: any scale, 1
-    s = sf.to(torch.bfloat16)
-    inv = sf.reciprocal_()[:, None]
-    zf = zf[:, None]
+    lo, hi = _row_min_max(x)
+    z = _bf16_down(lo)
+    s = _bf16_up((hi - z) / levels).clamp_min_(2.0 ** -126)  # a constant row: any scale > 0
+    inv = (2.0 ** 25 / s)[:, None]
+    zc = z[:, None]
     rows, cols = position_hashes(n, f, key32(key), x.device)
     step, ibuf, fbuf = _blocks(n, f, x.device)
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
         m = r1 - r0
-        t = uniform_into(ibuf[:m * f].view(m, f), rows[r0:r1], cols)
-        d = torch.sub(x[r0:r1], zf[r0:r1], out=fbuf[:m * f].view(m, f))
-        t.addcmul_(d, inv[r0:r1])  # (x - z) / s + U >= 0
-        t.clamp_(max=levels)  # float rounding may carry the largest value a hair past the top level
-        _pack_into(out[r0:r1], t, d, bits)
+        t = centred_into(ibuf[:m * f].view(m, f), rows[r0:r1], cols)  # 2^25 u
+        d = torch.sub(x[r0:r1], zc[r0:r1], out=fbuf[:m * f].view(m, f))
+        t.addcmul_(d, inv[r0:r1])  # 2^25 ((x - z) / s + u), exactly scaled
+        t.clamp_(max=levels * 2.0 ** 25)  # float rounding may carry the top value a hair past the last level
+        t.add_(_MAGIC)  # rounds to a whole number of 2^25 units: the code sits in the low bits
+        _pack_into(out[r0:r1], t.view(torch.int32), d, bits)
     _store_params(out, z, s)
     return out
 
@@ -119,7 +133,7 @@ def _store_params(out: torch.Tensor, z: torch.Tensor, s: torch.Tensor) -> None:
         p[:, -2].copy_(z)
         p[:, -1].copy_(s)
     else:
-        out[:, -PARAM_BYTES:] = torch.stack([z, s], 1).view(torch.uint8)
+        out[:, -PARAM_BYTES:] = torch.stack([z, s], 1).to(torch.bfloat16).view(torch.uint8)
 
 
 def decode(buf: torch.Tensor, bits: int, width: int, dtype=torch.float32) -> torch.Tensor:
@@ -137,28 +151,26 @@ def decode(buf: torch.Tensor, bits: int, width: int, dtype=torch.float32) -> tor
     return q.to(dtype)
 
 
-def _pack_into(out: torch.Tensor, t: torch.Tensor, scratch: torch.Tensor, bits: int) -> None:
-    """Codes ``floor(t)`` (``t [m, F]`` in ``[0, 2^bits)``) -> the data bytes of ``out``.
-    ``t`` and ``scratch`` (float32 ``[m, F]``, contiguous) are overwritten: they hold the codes
-    and the shifted copies."""
-    m, f = t.shape
-    if bits >= 8:  # float -> int32 truncates (floor, as t >= 0); narrowing keeps the low bytes
-        codes = scratch.view(torch.int32)
-        codes.copy_(t)
-        (out.view(torch.int16) if bits == 16 else out)[:, :f].copy_(codes)
+def _pack_into(out: torch.Tensor, c: torch.Tensor, scratch: torch.Tensor, bits: int) -> None:
+    """Codes in the low ``bits`` bits of ``c`` (int32 ``[m, F]``; bits 16 and up anything) -> the
+    data bytes of ``out``. ``c`` and ``scratch`` (float32 ``[m, F]``, contiguous) are
+    overwritten: they hold the codes and the shifted copies."""
+    m, f = c.shape
+    if bits >= 8:  # narrowing keeps the low bytes
+        (out.view(torch.int16) if bits == 16 else out)[:, :f].copy_(c)
         return
     per = 8 // bits
     fp = -(-f // per) * per
-    if fp <= 2 * f and (bits == 4 or f % 2 == 0):  # int16 codes fit in scratch, the shifts in t
+    if fp <= 2 * f and (bits == 4 or f % 2 == 0):  # int16 codes fit in scratch, the shifts in c
         codes = scratch.view(torch.int16)[:, :fp]
-        codes[:, :f].copy_(t)
+        codes[:, :f].copy_(c)
         codes[:, f:].zero_()
         wide = torch.int32 if bits == 4 else torch.int64
         v = codes.view(wide)
-        tmp = t.view(wide)[:, :v.shape[1]]
+        tmp = c.view(wide)[:, :v.shape[1]]
     else:  # rows narrower than 4 values: fresh buffers, they are small
-        codes = torch.zeros((m, fp), dtype=torch.int16, device=t.device)
-        codes[:, :f].copy_(t)
+        codes = torch.zeros((m, fp), dtype=torch.int16, device=c.device)
+        codes[:, :f].copy_(c)
         v = codes.view(torch.int32 if bits == 4 else torch.int64)
         tmp = torch.empty_like(v)
     if bits == 4:  # int32 = c0 | c1 << 16  ->  low byte c0 | c1 << 4

@@ -73,15 +73,15 @@ def test_stochastic_rounding_is_unbiased(bits):
 
 @pytest.mark.parametrize("bits", QBITS)
 def test_noise_is_a_function_of_key_and_position(bits, monkeypatch):
-    import graphdist.halo.quant as quant
+    import graphdist.halo.keyed as keyed
     gen = torch.Generator().manual_seed(bits)
     x = torch.randn(300, 13, generator=gen)
     whole = encode(x, bits, key=11)
     # a prefix of the rows is encoded alike (row i draws the noise of (key, i, j) whatever follows)
     assert torch.equal(encode(x[:120], bits, key=11), whole[:120])
     # and so are the rows whatever the block size the CPU path takes them in
-    monkeypatch.setattr(quant, "BLOCK", 40)
-    monkeypatch.setattr(quant._local, "bufs", None, raising=False)
+    monkeypatch.setattr(keyed, "BLOCK", 40)
+    monkeypatch.setattr(keyed._local, "bufs", [], raising=False)
     assert torch.equal(encode(x, bits, key=11), whole)
     assert torch.equal(decode(whole, bits, 13), decode(whole, bits, 13).clone())
 
@@ -176,9 +176,11 @@ def _exchange_job(rank, ws, variants):
                      "n_send": sum(lay.send_counts), "n_recv": sum(lay.recv_counts), "errors": dict(ex.stats.errors),
                      "recv": (fwd_rows.detach().clone(), bwd_rows.detach().clone()), "scale": scale,
                      "sent": adj.send.mm(lg.x),  # the forward rows this rank sends
-                     "halo_abs_min": float(adj.halo.A.values().min()), "send_abs_min": float(adj.send.A.values().min()),
+                     "halo_abs_min": float(adj.halo.A.values().min()),
+                     "send_abs_min": float(adj.send.A.values().min()),
                      # |y_b - y_32| <= |A_halo| s_fwd  and  |grad_b - grad_32| <= |T|^T s_bwd, per row
-                     "bound": None if bits == 32 else (adj.halo.mm(scale[0][:, None]), adj.send.mm_t(scale[1][:, None]))}
+                     "bound": None if bits == 32 else (adj.halo.mm(scale[0][:, None]),
+                                                       adj.send.mm_t(scale[1][:, None]))}
     quant._unpack_into, quant.decode, Pending.wait = good_unpack, good_decode, wait
     return out
 

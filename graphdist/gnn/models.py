@@ -25,8 +25,8 @@ backward pass::
 
 The first layer's backward then needs no SpMM and no halo exchange at all (its weight gradient
 is ``g^T (A h)``). Dropout before a hidden layer is fused with the ReLU before it
-(:func:`keyed_dropout` with ``relu=True``): the mask is made in the buffer of its random bits
-and applied in place.
+(:func:`keyed_dropout` with ``relu=True``), in place of the layer's output, the mask drawn a
+block of rows at a time in cache.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from torch import nn
 
 from graphdist import comm
 from graphdist.halo.keyed import key32 as _key32
-from graphdist.halo.keyed import keyed_bits
+from graphdist.halo.keyed import bits_into, blocks, id_hashes, keyed_bits
 from graphdist.halo.spmm import SparseAdj
 
 
@@ -133,38 +133,60 @@ def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int, *, rel
 
     so a row is dropped alike on whichever rank owns it, and k ranks draw exactly the masks of
     one process (``ids`` = the rows' global node ids, ``key`` from (seed, epoch, layer)).
-    ``relu=True`` gives ``dropout(relu(h))`` in one step. The compare writes the 0/1 mask as
-    float32 over the bits and ``h * mask / (1 - p)`` is written over the mask: one buffer."""
+    ``relu=True`` gives ``dropout(relu(h))`` *in place of* ``h`` (a layer's output, which
+    nothing else holds). The mask is drawn a block of rows at a time into a scratch buffer
+    (:func:`graphdist.halo.keyed.blocks`), the compare writes it there as 0/1 floats, and
+    ``h * mask / (1 - p)`` goes straight into the result: no mask of the tensor's size."""
     if h.dtype != torch.float32:
-        out = h * _mask(h, p, ids, key).to(h.dtype).mul_(1.0 / (1.0 - p))
+        out = h * _scaled_mask(h, p, ids, key)
         return F.relu(out) if relu else out
     if relu:
         return _ReluDropout.apply(h, ids, p, key)
-    mask = _mask(h, p, ids, key)
     if torch.is_grad_enabled() and h.requires_grad:
-        return h * mask.mul_(1.0 / (1.0 - p))
-    return torch.addcmul(_ZERO, h, mask, value=1.0 / (1.0 - p), out=mask)
+        return h * _scaled_mask(h, p, ids, key)
+    return _dropout_into(torch.empty_like(h, memory_format=torch.contiguous_format), h, p, ids, key)
 
 
 _ZERO = torch.zeros(())
 
 
-def _mask(h: torch.Tensor, p: float, ids: torch.Tensor, key: int) -> torch.Tensor:
-    bits = keyed_bits(ids.to(h.device), h.shape[1], key)
-    return torch.ge(bits, int(p * (1 << 32)) - (1 << 31), out=bits.view(torch.float32))
+def _threshold(p: float) -> int:
+    return int(p * (1 << 32)) - (1 << 31)
+
+
+def _scaled_mask(h: torch.Tensor, p: float, ids: torch.Tensor, key: int) -> torch.Tensor:
+    keep = keyed_bits(ids.to(h.device), h.shape[1], key) >= _threshold(p)
+    return keep.to(h.dtype).mul_(1.0 / (1.0 - p))
+
+
+def _dropout_into(out: torch.Tensor, h: torch.Tensor, p: float, ids: torch.Tensor, key: int,
+                  relu: bool = False) -> torch.Tensor:
+    """``out = h * keep / (1 - p)`` (then ReLU), ``out`` may be ``h`` itself."""
+    n, f = h.shape
+    rows, cols = id_hashes(ids.to(h.device), f, key)
+    step, (buf,) = blocks(n, f, h.device)
+    thr, scale = _threshold(p), 1.0 / (1.0 - p)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        bits = bits_into(buf[:(r1 - r0) * f].view(r1 - r0, f), rows[r0:r1], cols)
+        keep = torch.ge(bits, thr, out=bits.view(torch.float32))
+        o = torch.addcmul(_ZERO, h[r0:r1], keep, value=scale, out=out[r0:r1])
+        if relu:
+            o.relu_()
+    return out
 
 
 class _ReluDropout(torch.autograd.Function):
-    """``relu(h) * mask / (1 - p)``, written over the mask; backward: ``g / (1 - p)`` where the
+    """``relu(h) * keep / (1 - p)`` written over ``h``; backward: ``g / (1 - p)`` where the
     output is positive (where the mask kept a positive value). Saves the output only."""
 
     @staticmethod
     def forward(ctx, h, ids, p, key):
         ctx.scale = 1.0 / (1.0 - p)
-        mask = _mask(h, p, ids, key)
-        out = torch.addcmul(_ZERO, h, mask, value=ctx.scale, out=mask).relu_()
-        ctx.save_for_backward(out)
-        return out
+        _dropout_into(h, h, p, ids, key, relu=True)
+        ctx.mark_dirty(h)
+        ctx.save_for_backward(h)
+        return h
 
     @staticmethod
     def backward(ctx, g):

@@ -12,9 +12,20 @@ keyed by position), for the stochastic rounding of quantised halo rows
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
-__all__ = ["mix32", "key32", "keyed_bits", "keyed_uniform", "position_hashes", "centred_into"]
+__all__ = ["mix32", "key32", "keyed_bits", "keyed_uniform", "id_hashes", "position_hashes", "bits_into",
+           "centred_into", "BLOCK", "blocks"]
+
+BLOCK = 1 << 18
+"""Values per block of rows on a CPU: elementwise passes over one block run in cache, on scratch
+buffers of ``4 * BLOCK`` bytes (1 MiB) kept per thread (:func:`blocks`). A fresh row-sized
+buffer costs more in page faults than the arithmetic on it (``train-gcn`` gives every tensor
+above ``--malloc-mmap-mb`` its own mapping). Accelerators take all rows at once."""
+
+_local = threading.local()
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
@@ -50,8 +61,36 @@ def _hashes(rows32: torch.Tensor, width: int, key: int) -> tuple[torch.Tensor, t
 def keyed_bits(ids: torch.Tensor, width: int, key: int) -> torch.Tensor:
     """``[len(ids), width]`` int32, uniform over all 32-bit values, a function of
     ``(key, ids[i], j)``."""
-    rows, cols = _hashes(_rows32(ids), width, key)
-    return (rows[:, None] ^ cols[None, :]).mul_(0x7FEB352D)
+    rows, cols = id_hashes(ids, width, key)
+    return bits_into(torch.empty((rows.numel(), width), dtype=torch.int32, device=rows.device), rows, cols)
+
+
+def id_hashes(ids: torch.Tensor, width: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row and per-column hashes ``(r [len(ids)], c [width])`` of rows keyed by ``ids``
+    (:func:`bits_into` fills any block of rows from them)."""
+    return _hashes(_rows32(ids), width, key)
+
+
+def bits_into(buf: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """Fill ``buf`` (int32 ``[len(rows), len(cols)]``) with the bits of those rows."""
+    torch.bitwise_xor(rows[:, None], cols[None, :], out=buf)
+    return buf.mul_(0x7FEB352D)
+
+
+def blocks(n: int, width: int, device: torch.device | str, slots: int = 1):
+    """``(rows per block, [int32 scratch of one block] * slots)``: on a CPU blocks of about
+    :data:`BLOCK` values on buffers kept per thread (callers in one thread take turns: none may
+    hold them across calls), elsewhere one block of all rows on fresh buffers."""
+    device = torch.device(device)
+    if device.type != "cpu":
+        return max(n, 1), [torch.empty(max(n, 1) * width, dtype=torch.int32, device=device) for _ in range(slots)]
+    step = max(1, BLOCK // max(width, 1))
+    need = step * max(width, 1)
+    bufs = getattr(_local, "bufs", [])
+    if len(bufs) < slots or bufs[0].numel() < need:
+        bufs = [torch.empty(need, dtype=torch.int32) for _ in range(max(slots, len(bufs)))]
+        _local.bufs = bufs
+    return step, bufs[:slots]
 
 
 def position_hashes(n: int, width: int, key: int, device: torch.device | str = "cpu"):
@@ -65,8 +104,7 @@ def centred_into(buf: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> t
     and return it as float32 in place: ``2^25 u`` with ``u`` uniform on the ``2^24`` odd
     multiples of ``2^-25`` in ``(-1/2, 1/2)`` (the top 25 bits with the lowest set: whole
     numbers below ``2^24``, converted exactly; ``E[u] = 0`` and ``|u| < 1/2``)."""
-    torch.bitwise_xor(rows[:, None], cols[None, :], out=buf)
-    buf.mul_(0x7FEB352D).bitwise_right_shift_(7).bitwise_or_(1)
+    bits_into(buf, rows, cols).bitwise_right_shift_(7).bitwise_or_(1)
     return buf.view(torch.float32).copy_(buf)  # converted in place: no second buffer
 
 

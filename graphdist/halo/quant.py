@@ -28,24 +28,16 @@ CPU the rows go through in blocks that stay in cache, on per-thread scratch buff
 """
 from __future__ import annotations
 
-import threading
-
 import torch
 import torch.nn.functional as F
 
-from graphdist.halo.keyed import centred_into, key32, position_hashes
+from graphdist.halo.keyed import blocks, centred_into, key32, position_hashes
 
 __all__ = ["BITS", "row_bytes", "encode", "decode"]
 
 BITS = (32, 16, 8, 4, 2)
 """Bit widths of halo rows: 32 = float32 as is, the others quantised."""
 PARAM_BYTES = 4
-BLOCK = 1 << 18
-"""Values per block of rows on a CPU: the passes of one block run in cache, on two scratch
-buffers of ``4 * BLOCK`` bytes (1 MiB) kept per thread (a fresh row-sized buffer costs more in page
-faults than the arithmetic on it). Accelerators take all rows at once."""
-
-_local = threading.local()
 
 
 def row_bytes(width: int, bits: int) -> int:
@@ -81,21 +73,6 @@ def _row_min_max(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return x.amin(1), x.amax(1)
 
 
-def _blocks(n: int, width: int, device: torch.device):
-    """Row ranges and two scratch buffers (int32, float32) of one block each."""
-    if device.type != "cpu":
-        step = n
-        a = torch.empty((n, width), dtype=torch.int32, device=device)
-        return step, a.view(-1), torch.empty((n, width), dtype=torch.float32, device=device).view(-1)
-    step = max(1, BLOCK // width)
-    need = step * width
-    bufs = getattr(_local, "bufs", None)
-    if bufs is None or bufs[0].numel() < need:
-        bufs = (torch.empty(need, dtype=torch.int32), torch.empty(need, dtype=torch.float32))
-        _local.bufs = bufs
-    return step, bufs[0], bufs[1]
-
-
 def encode(x: torch.Tensor, bits: int, key: int = 0) -> torch.Tensor:
     """``x [n, F]`` float -> ``[n, row_bytes(F, bits)]`` uint8; the rounding noise ``U`` is a
     function of ``(key, position)`` (give every call its own key: same key, same noise)."""
@@ -113,7 +90,8 @@ def encode(x: torch.Tensor, bits: int, key: int = 0) -> torch.Tensor:
     inv = (2.0 ** 25 / s)[:, None]
     zc = z[:, None]
     rows, cols = position_hashes(n, f, key32(key), x.device)
-    step, ibuf, fbuf = _blocks(n, f, x.device)
+    step, (ibuf, fbuf) = blocks(n, f, x.device, slots=2)
+    fbuf = fbuf.view(torch.float32)
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
         m = r1 - r0
@@ -143,7 +121,7 @@ def decode(buf: torch.Tensor, bits: int, width: int, dtype=torch.float32) -> tor
         return torch.zeros((n, width), dtype=dtype, device=buf.device)
     params = buf[:, -PARAM_BYTES:].clone(memory_format=torch.contiguous_format).view(torch.bfloat16).float()
     q = torch.empty((n, width), dtype=torch.float32, device=buf.device)
-    step, ibuf, _ = _blocks(n, width, buf.device)
+    step, (ibuf,) = blocks(n, width, buf.device)
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
         _unpack_into(q[r0:r1], buf[r0:r1], bits, ibuf)

@@ -29,12 +29,13 @@ _local = threading.local()
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
-    """lowbias32 integer hash on int32 tensors (wrapping multiplies, logical shifts)."""
-    x = x ^ ((x >> 16) & 0xFFFF)
-    x = x * 0x7FEB352D
-    x = x ^ ((x >> 15) & 0x1FFFF)
-    x = x * (0x846CA68B - (1 << 32))
-    return x ^ ((x >> 16) & 0xFFFF)
+    """lowbias32 integer hash on int32 tensors (wrapping multiplies, logical shifts); a new
+    tensor, ``x`` is left as it is."""
+    x = torch.bitwise_right_shift(x, 16).bitwise_and_(0xFFFF).bitwise_xor_(x)
+    x.mul_(0x7FEB352D)
+    x.bitwise_xor_(torch.bitwise_right_shift(x, 15).bitwise_and_(0x1FFFF))
+    x.mul_(0x846CA68B - (1 << 32))
+    return x.bitwise_xor_(torch.bitwise_right_shift(x, 16).bitwise_and_(0xFFFF))
 
 
 def key32(*values: int) -> int:

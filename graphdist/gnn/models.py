@@ -147,9 +147,6 @@ def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int, *, rel
     return _dropout_into(torch.empty_like(h, memory_format=torch.contiguous_format), h, p, ids, key)
 
 
-_ZERO = torch.zeros(())
-
-
 def _threshold(p: float) -> int:
     return int(p * (1 << 32)) - (1 << 31)
 
@@ -166,11 +163,12 @@ def _dropout_into(out: torch.Tensor, h: torch.Tensor, p: float, ids: torch.Tenso
     rows, cols = id_hashes(ids.to(h.device), f, key)
     step, (buf,) = blocks(n, f, h.device)
     thr, scale = _threshold(p), 1.0 / (1.0 - p)
+    zero = torch.zeros((), dtype=h.dtype, device=h.device)
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
         bits = bits_into(buf[:(r1 - r0) * f].view(r1 - r0, f), rows[r0:r1], cols)
         keep = torch.ge(bits, thr, out=bits.view(torch.float32))
-        o = torch.addcmul(_ZERO, h[r0:r1], keep, value=scale, out=out[r0:r1])
+        o = torch.addcmul(zero, h[r0:r1], keep, value=scale, out=out[r0:r1])
         if relu:
             o.relu_()
     return out

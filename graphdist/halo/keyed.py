@@ -78,18 +78,20 @@ def bits_into(buf: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torc
     return buf.mul_(0x7FEB352D)
 
 
-def blocks(n: int, width: int, device: torch.device | str, slots: int = 1):
-    """``(rows per block, [int32 scratch of one block] * slots)``: on a CPU blocks of about
-    :data:`BLOCK` values on buffers kept per thread (callers in one thread take turns: none may
-    hold them across calls), elsewhere one block of all rows on fresh buffers."""
+def blocks(n: int, width: int, device: torch.device | str, slots: int = 1, align: int = 1, extra: int = 0):
+    """``(rows per block, [int32 scratch of one block + extra values] * slots)``: on a CPU blocks
+    of about :data:`BLOCK` values (a multiple of ``align`` rows) on buffers kept per thread
+    (callers in one thread take turns: none may hold them across calls), elsewhere one block of
+    all rows on fresh buffers."""
     device = torch.device(device)
     if device.type != "cpu":
-        return max(n, 1), [torch.empty(max(n, 1) * width, dtype=torch.int32, device=device) for _ in range(slots)]
-    step = max(1, BLOCK // max(width, 1))
-    need = step * max(width, 1)
+        return max(n, 1), [torch.empty(max(n, 1) * width + extra, dtype=torch.int32, device=device)
+                           for _ in range(slots)]
+    step = max(align, BLOCK // max(width, 1) // align * align)
+    need = step * max(width, 1) + extra
     bufs = getattr(_local, "bufs", [])
     if len(bufs) < slots or bufs[0].numel() < need:
-        bufs = [torch.empty(need, dtype=torch.int32) for _ in range(max(slots, len(bufs)))]
+        bufs = [torch.empty(max(need, BLOCK + extra), dtype=torch.int32) for _ in range(max(slots, len(bufs)))]
         _local.bufs = bufs
     return step, bufs[:slots]
 

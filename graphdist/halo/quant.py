@@ -16,8 +16,10 @@ at most 2^-8 of ``|min|``). Values narrower than a byte are packed along the row
 byte ``j`` holds values ``2j`` (low nibble) and ``2j+1``; for b = 2 values ``4j .. 4j+3`` from
 the low bits up. b = 16 stores each code little-endian in 2 bytes.
 
-``u`` is :func:`graphdist.halo.keyed.centred_into` of ``(key, row, column)``: a hash, no
-generator state, so the same key draws the same noise on any rank and in a resumed run. It
+``u`` is :func:`graphdist.halo.keyed.centred_into` of ``key`` and the value's position in the
+message (on a grid of :data:`GRID`-wide rows, so that hashing stays in long rows however
+narrow the message is): a hash, no generator state, so the same key draws the same noise on
+any rank and in a resumed run. It
 comes as ``2^25 u`` (whole numbers), so one multiply-add gives ``T = 2^25 ((x - z) / s + u)``
 exactly scaled, and adding ``1.5 * 2^48`` rounds ``T`` to whole ``2^25`` units with the code
 in the low bits of the float (no float-to-int conversion). The codes are written straight into
@@ -47,6 +49,10 @@ def row_bytes(width: int, bits: int) -> int:
     return (width * bits + 7) // 8 + PARAM_BYTES
 
 
+GRID = 64
+"""The noise of value ``j`` of message row ``i`` is that of position ``p = i * F + j`` on a grid
+of rows of ``GRID`` values (row ``p // GRID``, column ``p % GRID``): long rows of hashes however
+narrow the message rows are."""
 _MAGIC = 1.5 * 2.0 ** 48
 """``fl(T + 1.5 * 2^48)`` rounds ``T`` to a multiple of ``2^25`` (the spacing of floats there)
 to nearest, and its bits are ``0x57C00000 + T / 2^25`` for ``|T / 2^25| < 2^22``."""
@@ -89,13 +95,15 @@ def encode(x: torch.Tensor, bits: int, key: int = 0) -> torch.Tensor:
     s = _bf16_up((hi - z) / levels).clamp_min_(2.0 ** -126)  # a constant row: any scale > 0
     inv = (2.0 ** 25 / s)[:, None]
     zc = z[:, None]
-    rows, cols = position_hashes(n, f, key32(key), x.device)
-    step, (ibuf, fbuf) = blocks(n, f, x.device, slots=2)
+    rows, cols = position_hashes(-(-n * f // GRID), GRID, key32(key), x.device)
+    step, (ibuf, fbuf) = blocks(n, f, x.device, slots=2, align=GRID, extra=GRID)  # blocks start on grid rows
     fbuf = fbuf.view(torch.float32)
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
         m = r1 - r0
-        t = centred_into(ibuf[:m * f].view(m, f), rows[r0:r1], cols)  # 2^25 u
+        g0, g1 = r0 * f // GRID, -(-r1 * f // GRID)
+        t = centred_into(ibuf[:(g1 - g0) * GRID].view(g1 - g0, GRID), rows[g0:g1], cols)  # 2^25 u
+        t = t.view(-1)[:m * f].view(m, f)
         d = torch.sub(x[r0:r1], zc[r0:r1], out=fbuf[:m * f].view(m, f))
         t.addcmul_(d, inv[r0:r1])  # 2^25 ((x - z) / s + u), exactly scaled
         t.clamp_(max=levels * 2.0 ** 25)  # float rounding may carry the top value a hair past the last level

@@ -130,6 +130,8 @@ def decode(buf: torch.Tensor, bits: int, width: int, dtype=torch.float32) -> tor
     params = buf[:, -PARAM_BYTES:].clone(memory_format=torch.contiguous_format).view(torch.bfloat16).float()
     q = torch.empty((n, width), dtype=torch.float32, device=buf.device)
     step, (ibuf,) = blocks(n, width, buf.device)
+    if bits >= 8:  # one widening copy, no scratch: blocks would only add calls
+        step = n
     for r0 in range(0, n, step):
         r1 = min(n, r0 + step)
         _unpack_into(q[r0:r1], buf[r0:r1], bits, ibuf)

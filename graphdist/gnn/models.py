@@ -5,12 +5,28 @@ over local columns ``[owned | halo]`` (``[n_own, n_own + n_halo]``) and ``exchan
 rank's :class:`~graphdist.halo.exchange.HaloExchanger` (None at world size 1: then this is plain
 single-device code). ``adj.propagate(z, exchange)`` = ``A @ [z ; halo rows of z]``.
 
-Where the linear goes (each layer moves ``min(F_in, F_out)`` columns per halo row)::
+Where the linear goes: both orders are the same math, ``A (h W^T) = (A h) W^T``, so a layer
+takes the one whose SpMMs (and halo rows, which are as wide) are narrower, counting the
+backward pass::
 
-    F_out <= F_in :  z = h W^T  ->  propagate(z)  ->  A z + b        (PyG GCNConv order)
-    F_out >  F_in :  propagate(h)  ->  A h  ->  (A h) W^T + b
+    lin first        z = h W^T  ->  propagate(z)  ->  A z + b      (PyG GCNConv order)
+                     SpMM at F_out forward, and again backward if any gradient is needed
+    propagate first  propagate(h)  ->  A h  ->  (A h) W^T + b
+                     SpMM at F_in forward, and again backward only if h needs a gradient
 
-Both orders are the same math: ``A (h W^T) = (A h) W^T``.
+    h needs a gradient (hidden layers)      propagate first iff F_out > F_in
+    h does not (the features, dropped out)  propagate first iff F_in < 2 F_out in training,
+                                            F_in < F_out in evaluation
+    ... and with no active exchange         propagate first iff F_in <= 2 F_out, and the
+                                            product of an unchanged input is kept
+                                            (``SparseAdj.propagate(reuse=True)``): the
+                                            evaluation pass's first layer costs a dense
+                                            product only
+
+The first layer's backward then needs no SpMM and no halo exchange at all (its weight gradient
+is ``g^T (A h)``). Dropout before a hidden layer is fused with the ReLU before it
+(:func:`keyed_dropout` with ``relu=True``), in place of the layer's output, the mask drawn a
+block of rows at a time in cache.
 """
 from __future__ import annotations
 
@@ -22,13 +38,24 @@ from torch import nn
 
 from graphdist import comm
 from graphdist.halo.keyed import key32 as _key32
-from graphdist.halo.keyed import keyed_bits
+from graphdist.halo.keyed import bits_into, blocks, id_hashes, keyed_bits
 from graphdist.halo.spmm import SparseAdj
 
 
 def _glorot(w: torch.Tensor) -> None:
     a = math.sqrt(6.0 / (w.shape[0] + w.shape[1]))
     nn.init.uniform_(w, -a, a)
+
+
+def _propagate_first(f_in: int, f_out: int, h: torch.Tensor, exchange, params) -> tuple[bool, bool]:
+    """``(propagate before the linear, keep the product for an unchanged input)``, see the
+    module docstring."""
+    grad = torch.is_grad_enabled()
+    if grad and h.requires_grad:
+        return f_out > f_in, False
+    if (exchange is None or not exchange.active) and f_in <= 2 * f_out:
+        return True, True
+    return f_in < f_out * (2 if grad and any(p.requires_grad for p in params) else 1), False
 
 
 class GCNLayer(nn.Module):
@@ -43,9 +70,10 @@ class GCNLayer(nn.Module):
         _glorot(self.weight)
 
     def forward(self, h, adj: SparseAdj, exchange=None):
-        if self.f_out <= self.f_in:
-            return adj.propagate(h @ self.weight.t(), exchange) + self.bias
-        return adj.propagate(h, exchange) @ self.weight.t() + self.bias
+        first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight, self.bias))
+        if first:
+            return F.linear(adj.propagate(h, exchange, reuse=reuse), self.weight, self.bias)
+        return adj.propagate(h @ self.weight.t(), exchange) + self.bias
 
 
 class SAGELayer(nn.Module):
@@ -63,9 +91,10 @@ class SAGELayer(nn.Module):
 
     def forward(self, h, adj: SparseAdj, exchange=None):
         root = h @ self.weight_r.t()
-        if self.f_out <= self.f_in:
-            return adj.propagate(h @ self.weight_l.t(), exchange) + self.bias + root
-        return adj.propagate(h, exchange) @ self.weight_l.t() + self.bias + root
+        first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight_l, self.bias))
+        if first:
+            return F.linear(adj.propagate(h, exchange, reuse=reuse), self.weight_l, self.bias) + root
+        return adj.propagate(h @ self.weight_l.t(), exchange) + self.bias + root
 
 
 class GlobalBatchNorm(nn.Module):
@@ -95,7 +124,7 @@ class GlobalBatchNorm(nn.Module):
         return d * (var + self.eps).rsqrt() * self.weight + self.bias
 
 
-def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int) -> torch.Tensor:
+def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int, *, relu: bool = False) -> torch.Tensor:
     """Dropout whose mask is a function of ``(key, global row id, column)`` only
     (:func:`graphdist.halo.keyed.keyed_bits`: an xor, a multiply and a compare per element,
     several times cheaper than ``torch.bernoulli`` on a CPU)::
@@ -103,9 +132,64 @@ def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int) -> tor
         keep[i, j] = bits(key, id_i, j) >= (p - 1/2) * 2^32      (signed 32-bit compare)
 
     so a row is dropped alike on whichever rank owns it, and k ranks draw exactly the masks of
-    one process (``ids`` = the rows' global node ids, ``key`` from (seed, epoch, layer))."""
-    keep = keyed_bits(ids.to(h.device), h.shape[1], key) >= int(p * (1 << 32)) - (1 << 31)
-    return h * keep.to(h.dtype).mul_(1.0 / (1.0 - p))
+    one process (``ids`` = the rows' global node ids, ``key`` from (seed, epoch, layer)).
+    ``relu=True`` gives ``dropout(relu(h))`` *in place of* ``h`` (a layer's output, which
+    nothing else holds). The mask is drawn a block of rows at a time into a scratch buffer
+    (:func:`graphdist.halo.keyed.blocks`), the compare writes it there as 0/1 floats, and
+    ``h * mask / (1 - p)`` goes straight into the result: no mask of the tensor's size."""
+    if h.dtype != torch.float32:
+        out = h * _scaled_mask(h, p, ids, key)
+        return F.relu(out) if relu else out
+    if relu:
+        return _ReluDropout.apply(h, ids, p, key)
+    if torch.is_grad_enabled() and h.requires_grad:
+        return h * _scaled_mask(h, p, ids, key)
+    return _dropout_into(torch.empty_like(h, memory_format=torch.contiguous_format), h, p, ids, key)
+
+
+def _threshold(p: float) -> int:
+    return int(p * (1 << 32)) - (1 << 31)
+
+
+def _scaled_mask(h: torch.Tensor, p: float, ids: torch.Tensor, key: int) -> torch.Tensor:
+    keep = keyed_bits(ids.to(h.device), h.shape[1], key) >= _threshold(p)
+    return keep.to(h.dtype).mul_(1.0 / (1.0 - p))
+
+
+def _dropout_into(out: torch.Tensor, h: torch.Tensor, p: float, ids: torch.Tensor, key: int,
+                  relu: bool = False) -> torch.Tensor:
+    """``out = h * keep / (1 - p)`` (then ReLU), ``out`` may be ``h`` itself."""
+    n, f = h.shape
+    rows, cols = id_hashes(ids.to(h.device), f, key)
+    step, (buf,) = blocks(n, f, h.device)
+    thr, scale = _threshold(p), 1.0 / (1.0 - p)
+    zero = torch.zeros((), dtype=h.dtype, device=h.device)
+    for r0 in range(0, n, step):
+        r1 = min(n, r0 + step)
+        bits = bits_into(buf[:(r1 - r0) * f].view(r1 - r0, f), rows[r0:r1], cols)
+        keep = torch.ge(bits, thr, out=bits.view(torch.float32))
+        o = torch.addcmul(zero, h[r0:r1], keep, value=scale, out=out[r0:r1])
+        if relu:
+            o.relu_()
+    return out
+
+
+class _ReluDropout(torch.autograd.Function):
+    """``relu(h) * keep / (1 - p)`` written over ``h``; backward: ``g / (1 - p)`` where the
+    output is positive (where the mask kept a positive value). Saves the output only."""
+
+    @staticmethod
+    def forward(ctx, h, ids, p, key):
+        ctx.scale = 1.0 / (1.0 - p)
+        _dropout_into(h, h, p, ids, key, relu=True)
+        ctx.mark_dirty(h)
+        ctx.save_for_backward(h)
+        return h
+
+    @staticmethod
+    def backward(ctx, g):
+        (out,) = ctx.saved_tensors
+        return torch.ops.aten.threshold_backward.default(g, out, 0.0).mul_(ctx.scale), None, None, None
 
 
 class GNN(nn.Module):
@@ -141,15 +225,19 @@ class GNN(nn.Module):
         if self.label_emb is not None and labels is not None:
             h = h + self.label_emb(labels.clamp(min=0)) * (labels >= 0).to(h.dtype)[:, None]
         last = len(self.convs) - 1
+        relu = False  # the ReLU after layer i - 1, applied with the dropout before layer i
         for i, conv in enumerate(self.convs):
             if self.dropout > 0 and self.training:
-                h = (F.dropout(h, self.dropout, True) if ids is None
-                     else keyed_dropout(h, self.dropout, ids, _key32(self.seed, step, i)))
+                if ids is None:
+                    h = F.dropout(F.relu(h) if relu else h, self.dropout, True)
+                else:
+                    h = keyed_dropout(h, self.dropout, ids, _key32(self.seed, step, i), relu=relu)
+            elif relu:
+                h = F.relu(h, inplace=True)  # a layer's output: nothing else holds it
             h = conv(h, adj, exchange)
-            if i < last:
-                if self.norms is not None:
-                    h = self.norms[i](h)
-                h = F.relu(h)
+            relu = i < last
+            if relu and self.norms is not None:
+                h = self.norms[i](h)
         return h
 
     def param_groups(self, weight_decay: float, first_layer_only: bool = True) -> list[dict]:
@@ -162,5 +250,6 @@ class GNN(nn.Module):
         return [{"params": first, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
 
     def halo_widths(self) -> list[int]:
-        """Columns each layer exchanges per halo row (``min(F_in, F_out)``)."""
+        """Columns each layer exchanges per halo row when its input needs a gradient
+        (``min(F_in, F_out)``; see the module docstring for the first layer)."""
         return [min(c.f_in, c.f_out) for c in self.convs]

@@ -4,23 +4,38 @@ ranks draw what one process draws and a resumed run draws what an unbroken one d
     r_i = mix32(row_i ^ key)      c_j = mix32(j * C ^ ~key)         (per row / per column)
     bits[i, j] = int32((r_i ^ c_j) * M)                               (one multiply per element)
 
-Used for dropout masks keyed by global node id (:func:`graphdist.gnn.models.keyed_dropout`);
-:func:`key32` also keys the stochastic rounding of quantised halo rows (:mod:`graphdist.halo.quant`).
+Per element that is an xor and a multiply (the hashes run once per row and once per column),
+several times cheaper than torch's generators on a CPU. Used for dropout masks keyed by global
+node id (:func:`graphdist.gnn.models.keyed_dropout`) and, through :func:`keyed_uniform` (rows
+keyed by position), for the stochastic rounding of quantised halo rows
+(:mod:`graphdist.halo.quant`).
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
-__all__ = ["mix32", "key32", "keyed_bits"]
+__all__ = ["mix32", "key32", "keyed_bits", "keyed_uniform", "id_hashes", "position_hashes", "bits_into",
+           "centred_into", "BLOCK", "blocks"]
+
+BLOCK = 1 << 18
+"""Values per block of rows on a CPU: elementwise passes over one block run in cache, on scratch
+buffers of ``4 * BLOCK`` bytes (1 MiB) kept per thread (:func:`blocks`). A fresh row-sized
+buffer costs more in page faults than the arithmetic on it (``train-gcn`` gives every tensor
+above ``--malloc-mmap-mb`` its own mapping). Accelerators take all rows at once."""
+
+_local = threading.local()
 
 
 def mix32(x: torch.Tensor) -> torch.Tensor:
-    """lowbias32 integer hash on int32 tensors (wrapping multiplies, logical shifts)."""
-    x = x ^ ((x >> 16) & 0xFFFF)
-    x = x * 0x7FEB352D
-    x = x ^ ((x >> 15) & 0x1FFFF)
-    x = x * (0x846CA68B - (1 << 32))
-    return x ^ ((x >> 16) & 0xFFFF)
+    """lowbias32 integer hash on int32 tensors (wrapping multiplies, logical shifts); a new
+    tensor, ``x`` is left as it is."""
+    x = torch.bitwise_right_shift(x, 16).bitwise_and_(0xFFFF).bitwise_xor_(x)
+    x.mul_(0x7FEB352D)
+    x.bitwise_xor_(torch.bitwise_right_shift(x, 15).bitwise_and_(0x1FFFF))
+    x.mul_(0x846CA68B - (1 << 32))
+    return x.bitwise_xor_(torch.bitwise_right_shift(x, 16).bitwise_and_(0xFFFF))
 
 
 def key32(*values: int) -> int:
@@ -38,11 +53,67 @@ def _rows32(ids: torch.Tensor) -> torch.Tensor:
     return torch.where(folded >= 1 << 31, folded - (1 << 32), folded).to(torch.int32)
 
 
+def _hashes(rows32: torch.Tensor, width: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = mix32(rows32 ^ key)
+    cols = torch.arange(width, dtype=torch.int32, device=rows32.device) * (0x85EBCA6B - (1 << 32))
+    return rows, mix32(cols ^ ~key)
+
+
 def keyed_bits(ids: torch.Tensor, width: int, key: int) -> torch.Tensor:
     """``[len(ids), width]`` int32, uniform over all 32-bit values, a function of
     ``(key, ids[i], j)``."""
-    rows = mix32(_rows32(ids) ^ key)
-    cols = torch.arange(width, dtype=torch.int32, device=ids.device) * (0x85EBCA6B - (1 << 32))
-    cols = mix32(cols ^ ~key)
-    x = rows[:, None] ^ cols[None, :]
-    return x.mul_(0x7FEB352D)
+    rows, cols = id_hashes(ids, width, key)
+    return bits_into(torch.empty((rows.numel(), width), dtype=torch.int32, device=rows.device), rows, cols)
+
+
+def id_hashes(ids: torch.Tensor, width: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-row and per-column hashes ``(r [len(ids)], c [width])`` of rows keyed by ``ids``
+    (:func:`bits_into` fills any block of rows from them)."""
+    return _hashes(_rows32(ids), width, key)
+
+
+def bits_into(buf: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """Fill ``buf`` (int32 ``[len(rows), len(cols)]``) with the bits of those rows."""
+    torch.bitwise_xor(rows[:, None], cols[None, :], out=buf)
+    return buf.mul_(0x7FEB352D)
+
+
+def blocks(n: int, width: int, device: torch.device | str, slots: int = 1, align: int = 1, extra: int = 0):
+    """``(rows per block, [int32 scratch of one block + extra values] * slots)``: on a CPU blocks
+    of about :data:`BLOCK` values (a multiple of ``align`` rows) on buffers kept per thread
+    (callers in one thread take turns: none may hold them across calls), elsewhere one block of
+    all rows on fresh buffers."""
+    device = torch.device(device)
+    if device.type != "cpu":
+        return max(n, 1), [torch.empty(max(n, 1) * width + extra, dtype=torch.int32, device=device)
+                           for _ in range(slots)]
+    step = max(align, BLOCK // max(width, 1) // align * align)
+    need = step * max(width, 1) + extra
+    bufs = getattr(_local, "bufs", [])
+    if len(bufs) < slots or bufs[0].numel() < need:
+        bufs = [torch.empty(max(need, BLOCK + extra), dtype=torch.int32) for _ in range(max(slots, len(bufs)))]
+        _local.bufs = bufs
+    return step, bufs[:slots]
+
+
+def position_hashes(n: int, width: int, key: int, device: torch.device | str = "cpu"):
+    """Per-row and per-column hashes ``(r [n], c [width])`` of positions ``0..n-1`` (for
+    :func:`centred_into`, which fills any block of rows from them)."""
+    return _hashes(torch.arange(n, dtype=torch.int32, device=device), width, key)
+
+
+def centred_into(buf: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """Fill ``buf`` (int32 ``[len(rows), len(cols)]``, contiguous) with the noise of those rows
+    and return it as float32 in place: ``2^25 u`` with ``u`` uniform on the ``2^24`` odd
+    multiples of ``2^-25`` in ``(-1/2, 1/2)`` (the top 25 bits with the lowest set: whole
+    numbers below ``2^24``, converted exactly; ``E[u] = 0`` and ``|u| < 1/2``)."""
+    bits_into(buf, rows, cols).bitwise_right_shift_(7).bitwise_or_(1)
+    return buf.view(torch.float32).copy_(buf)  # converted in place: no second buffer
+
+
+def keyed_uniform(n: int, width: int, key: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``[n, width]`` float32 ``u`` of :func:`centred_into` (uniform in ``(-1/2, 1/2)``, mean 0),
+    a function of ``(key, i, j)`` for row ``i`` and column ``j`` (the top 25 of the bits
+    :func:`keyed_bits` gives for id ``i``)."""
+    rows, cols = position_hashes(n, width, key, device)
+    return centred_into(torch.empty((n, width), dtype=torch.int32, device=device), rows, cols).mul_(2.0 ** -25)

@@ -21,6 +21,7 @@ workload that propagates over a partitioned graph (GCN/SAGE, LightGCN).
 from __future__ import annotations
 
 import warnings
+import weakref
 
 import torch
 
@@ -137,9 +138,17 @@ class SparseAdj:
     def n_recv(self) -> int:
         return 0 if self.halo is None else self.halo.shape[1]
 
-    def propagate(self, h: torch.Tensor, exchanger=None) -> torch.Tensor:
-        """``A @ [h ; halo rows of h]`` for owned rows ``h [n_own, F]`` (autograd-aware)."""
-        if exchanger is None or not exchanger.active:
+    def propagate(self, h: torch.Tensor, exchanger=None, *, reuse: bool = False) -> torch.Tensor:
+        """``A @ [h ; halo rows of h]`` for owned rows ``h [n_own, F]`` (autograd-aware).
+
+        ``reuse=True``, for an input that needs no gradient and no active exchange: the product
+        is kept while ``h`` lives, and a later call with the same, unmodified ``h`` (same
+        object, same version) returns it (the caller must not change it in place). The
+        evaluation pass propagates the same features every epoch."""
+        local = exchanger is None or not exchanger.active
+        if reuse and local and not h.requires_grad:
+            return self._kept_product(h)
+        if local:
             if self.halo is not None and self.halo.nnz:
                 raise ValueError("this adjacency has halo columns but no active halo exchanger was given")
             return _SpMM.apply(h, self.own)
@@ -149,6 +158,24 @@ class SparseAdj:
                              f"adjacency ({self.halo_mode}) expects {self.n_send} / {self.n_recv}: build both "
                              "for the same halo mode")
         return _HaloSpMM.apply(h, self, exchanger)
+
+    def _kept_product(self, h: torch.Tensor) -> torch.Tensor:
+        kept = self.__dict__.setdefault("_kept", {})
+        hit = kept.get(id(h))
+        if hit is not None and hit[0]() is h and hit[1] == h._version:
+            return hit[2]
+        if self.halo is not None and self.halo.nnz:
+            raise ValueError("this adjacency has halo columns but no active halo exchanger was given")
+        out = self.own.mm(h)
+        key = id(h)
+        ref = weakref.ref(h, lambda _, k=key, d=kept: d.pop(k, None))  # dies with h
+        kept[key] = (ref, h._version, out)
+        return out
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_kept", None)
+        return state
 
     def __matmul__(self, h: torch.Tensor) -> torch.Tensor:
         return self.propagate(h)

@@ -150,6 +150,8 @@ def soak(jobs: int, entries=ENTRIES, kinds=KINDS, workdir: Path | None = None, *
                     echo(f"FAIL {entry} {kind} job {i} ({r.step} run): rc {r.rc}"
                          f"{', abort' if r.aborted else ''}{', no report' if not r.report_ok else ''}"
                          f"{', cores ' + ' '.join(cores) if cores else ''}; log {d / (r.step + '.log')}")
+                echo(f"job {i} {entry} {kind}: " + ", ".join(f"{r.step} {'ok' if r.ok else 'FAILED'} "
+                                                          f"{r.seconds:.1f}s" for r in got))
                 if not bad and not keep:
                     shutil.rmtree(d, ignore_errors=True)
     finally:

@@ -25,7 +25,8 @@ from graphdist import config as config_mod
 from graphdist.errors import USER_ERRORS, DistributedError, Interrupted
 from graphdist.runtime import env_world
 
-__all__ = ["Nodes", "under_launcher", "started_by_graphdist", "start_hint", "launch", "run_job", "rank_main", "guarded", "print_error"]
+__all__ = ["Nodes", "under_launcher", "started_by_graphdist", "start_hint", "launch", "run_job", "rank_main",
+           "guarded", "print_error"]
 
 
 @dataclass

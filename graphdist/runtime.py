@@ -101,7 +101,7 @@ def shutdown() -> list[str]:
     object is freed. ``destroy_process_group`` drops torch's registry entries, but the object
     lives on while anything references it, and some torch modules bind the default group into
     function defaults when they are imported after it exists (``torch.distributed.nn.functional``,
-    imported by torch.distributed.checkpoint; ``zero_redundancy_optimizer``, by torchrec). Such a
+    imported by torch.distributed.checkpoint; ``torch.distributed.optim``, by torchrec). Such a
     group was then freed only during interpreter finalisation, and a worker thread still
     releasing a finished collective's tensors there needs the GIL: Python ends that thread with
     ``pthread_exit``, whose unwinding through a ``noexcept`` destructor calls ``std::terminate``

@@ -78,21 +78,21 @@ def test_a_finished_worker_leaves_no_group_thread(tmp_path, kind):
 def _soak():
     spec = importlib.util.spec_from_file_location("exit_soak", REPO / "benchmarks" / "exit_soak.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("exit_soak", mod)  # its dataclasses look their module up
     spec.loader.exec_module(mod)
     return mod
 
 
 def test_short_soak_both_entry_points_exit_cleanly(tmp_path):
-    """The soak of benchmarks/exit_soak.py, short: a resumed train-gcn job through --nproc 2 and
-    through an external torchrun (BENCHMARKS.md has the long run)."""
+    """The soak of benchmarks/exit_soak.py, short: train-gcn through --nproc 2, resumed from its
+    checkpoint through an external torchrun (BENCHMARKS.md has the long run)."""
     soak = _soak()
-    lines = []
-    runs = soak.soak(1, ("nproc", "torchrun"), ("gcn-resume",), tmp_path, echo=lines.append, timeout=240)
-    assert [(r.entry, r.step) for r in runs] == [("nproc", "first"), ("nproc", "resumed"),
-                                                 ("torchrun", "first"), ("torchrun", "resumed")], lines
+    runs = [soak.run_one("nproc", "gcn-resume", tmp_path, False, timeout=240),
+            soak.run_one("torchrun", "gcn-resume", tmp_path, True, timeout=240)]
     for r in runs:
         assert r.ok, f"{r.entry} {r.step}: rc {r.rc}\n{r.log[-3000:]}"
         assert "Traceback" not in r.log, r.log[-3000:]
+    assert "resumed from epoch 3" in runs[1].log, runs[1].log[-3000:]
 
 
 GLOO_PEER = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "
@@ -188,4 +188,5 @@ def test_torchrun_job_with_the_wrong_world_size_says_torchrun(tmp_path):
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("graphdist:")]
     assert lines == ["graphdist: error: --parts 3 does not match the world size 2 (start 3 workers, "
                      "e.g. torchrun --nproc-per-node 3)"], r.stderr[-3000:]
-    assert "Traceback" not in r.stderr.split("ChildFailedError")[0]  # torchrun's own report follows
+    frames = [ln for ln in r.stderr.splitlines() if ln.strip().startswith("File ")]
+    assert not [f for f in frames if "graphdist" in f], r.stderr[-3000:]  # only torchrun's own report

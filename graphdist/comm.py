@@ -14,6 +14,7 @@ store keys that let a rank name what happened on a peer.
 """
 from __future__ import annotations
 
+import re
 import time
 
 import torch
@@ -193,6 +194,23 @@ def is_collective_failure(exc: BaseException) -> bool:
     return any(m in str(exc) for m in _FAILURE_MARKS)
 
 
+def first_sentences(text: str, limit: int = 200) -> str:
+    """The first line of ``text``, cut to at most about ``limit`` characters and never mid-word:
+    as many whole sentences as fit; a first sentence longer than ``limit`` whole up to ``2 *
+    limit`` characters; else its words up to ``limit``, then ``...``. Empty text gives ``""``."""
+    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
+    if len(line) <= limit:
+        return line
+    ends = [m.end() for m in re.finditer(r"[.!?](?=\s)", line)]
+    fit = [e for e in ends if e <= limit]
+    if fit:
+        return line[:fit[-1]]
+    if ends and ends[0] <= 2 * limit:
+        return line[:ends[0]]
+    cut = line.rfind(" ", 0, limit)
+    return (line[:cut] if cut > 0 else line[:limit]).rstrip(" ,;:") + " ..."
+
+
 def _store():
     from torch.distributed.distributed_c10d import _get_default_store
     return _get_default_store()
@@ -215,7 +233,7 @@ def publish_failure(exc: BaseException) -> None:
     from graphdist.errors import USER_ERRORS, Interrupted
     if isinstance(exc, (Interrupted, KeyboardInterrupt)):
         return
-    text = str(exc) if isinstance(exc, USER_ERRORS) else f"{type(exc).__name__}: {str(exc)[:200]}"
+    text = str(exc) if isinstance(exc, USER_ERRORS) else f"{type(exc).__name__}: {first_sentences(str(exc))}"
     publish_error(text.strip().splitlines()[0] if text.strip() else type(exc).__name__)
 
 
@@ -266,7 +284,7 @@ def raise_peer_failure(exc: BaseException, where: str) -> None:
         who = "rank" + ("s " if len(dead) > 1 else " ") + ", ".join(map(str, dead)) + " stopped responding"
     else:
         who = "all ranks are alive"
-    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    first = first_sentences(str(exc)) or type(exc).__name__
     raise DistributedError(f"rank {rank}: collective failed during {where}: {who} ({first})") from exc
 
 

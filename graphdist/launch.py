@@ -25,7 +25,8 @@ from graphdist import config as config_mod
 from graphdist.errors import USER_ERRORS, DistributedError, Interrupted
 from graphdist.runtime import env_world
 
-__all__ = ["Nodes", "under_launcher", "launch", "run_job", "rank_main", "guarded", "print_error"]
+__all__ = ["Nodes", "under_launcher", "started_by_graphdist", "start_hint", "launch", "run_job", "rank_main",
+           "guarded", "print_error"]
 
 
 @dataclass
@@ -51,6 +52,26 @@ class Nodes:
 def under_launcher() -> bool:
     """True inside a worker started by torchrun / ``--nproc`` (the env names this rank)."""
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def started_by_graphdist() -> bool:
+    """True in a worker that :func:`launch` started (``python -m graphdist.worker``), as opposed
+    to one of an external ``torchrun``."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(spec, "name", None) == "graphdist.worker"
+
+
+def start_hint(k: int) -> str:
+    """How to start ``k`` workers, in the flags of what starts them: graphdist's ``--nproc`` (per
+    node, with ``--nnodes``), or under an external launcher, which ignores ``--nproc``, torchrun's
+    ``--nproc-per-node`` (and ``--nnodes``, from the launcher's node count)."""
+    pre, per = ("torchrun ", "--nproc-per-node") if under_launcher() and not started_by_graphdist() else ("", "--nproc")
+    nodes = max(1, int(os.environ.get("GROUP_WORLD_SIZE", 1))) if under_launcher() else 1
+    if nodes == 1:
+        return f"{pre}{per} {k}"
+    if k % nodes == 0:
+        return f"{pre}--nnodes {nodes} {per} {k // nodes}"
+    return f"{pre}--nnodes N {per} M with N x M = {k}"
 
 
 def _path(obj) -> str:
@@ -94,7 +115,8 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
     except SignalException as e:  # Ctrl-C / SIGTERM: the agent forwarded it to the workers, which
         return 128 + int(e.sigval)  # stopped at a step boundary and printed where (rank 0)
     except RendezvousError as e:  # the node hosting the rendezvous store is gone, or never came
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        from graphdist.comm import first_sentences
+        first = first_sentences(str(e)) or type(e).__name__
         raise DistributedError(f"lost the job's rendezvous at {endpoint} (node of the store host gone, or "
                                f"not all {nodes.nnodes} nodes joined): {type(e).__name__}: {first}") from None
     except ChildFailedError as e:
@@ -219,7 +241,7 @@ def guarded(fn, *args) -> int:
             sys.stderr.write("graphdist: interrupted (Ctrl-C)\n")
         return 130
     except (torch.OutOfMemoryError, MemoryError) as e:
-        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+        first = comm.first_sentences(str(e), 300) or type(e).__name__
         comm.publish_error(f"out of memory: {first}")
         sys.stderr.write(f"graphdist: error: rank {rank} of {world} ran out of memory: {first}\n")
         return 1
@@ -232,7 +254,7 @@ def guarded(fn, *args) -> int:
                 return 2
         import traceback
         traceback.print_exc()
-        comm.publish_error(f"{type(e).__name__}: {str(e)[:200]}")
+        comm.publish_error(f"{type(e).__name__}: {comm.first_sentences(str(e))}")
         sys.stderr.write(f"graphdist: error: rank {rank} of {world} failed with {type(e).__name__} "
                          "(traceback above)\n")
         return 1

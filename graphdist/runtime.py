@@ -93,10 +93,91 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> DistCont
     return DistContext(rank, world, local, backend, dev)
 
 
-def shutdown() -> None:
+def shutdown() -> list[str]:
+    """Destroy every process group of this process now, while the interpreter is whole; return
+    the names of those still alive afterwards (none, unless something new holds one).
+
+    A gloo group runs two worker threads and a transport thread, joined only when its C++
+    object is freed. ``destroy_process_group`` drops torch's registry entries, but the object
+    lives on while anything references it, and some torch modules bind the default group into
+    function defaults when they are imported after it exists (``torch.distributed.nn.functional``,
+    imported by torch.distributed.checkpoint; ``torch.distributed.optim``, by torchrec). Such a
+    group was then freed only during interpreter finalisation, and a worker thread still
+    releasing a finished collective's tensors there needs the GIL: Python ends that thread with
+    ``pthread_exit``, whose unwinding through a ``noexcept`` destructor calls ``std::terminate``
+    ("terminate called without an active exception", SIGABRT) and fails a finished job. So the
+    destroyed groups are taken out of those defaults (``None``: the default group, as the
+    functions mean it), cycles are collected, and the groups' threads are joined here."""
+    import gc
+
     import torch.distributed as dist
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    _stop_tqdm_monitor()
+    if not (dist.is_available() and dist.is_initialized()):
+        return []
+    groups = _group_refs()
+    dist.destroy_process_group()
+    if any(r() is not None for r in groups.values()):
+        _drop_bound_groups([r() for r in groups.values()])
+        if any(r() is not None for r in groups.values()):
+            gc.collect()  # a group held in a reference cycle (torchrec's sharded modules)
+    return [n for n, r in groups.items() if r() is not None]
+
+
+def _group_refs() -> dict:
+    """Weak references to every process group of this process and to its backends (which
+    torchrec's modules hold), by name."""
+    import weakref
+    from torch.distributed import distributed_c10d as c10d
+    world, refs = c10d._world, {}
+    for i, g in enumerate(world.pg_map):
+        name = str(world.pg_names.get(g, i))
+        refs[name] = weakref.ref(g)
+        for t in getattr(g, "_device_types", []):
+            refs[f"{name}/{t}"] = weakref.ref(g._get_backend(torch.device(t)))
+    return refs
+
+
+def _stop_tqdm_monitor() -> None:
+    """tqdm starts a monitor thread with its first bar (even a disabled one) and stops it only
+    when its last enabled bar closes; stop it with the job (a new bar starts another)."""
+    tq = sys.modules.get("tqdm.std")
+    mon = getattr(getattr(tq, "tqdm", None), "monitor", None)
+    if mon is not None:
+        mon.exit()
+        tq.tqdm.monitor = None
+
+
+_GROUP_USERS = ("torch.distributed", "torchrec", "fbgemm_gpu")
+"""Packages whose functions may hold a process group in their defaults (module level or in a
+class), scanned by :func:`_drop_bound_groups`."""
+
+
+def _drop_bound_groups(groups: list) -> None:
+    """Replace ``groups`` by ``None`` in the defaults of the functions of :data:`_GROUP_USERS`
+    (module-level and class-level) that hold one."""
+    import types
+    ids = {id(g) for g in groups if g is not None}
+
+    def fix(f):
+        if type(f) in (staticmethod, classmethod):
+            f = f.__func__
+        if type(f) is not types.FunctionType:
+            return
+        d = f.__defaults__
+        if d and any(id(v) in ids for v in d):
+            f.__defaults__ = tuple(None if id(v) in ids else v for v in d)
+        kw = f.__kwdefaults__
+        if kw and any(id(v) in ids for v in kw.values()):
+            f.__kwdefaults__ = {k: (None if id(v) in ids else v) for k, v in kw.items()}
+
+    for name, mod in list(sys.modules.items()):
+        if mod is None or not any(name == p or name.startswith(p + ".") for p in _GROUP_USERS):
+            continue
+        for v in list(getattr(mod, "__dict__", {}).values()):
+            fix(v)
+            if issubclass(type(v), type) and getattr(v, "__module__", None) == name:
+                for w in list(vars(v).values()):
+                    fix(w)
 
 
 def free_port() -> int:

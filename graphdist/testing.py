@@ -47,7 +47,8 @@ def _child(fn, rank, world_size, store_path, backend, args, env, q):
             out = fn(rank, world_size, *args)
         finally:
             try:
-                dist.destroy_process_group()
+                from graphdist.runtime import shutdown
+                shutdown()  # its threads joined here, not at interpreter teardown
             except Exception:  # noqa: BLE001
                 pass
         # plain pickle: tensors travel as bytes, not as shared-memory handles that die with the child

@@ -35,8 +35,9 @@ def load_local(cfg, rank: int, world_size: int, graph=None) -> tuple[LocalGraph,
         return _from_artifact(cfg, rank, world_size, graph)
     k = cfg.parts if cfg.parts is not None else world_size
     if k != world_size:
+        from graphdist.launch import start_hint
         raise ConfigError(f"--parts {k} does not match the world size {world_size} "
-                          f"(start {k} workers, e.g. --nproc {k})")
+                          f"(start {k} workers, e.g. {start_hint(k)})")
     if graph is None:
         from graphdist.data import load_graph
         graph = load_graph(cfg.spec)
@@ -58,8 +59,9 @@ def _from_artifact(cfg, rank: int, world_size: int, graph=None) -> tuple[LocalGr
     meta = read_meta(cfg.partition)  # meta.json only: a rank never reads the whole assignment
     k = int(meta["k"])
     if k != world_size:
+        from graphdist.launch import start_hint
         raise ArtifactError(f"partition {cfg.partition} has k={k} parts but the world size is "
-                            f"{world_size} (start {k} workers, e.g. --nproc {k})")
+                            f"{world_size} (start {k} workers, e.g. {start_hint(k)})")
     if graph is None and cfg.spec:  # a spec next to --partition: the artifact must be cut from it
         from graphdist.data import load_graph
         graph = load_graph(cfg.spec)

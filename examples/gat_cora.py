@@ -1,7 +1,7 @@
 """PyG's GAT on Cora, trained on k ranks with graphdist. The model is PyG's own example model,
 written for one device; the lines marked ``# graphdist`` are all that distributing it takes.
 
-    torchrun --nproc-per-node 2 examples/gat_cora.py planetoid:../shared/datasets/planetoid/Cora
+    torchrun --nproc-per-node 2 examples/gat_cora.py planetoid:planetoid/Cora
     python examples/gat_cora.py                        # one process, the same code
 
 DATA is any graph spec (``sbm:...``, ``planetoid:ROOT/NAME``, ...) or a partition artifact
@@ -34,7 +34,7 @@ class GAT(torch.nn.Module):
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("data", nargs="?", default="planetoid:../shared/datasets/planetoid/Cora")
+    p.add_argument("data", nargs="?", default="planetoid:planetoid/Cora")
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--hidden", type=int, default=8)
     p.add_argument("--heads", type=int, default=8)

@@ -34,3 +34,16 @@ def gnutella() -> Path:
 @pytest.fixture
 def facebook() -> Path:
     return shared_file("snap", "facebook_combined.txt")
+
+
+@pytest.fixture
+def restore_dist_env():
+    """The in-process (world size 1) path sets MASTER_ADDR/PORT; do not leak them to other tests."""
+    keys = ("MASTER_ADDR", "MASTER_PORT")
+    before = {k: os.environ.get(k) for k in keys}
+    yield
+    for k, v in before.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v

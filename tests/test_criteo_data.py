@@ -139,20 +139,7 @@ def _cli(argv):
     return main(argv)
 
 
-@pytest.fixture
-def _restore_dist_env():
-    """The in-process (world size 1) path sets MASTER_ADDR/PORT; do not leak them to other tests."""
-    keys = ("MASTER_ADDR", "MASTER_PORT")
-    before = {k: os.environ.get(k) for k in keys}
-    yield
-    for k, v in before.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
-def test_cli_errors_one_line_exit_2(tmp_path, capsys, _restore_dist_env):
+def test_cli_errors_one_line_exit_2(tmp_path, capsys, restore_dist_env):
     bad = write(tmp_path / "bad.txt", [line()] * 5 + [line("1", cats=["xyz"] * 26)])
     assert _cli(["train-dlrm", f"criteo:{bad}", "--steps", "1", "--batch-size", "2"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

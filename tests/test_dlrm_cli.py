@@ -4,7 +4,6 @@ the Criteo bad-line error suggests ``--skip-bad-lines`` only where the command a
 from __future__ import annotations
 
 import json
-import os
 import re
 
 import pytest
@@ -51,21 +50,10 @@ def short_line_file(tmp_path):
     return str(p)
 
 
-@pytest.fixture
-def _restore_dist_env():
-    keys = ("MASTER_ADDR", "MASTER_PORT")
-    before = {k: os.environ.get(k) for k in keys}
-    yield
-    for k, v in before.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
 
 @pytest.mark.parametrize("argv", [["data", "info"], ["train-dlrm", "--steps", "1", "--batch-size", "8",
                                                      "--no-progress"]])
-def test_bad_line_suggests_a_flag_the_command_accepts(short_line_file, capsys, argv, _restore_dist_env):
+def test_bad_line_suggests_a_flag_the_command_accepts(short_line_file, capsys, argv, restore_dist_env):
     cmd = [argv[0], *argv[1:2]] if argv[0] == "data" else argv
     rest = argv[2:] if argv[0] == "data" else []
     assert main([*cmd, f"criteo:{short_line_file}", *rest]) == 2

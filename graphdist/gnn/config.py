@@ -11,6 +11,11 @@ from graphdist.launch import Nodes
 from partitioners import METHODS
 
 
+BUILTIN_MODELS = ("gcn", "sage")
+"""``--model`` values that run graphdist's own layers (:mod:`graphdist.gnn.models`); every
+other value is a PyG model (:mod:`graphdist.gnn.pyg.models`)."""
+
+
 @dataclass
 class GCNConfig:
     """Everything one ``graphdist train-gcn`` run needs (the same on every rank)."""
@@ -27,8 +32,11 @@ class GCNConfig:
     """start N local workers (default: the number of parts, divided by --nnodes); ignored under torchrun"""
     nodes: Nodes = field(default_factory=Nodes)
     """multi-node jobs"""
-    model: Literal["gcn", "sage"] = "gcn"
-    """gcn (Kipf & Welling) or sage (GraphSAGE mean aggregator with root weight)"""
+    model: str = field(default="gcn", metadata={"metavar": "NAME|MODULE:CLASS"})
+    """gcn (Kipf & Welling) or sage (GraphSAGE mean with root weight): graphdist's own fast layers;
+    gat, gatv2, gin, gcn2, sage-max, transformer: PyG layers (graphdist.gnn.pyg.models); or
+    MODULE:CLASS, a PyG model class built as CLASS(in_channels, hidden, out_channels,
+    num_layers, dropout) and called as forward(x, edge_index)"""
     layers: int = 2
     """graph convolution layers"""
     hidden: int = 16
@@ -111,6 +119,18 @@ class GCNConfig:
                 raise ConfigError(f"--{name} must be >= 1, got {v}")
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("--resume needs --checkpoint-dir")
+        if self.model not in BUILTIN_MODELS:
+            self._check_pyg_model()
+
+    def _check_pyg_model(self) -> None:
+        """A PyG ``--model``: the name or ``MODULE:CLASS`` resolves, and no flag of graphdist's own
+        models is set."""
+        for flag, on in (("--batch-norm", self.batch_norm), ("--label-rate", self.label_rate > 0)):
+            if on:
+                raise ConfigError(f"{flag} applies to --model gcn|sage only (graphdist's own layers), not to "
+                                  f"--model {self.model}; a MODULE:CLASS model may hold its own BatchNorm1d")
+        from graphdist.gnn.pyg.models import model_class
+        model_class(self.model)
 
     def check_outputs(self) -> None:
         """Every output path is writable, before any work (one line naming the flag otherwise)."""

@@ -23,14 +23,14 @@ import torch.nn.functional as F
 
 from graphdist import comm
 from graphdist.errors import ConfigError
-from graphdist.gnn.config import GCNConfig
+from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
 from graphdist.gnn.models import GNN
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.setup import check_plan, load_local
 from graphdist.halo.spmm import SparseAdj
 from graphdist.loop import LoopConfig, Task, run_loop
-from graphdist.runtime import Timer, env_world, init_distributed, peak_memory_bytes, set_mmap_threshold
+from graphdist.runtime import Timer, env_world, get_logger, init_distributed, peak_memory_bytes, set_mmap_threshold
 
 
 def train(cfg: GCNConfig) -> dict:
@@ -66,35 +66,34 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     masks = [m.to(dev) if m is not None else torch.zeros_like(lg.train_mask, device=dev)
              for m in (lg.train_mask, lg.val_mask, lg.test_mask)]
     n_classes = int(comm.all_reduce_max(torch.tensor([lg.num_classes], device=dev)).item())
-    adj = SparseAdj.for_model(lg, cfg.model, dev, halo=cfg.halo)
-    ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed)
-    # evaluation is exact (32-bit rows) unless --eval-halo-bits says otherwise
-    ex_eval = ex if cfg.eval_halo_bits == cfg.halo_bits else HaloExchanger.from_local_graph(
-        lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1)
     counts = comm.all_reduce_sum(torch.stack([m.sum() for m in masks]).to(torch.float64))
     n_train = float(counts[0])
     if n_train == 0:
         raise ConfigError("the graph has no training nodes (train_mask is empty)")
-
-    torch.manual_seed(cfg.seed)
-    model = GNN(cfg.model, x.shape[1], cfg.hidden, n_classes, cfg.layers, cfg.dropout, cfg.batch_norm,
-                seed=cfg.seed, label_classes=n_classes if cfg.label_rate > 0 else 0).to(dev)
-    comm.broadcast_module(model)
-    opt = torch.optim.Adam(model.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
-    task = _GCNTask(cfg, model, opt, x, y, ids, masks, counts, adj, ex, ex_eval, dev)
+    if cfg.model in BUILTIN_MODELS:
+        net = BuiltinNet(cfg, lg, x, ids, n_classes, dev)
+    else:
+        from graphdist.gnn.pyg.net import PygNet
+        net = PygNet(cfg, lg, x, n_classes, dev)
+    opt = torch.optim.Adam(net.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
+    task = GCNTask(cfg, net, opt, y, ids, masks, counts, dev)
     lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=cfg.resume, progress=cfg.progress and ctx.is_rank0, settings=cfg,
                     identity={"fingerprint": lg.fingerprint})
     run_loop(task, lc, callbacks)
     hist = task.history
+    layers = net.halo_layers()
+    if cfg.model not in BUILTIN_MODELS:
+        get_logger().info("halo per layer: " + "; ".join(f"{d['layer']} ({d['class']}) {d['halo']}: {d['why']}"
+                                                          for d in layers))
 
     # per-epoch halo traffic is fixed by the plan; taken from the history so that a resumed run
     # with no epochs left still reports it
     stats = hist.get("halo_rows_bytes", [0, 0])
     peaks = comm.all_gather_object(peak_memory_bytes(dev))
     best = _best(hist["val_acc"])
-    rel_error = _rel_error(ex, len(model.convs), dev) if cfg.halo_bits < 32 else None
+    rel_error = _rel_error(*net.error_sources(), dev) if cfg.halo_bits < 32 else None
     return {
         "test_acc": hist["test_acc"][best] if hist["test_acc"] else None,
         "best_val_acc": hist["val_acc"][best] if hist["val_acc"] else None,
@@ -107,6 +106,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/halo_bits": cfg.halo_bits,
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "comm/halo_rel_error": rel_error,
+        "halo/layers": layers,
         "mem/peak_bytes": int(max(peaks)),
         "mem/peak_bytes_per_rank": peaks,
         "world_size": ws,
@@ -119,48 +119,94 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     }
 
 
-class _GCNTask(Task):
-    """One epoch: train (forward, loss, backward, gradient all-reduce, Adam), then an evaluation
-    pass; one all-reduce of (loss, correct train/val/test)."""
+class BuiltinNet:
+    """graphdist's own GCN / SAGE (:class:`~graphdist.gnn.models.GNN`) with its adjacency and
+    exchangers: what :class:`GCNTask` calls (``gnn/pyg/net.py`` gives a PyG model the same face)."""
 
-    def __init__(self, cfg, model, opt, x, y, ids, masks, counts, adj, ex, ex_eval, dev):
-        self.cfg, self.model, self.opt, self.x, self.y, self.ids = cfg, model, opt, x, y, ids
-        self.masks, self.counts, self.adj, self.ex, self.ex_eval, self.dev = masks, counts, adj, ex, ex_eval, dev
+    def __init__(self, cfg, lg, x, ids, n_classes: int, dev):
+        self.cfg, self.x, self.ids = cfg, x, ids
+        self.adj = SparseAdj.for_model(lg, cfg.model, dev, halo=cfg.halo)
+        self.ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed)
+        # evaluation is exact (32-bit rows) unless --eval-halo-bits says otherwise
+        self.ex_eval = self.ex if cfg.eval_halo_bits == cfg.halo_bits else HaloExchanger.from_local_graph(
+            lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1)
+        torch.manual_seed(cfg.seed)
+        self.model = GNN(cfg.model, x.shape[1], cfg.hidden, n_classes, cfg.layers, cfg.dropout, cfg.batch_norm,
+                         seed=cfg.seed, label_classes=n_classes if cfg.label_rate > 0 else 0).to(dev)
+        comm.broadcast_module(self.model)
+
+    def param_groups(self, weight_decay: float, first_layer_only: bool):
+        return self.model.param_groups(weight_decay, first_layer_only)
+
+    def exchangers(self):
+        return list({id(self.ex): self.ex, id(self.ex_eval): self.ex_eval}.values())
+
+    def measure(self, on: bool) -> None:
+        self.ex.measure = on
+
+    def train_pass(self, epoch: int, labels):
+        self.ex.start_pass()
+        return self.model(self.x, self.adj, self.ex, ids=self.ids, step=epoch, labels=labels)
+
+    def eval_pass(self, labels):
+        self.ex_eval.start_pass()
+        return self.model(self.x, self.adj, self.ex_eval, labels=labels)
+
+    def sync_grads(self) -> None:
+        comm.all_reduce_grads(self.model.parameters())
+
+    def traffic(self) -> list[int]:
+        exs = self.exchangers()
+        return [sum(e.stats.rows for e in exs), sum(e.stats.bytes for e in exs)]
+
+    def error_sources(self):
+        return [self.ex], len(self.model.convs)
+
+    def halo_layers(self) -> list[dict]:
+        cls = type(self.model.convs[0]).__name__
+        why = f"halo {self.cfg.halo} asked for" + (" (a fixed linear map)" if self.cfg.halo == "mvc" else "")
+        return [{"layer": f"convs.{i}", "class": cls, "halo": self.cfg.halo, "why": why}
+                for i in range(len(self.model.convs))]
+
+
+class GCNTask(Task):
+    """One epoch: train (forward, loss, backward, gradient all-reduce, Adam), then an evaluation
+    pass; one all-reduce of (loss, correct train/val/test). ``net``: :class:`BuiltinNet` or
+    :class:`graphdist.gnn.pyg.net.PygNet`."""
+
+    def __init__(self, cfg, net, opt, y, ids, masks, counts, dev):
+        self.cfg, self.net, self.model, self.opt, self.y, self.ids = cfg, net, net.model, opt, y, ids
+        self.masks, self.counts, self.dev = masks, counts, dev
         self.n_train = float(counts[0])
         self.first = 0
         self.history = {"losses": [], "val_acc": [], "test_acc": [], "train_acc": [], "epoch_s": []}
 
     def run(self, units):
-        cfg, model, ex, ev, masks, y, hist = self.cfg, self.model, self.ex, self.ex_eval, self.masks, self.y, self.history
+        cfg, net, model, masks, y, hist = self.cfg, self.net, self.model, self.masks, self.y, self.history
         for epoch in units:
-            for e in {id(ex): ex, id(ev): ev}.values():
+            for e in net.exchangers():
                 e.stats.reset()
                 e.set_step(epoch)
             self.first = self.first or epoch
-            ex.measure = epoch == self.first or epoch % 10 == 0  # quantisation error, now and then
+            net.measure(epoch == self.first or epoch % 10 == 0)  # quantisation error, now and then
             with Timer(self.dev) as t:
                 model.train()
                 self.opt.zero_grad(set_to_none=True)
-                ex.start_pass()
                 tm, labels_in, denom = _label_split(cfg, masks[0], y, self.ids, epoch, self.n_train)
-                out = model(self.x, self.adj, ex, ids=self.ids, step=epoch, labels=labels_in)
+                out = net.train_pass(epoch, labels_in)
                 loss = F.cross_entropy(out[tm], y[tm], reduction="sum") / denom
                 loss.backward()
-                comm.all_reduce_grads(model.parameters())
+                net.sync_grads()
                 self.opt.step()
                 model.eval()
                 with torch.no_grad():
-                    ev.start_pass()
                     known = torch.where(masks[0], y, -1) if cfg.label_rate > 0 else None
-                    ok = model(self.x, self.adj, ev, labels=known).argmax(1) == y
+                    ok = net.eval_pass(known).argmax(1) == y
                     m = torch.stack([loss.detach().double() * self.n_train] +  # mean loss, times n_train
                                     [(ok & mk).sum().double() for mk in masks])
                     comm.all_reduce_sum(m)
             if "halo_rows_bytes" not in hist:  # traffic per epoch is fixed by the plan: all ranks' sum, once
-                rb = [ex.stats.rows, ex.stats.bytes]
-                if ev is not ex:
-                    rb = [rb[0] + ev.stats.rows, rb[1] + ev.stats.bytes]
-                tot = comm.all_reduce_sum(torch.tensor(rb, dtype=torch.float64, device=self.dev))
+                tot = comm.all_reduce_sum(torch.tensor(net.traffic(), dtype=torch.float64, device=self.dev))
                 hist["halo_rows_bytes"] = [int(v) for v in tot.tolist()]  # checkpointed with the history
             counts = self.counts
             accs = [float(m[i + 1] / counts[i]) if counts[i] > 0 else float("nan") for i in range(3)]
@@ -200,14 +246,15 @@ def _label_split(cfg, train, y, ids, epoch: int, n_train: float):
     return sup, torch.where(prop, y, -1), max(denom, 1.0)
 
 
-def _rel_error(ex, layers: int, dev) -> dict:
-    """Relative error ``||x_hat - x|| / ||x||`` of the quantised halo rows per layer, over all
-    ranks and the measured epochs: ``{"forward": [...], "backward": [...]}`` (None where a layer
-    sent nothing in that direction)."""
+def _rel_error(exs, layers: int, dev) -> dict:
+    """Relative error ``||x_hat - x|| / ||x||`` of the quantised halo rows per layer (the tag of
+    an exchange), from exchangers ``exs``, over all ranks and the measured epochs: ``{"forward":
+    [...], "backward": [...]}`` (None where a layer sent nothing in that direction)."""
     sums = torch.zeros(2, layers, 2, dtype=torch.float64)
-    for (direction, tag), (e2, n2) in ex.stats.errors.items():
-        if tag < layers:
-            sums[0 if direction == "forward" else 1, tag] += torch.tensor([e2, n2], dtype=torch.float64)
+    for ex in exs:
+        for (direction, tag), (e2, n2) in ex.stats.errors.items():
+            if tag < layers:
+                sums[0 if direction == "forward" else 1, tag] += torch.tensor([e2, n2], dtype=torch.float64)
     sums = comm.all_reduce_sum(sums.to(dev)).cpu()
     out = {}
     for i, name in enumerate(("forward", "backward")):

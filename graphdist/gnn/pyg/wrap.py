@@ -36,7 +36,7 @@ from graphdist.gnn.pyg.part import Part
 from graphdist.gnn.pyg.rules import LayerRule, check_module, is_batch_norm, rule_for
 from graphdist.halo.exchange import HaloExchanger
 
-__all__ = ["DistConv", "GlobalBatchNorm1d", "distribute", "summary", "traffic", "set_step", "HALO_MODES"]
+__all__ = ["DistConv", "GlobalBatchNorm1d", "distribute", "halo_rows", "HALO_MODES"]
 
 HALO_MODES = ("plain", "mvc")
 
@@ -71,25 +71,34 @@ def halo_rows(h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
 
 
 class _Context:
-    """What the layers of one :func:`distribute` call share: the part, the exchangers, the mvc
-    adjacencies."""
+    """What the layers of one :func:`distribute` call share: the part, the exchangers (one set
+    for training, one for evaluation when ``eval_bits`` differs), the mvc adjacencies."""
 
-    def __init__(self, part: Part, halo: str, bits: int, seed: int):
+    def __init__(self, part: Part, halo: str, bits: int, seed: int, eval_bits: int | None = None):
         self.part, self.halo, self.bits = part, halo, bits
-        lg, dev = part.graph, part.device
-        self.plain = part.exchanger if bits == 32 else HaloExchanger.from_local_graph(lg, dev, bits=bits, seed=seed)
+        self.eval_bits = bits if eval_bits is None else eval_bits
+        self.plain = self._plain(bits, seed)
+        self.plain_eval = self.plain if self.eval_bits == bits else self._plain(self.eval_bits, seed + 1)
         self.seed = seed
         self.mvc_ex: HaloExchanger | None = None
+        self.mvc_eval: HaloExchanger | None = None
         self.adj: dict = {}
-        self.empty = torch.zeros(2, 0, dtype=torch.int64, device=dev)
+        self.empty = torch.zeros(2, 0, dtype=torch.int64, device=part.device)
+
+    def _plain(self, bits: int, seed: int) -> HaloExchanger:
+        part = self.part
+        return part.exchanger if bits == 32 else HaloExchanger.from_local_graph(part.graph, part.device, bits=bits,
+                                                                                seed=seed)
 
     def prepare_mvc(self, kinds: set[str]) -> None:
-        """Build the mvc exchanger and adjacencies (a collective: the plan check)."""
+        """Build the mvc exchangers and adjacencies (a collective: the plan check)."""
         from graphdist.halo.setup import check_plan
         from graphdist.halo.spmm import SparseAdj
         lg, dev = self.part.graph, self.part.device
         check_plan(lg, "mvc")
         self.mvc_ex = HaloExchanger.from_local_graph(lg, dev, halo="mvc", bits=self.bits, seed=self.seed)
+        self.mvc_eval = self.mvc_ex if self.eval_bits == self.bits else HaloExchanger.from_local_graph(
+            lg, dev, halo="mvc", bits=self.eval_bits, seed=self.seed + 1)
         for kind in sorted(kinds):
             base = "sage" if kind == "sum" else kind
             if base not in self.adj:
@@ -97,23 +106,54 @@ class _Context:
         if "sum" in kinds:  # sum = in-degree * mean (every in-edge of an owned row is local)
             self.adj["deg"] = (lg.indptr[1:] - lg.indptr[:-1]).clamp(min=1).to(dev, torch.float32)[:, None]
 
-    def aggregate(self, kind: str, h: torch.Tensor) -> torch.Tensor:
+    def aggregate(self, kind: str, h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
         if h.dim() != 2:
             raise ConfigError(f"halo='mvc' aggregates rows [n, F], got a tensor of shape {tuple(h.shape)}")
-        out = self.adj["sage" if kind == "sum" else kind].propagate(h, self.mvc_ex)
+        out = self.adj["sage" if kind == "sum" else kind].propagate(h, ex)
         return out * self.adj["deg"].to(out.dtype) if kind == "sum" else out
 
     def exchangers(self) -> list[HaloExchanger]:
+        seen = {id(e): e for e in (self.plain, self.plain_eval, self.mvc_ex, self.mvc_eval) if e is not None}
+        return list(seen.values())
+
+    def training_exchangers(self) -> list[HaloExchanger]:
         return [e for e in (self.plain, self.mvc_ex) if e is not None]
 
 
 class _ConvState:
-    """A wrapped layer's name, rule, shared context and halo mode."""
+    """A wrapped layer's name, position, rule, shared context and halo mode (and why)."""
 
     def __init__(self, name: str, cls: type, rule: LayerRule, ctx: _Context, sig: inspect.Signature,
-                 linear: str | None):
+                 linear: str | None, index: int = 0, why: str = ""):
         self.name, self.cls, self.rule, self.ctx, self.sig, self.linear = name, cls, rule, ctx, sig, linear
+        self.index, self.why = index, why
         self.used = "mvc" if linear else "plain"
+
+
+def _tagged(ex: HaloExchanger, index: int) -> HaloExchanger:
+    """``ex`` with its next exchange tagged ``index`` (the layer's position: quantisation errors
+    are kept per layer)."""
+    ex.start_pass()
+    for _ in range(index):
+        ex.next_tag()
+    return ex
+
+
+def _why(conv, rule: LayerRule, halo: str, linear: str | None) -> str:
+    """Why a layer runs ``mvc`` or ``plain`` (for :func:`halo_layers`)."""
+    name = type(conv).__name__
+    if halo == "plain":
+        return "halo plain asked for"
+    if linear:
+        return f"aggregation is a fixed linear map ({linear})"
+    if rule.linear is None:
+        return f"{name} aggregates with weights computed from the rows (not a fixed linear map)"
+    aggr = getattr(conv, "aggr", None)
+    if isinstance(aggr, str) and aggr not in ("add", "sum", "mean"):
+        return f"{name}(aggr={aggr!r}) is not a fixed linear map"
+    if getattr(conv, "improved", False):
+        return f"{name}(improved=True) has no mvc adjacency"
+    return f"{name} in this configuration is not a fixed linear map"
 
 
 # ---------------------------------------------------------------------------- the wrapped layer
@@ -143,14 +183,17 @@ class DistConv:
             raise ConfigError(f"{where}: size= is not supported on a part (the part fixes the sizes)")
         base = super().forward
         edges_given = any(a.get(n) is not None for n in st.rule.edge_args)
+        ctx = st.ctx
         if st.linear and not edges_given:
             _require_part_edges(ei, part, where, "halo='mvc' aggregates over the part's own edges")
             st.used = "mvc"
-            return self._mvc_call(st, base, b)
+            return self._mvc_call(st, base, b, _tagged(ctx.mvc_ex if self.training else ctx.mvc_eval, st.index))
+        if st.linear:
+            st.why = "called with edge weights or attributes"
         st.used = "plain"
-        return self._plain_call(st, base, b, where)
+        return self._plain_call(st, base, b, where, _tagged(ctx.plain if self.training else ctx.plain_eval, st.index))
 
-    def _plain_call(self, st, base, b, where):
+    def _plain_call(self, st, base, b, where, ex):
         a, part, rule = b.arguments, st.ctx.part, st.rule
         x = a["x"]
         gcn = rule.gcn_norm(self) if rule.gcn_norm is not None else None
@@ -160,9 +203,9 @@ class DistConv:
                 raise ConfigError(f"{where} normalises with edge weights: the weighted degrees of halo nodes are "
                                   "not in a part yet; pass normalize=False and your own normalised weights")
             a["edge_index"], a["edge_weight"] = part.gcn_edges(*gcn, dtype=x.dtype)
-        halo = st.ctx.plain.active and part.num_halo > 0
+        halo = ex.active and part.num_halo > 0
         if halo:
-            full = halo_rows(x, st.ctx.plain)
+            full = halo_rows(x, ex)
             if rule.call == "bipartite":
                 a["x"] = (full, x)
             else:
@@ -174,14 +217,14 @@ class DistConv:
             out = base(*b.args, **b.kwargs)
         return _owned(out, part.num_owned) if halo and rule.call == "full" else out
 
-    def _mvc_call(self, st, base, b):
+    def _mvc_call(self, st, base, b, ex):
         a, ctx = b.arguments, st.ctx
         a["edge_index"] = ctx.empty
         kind = st.linear
 
         def replace(module, inputs, out):
             xs = inputs[2]["x"]
-            return ctx.aggregate(kind, xs[0] if isinstance(xs, (tuple, list)) else xs)
+            return ctx.aggregate(kind, xs[0] if isinstance(xs, (tuple, list)) else xs, ex)
 
         handle = self.register_propagate_forward_hook(replace)
         try:
@@ -258,32 +301,36 @@ class GlobalBatchNorm1d(nn.BatchNorm1d):
 
 
 # ---------------------------------------------------------------------------- distribute
-def distribute(model: nn.Module, part: Part, *, halo: str = "plain", bits: int = 32, seed: int = 0) -> nn.Module:
+def distribute(model: nn.Module, part: Part, *, halo: str = "plain", bits: int = 32, seed: int = 0,
+               eval_bits: int | None = None) -> nn.Module:
     """Make ``model`` (written for one device) run on ``part`` and return it (changed in place).
 
     ``halo``: ``plain`` (every layer) or ``mvc`` (pre-aggregated partial sums where a layer's
-    aggregation is a fixed linear map; the others run plain: :func:`summary` says which).
-    ``bits``: 32, or 16/8/4/2 to quantise the rows in flight (not exact). ``seed`` keys the
+    aggregation is a fixed linear map; the others run plain: :func:`halo_layers` says which and
+    why). ``bits``: 32, or 16/8/4/2 to quantise the rows in flight (not exact); ``eval_bits``:
+    the same for layers in evaluation mode (``model.eval()``; None: ``bits``). ``seed`` keys the
     rounding noise. Refuses, with one line naming it, a layer that is not local. A collective:
     every rank calls it with the same model."""
     if halo not in HALO_MODES:
         raise ConfigError(f"halo must be one of {', '.join(HALO_MODES)}, got {halo!r}")
-    if bits != 32 and part.world_size == 1:
-        raise ConfigError(f"bits={bits} quantises the halo exchange, but a 1-part job has none; use bits=32 "
-                          "or k >= 2 parts")
+    for name, b in (("bits", bits), ("eval_bits", eval_bits)):
+        if b is not None and b != 32 and part.world_size == 1:
+            raise ConfigError(f"{name}={b} quantises the halo exchange, but a 1-part job has none; use {name}=32 "
+                              "or k >= 2 parts")
     convs, norms = _scan(model)
-    ctx = _Context(part, halo, bits, seed)
+    ctx = _Context(part, halo, bits, seed, eval_bits)
     kinds = {}
     for name, conv, rule in convs:
         kinds[name] = rule.linear(conv) if halo == "mvc" and rule.linear is not None else None
     if any(kinds.values()):
         ctx.prepare_mvc({k for k in kinds.values() if k})
-    for name, conv, rule in convs:
+    for index, (name, conv, rule) in enumerate(convs):
         cls = type(conv)
         sig = inspect.signature(cls.forward)
         sig = sig.replace(parameters=list(sig.parameters.values())[1:])
+        why = _why(conv, rule, halo, kinds[name])
         conv.__class__ = _dist_class(cls)
-        conv._graphdist = _ConvState(name, cls, rule, ctx, sig, kinds[name])
+        conv._graphdist = _ConvState(name, cls, rule, ctx, sig, kinds[name], index, why)
     if part.world_size > 1:
         for bn in norms:
             bn.__class__ = GlobalBatchNorm1d
@@ -309,40 +356,3 @@ def _scan(model: nn.Module):
         elif not (isinstance(mod, Aggregation) and any(name.startswith(o + ".") or o == "" for o in inside)):
             check_module(name, mod)
     return convs, norms
-
-
-# ---------------------------------------------------------------------------- reports
-def _states(model: nn.Module):
-    return [(n, m._graphdist) for n, m in model.named_modules() if isinstance(m, DistConv)]
-
-
-def summary(model: nn.Module) -> dict:
-    """``{layer name: {"layer": class, "halo": "plain"|"mvc", "bits": b, "call": "full"|"bipartite"}}``
-    for every wrapped layer; ``halo`` is the mode of its last call (before any call: the mode chosen)."""
-    return {n: {"layer": st.cls.__name__, "halo": st.used, "bits": st.ctx.bits, "call": st.rule.call}
-            for n, st in _states(model)}
-
-
-def _exchangers(model):
-    seen = {}
-    for _, st in _states(model):
-        for e in st.ctx.exchangers():
-            seen[id(e)] = e
-    return list(seen.values())
-
-
-def traffic(model: nn.Module, reset: bool = False) -> dict:
-    """Halo rows and bytes this rank has sent for ``model``'s layers (forward and backward,
-    quantisation parameters included) since the last reset."""
-    exs = _exchangers(model)
-    out = {"rows": sum(e.stats.rows for e in exs), "bytes": sum(e.stats.bytes for e in exs)}
-    if reset:
-        for e in exs:
-            e.stats.reset()
-    return out
-
-
-def set_step(model: nn.Module, step: int) -> None:
-    """Key the rounding noise of quantised rows by ``step`` from now on (runs repeat exactly)."""
-    for e in _exchangers(model):
-        e.set_step(step)

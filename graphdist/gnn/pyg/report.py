@@ -1,0 +1,83 @@
+"""What a distributed model reports: per-layer halo modes, traffic, rounding keys and errors.
+
+    summary(model)      {layer name: {"layer", "halo", "bits", "call"}}
+    halo_layers(model)  [{"layer", "class", "halo", "why"}]   (train-gcn's ``halo/layers``)
+    traffic(model)      halo rows and bytes sent since the last reset
+    set_step(model, s)  key the rounding noise of quantised rows by step s
+    rel_error(model)    relative error of quantised rows per layer, over all ranks
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from graphdist import comm
+from graphdist.gnn.pyg.wrap import DistConv
+
+__all__ = ["summary", "halo_layers", "traffic", "set_step", "rel_error", "exchangers", "num_layers"]
+
+
+def _states(model: nn.Module):
+    return [(n, m._graphdist) for n, m in model.named_modules() if isinstance(m, DistConv)]
+
+
+def summary(model: nn.Module) -> dict:
+    """``{layer name: {"layer": class, "halo": "plain"|"mvc", "bits": b, "call": "full"|"bipartite"}}``
+    for every wrapped layer; ``halo`` is the mode of its last call (before any call: the mode chosen)."""
+    return {n: {"layer": st.cls.__name__, "halo": st.used, "bits": st.ctx.bits, "call": st.rule.call}
+            for n, st in _states(model)}
+
+
+def halo_layers(model: nn.Module) -> list[dict]:
+    """``[{"layer": name, "class": class, "halo": "mvc"|"plain", "why": reason}]`` per wrapped
+    layer in order: the mode of its last call and why (under ``halo="mvc"`` a layer whose
+    aggregation is not a fixed linear map runs plain)."""
+    return [{"layer": n, "class": st.cls.__name__, "halo": st.used, "why": st.why} for n, st in _states(model)]
+
+
+def num_layers(model: nn.Module) -> int:
+    """Wrapped message-passing layers of ``model``."""
+    return len(_states(model))
+
+
+def exchangers(model: nn.Module, training_only: bool = False) -> list:
+    """The distinct halo exchangers of ``model``'s layers (training and evaluation sets)."""
+    seen = {}
+    for _, st in _states(model):
+        for e in (st.ctx.training_exchangers() if training_only else st.ctx.exchangers()):
+            seen[id(e)] = e
+    return list(seen.values())
+
+
+def traffic(model: nn.Module, reset: bool = False) -> dict:
+    """Halo rows and bytes this rank has sent for ``model``'s layers (forward and backward,
+    quantisation parameters included) since the last reset."""
+    exs = exchangers(model)
+    out = {"rows": sum(e.stats.rows for e in exs), "bytes": sum(e.stats.bytes for e in exs)}
+    if reset:
+        for e in exs:
+            e.stats.reset()
+    return out
+
+
+def set_step(model: nn.Module, step: int) -> None:
+    """Key the rounding noise of quantised rows by ``step`` from now on (runs repeat exactly)."""
+    for e in exchangers(model):
+        e.set_step(step)
+
+
+def rel_error(exs, layers: int, device) -> dict:
+    """Relative error ``||x_hat - x|| / ||x||`` of the quantised rows per layer, over all ranks
+    and the epochs measured (``ex.measure``), from exchangers ``exs``: ``{"forward": [...],
+    "backward": [...]}`` (None where a layer sent nothing in that direction). Collective."""
+    sums = torch.zeros(2, layers, 2, dtype=torch.float64)
+    for ex in exs:
+        for (direction, tag), (e2, n2) in ex.stats.errors.items():
+            if tag < layers:
+                sums[0 if direction == "forward" else 1, tag] += torch.tensor([e2, n2], dtype=torch.float64)
+    sums = comm.all_reduce_sum(sums.to(device)).cpu()
+    out = {}
+    for i, name in enumerate(("forward", "backward")):
+        out[name] = [float((sums[i, j, 0] / sums[i, j, 1]).sqrt()) if sums[i, j, 1] > 0 else None
+                     for j in range(layers)]
+    return out

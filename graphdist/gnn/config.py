@@ -64,6 +64,12 @@ class GCNConfig:
     """masked label embedding (UniMP, SuperGCN's companion of 2-bit halos): each epoch a share
     of the training nodes, drawn by global id, feed their label into the input (the loss is
     taken on the others); evaluation feeds every training label. 0 = off; 0.62 as SuperGCN"""
+    link_gbps: float = 0.0
+    """simulated network: every halo exchange arrives no earlier than its bytes / G gigabits per
+    second after it was posted (plus --link-latency-us), so a network can be modelled on one
+    host; 0 = no delay. Changes the time only, not the result"""
+    link_latency_us: float = 0.0
+    """simulated network: latency of every halo exchange in microseconds (0 = none)"""
     reorder: Literal["rcm", "degree", "none"] = "rcm"
     """order of a rank's owned rows for SpMM locality (reverse Cuthill-McKee, descending degree,
     or the global id order); the result does not depend on it"""
@@ -104,6 +110,9 @@ class GCNConfig:
             raise ConfigError(f"--dropout must be in [0, 1), got {self.dropout}")
         if not 0.0 <= self.label_rate < 1.0:
             raise ConfigError(f"--label-rate must be in [0, 1), got {self.label_rate}")
+        for name, v in (("link-gbps", self.link_gbps), ("link-latency-us", self.link_latency_us)):
+            if not v >= 0:
+                raise ConfigError(f"--{name} must be >= 0, got {v}")
         if self.lr <= 0 or self.weight_decay < 0:
             raise ConfigError(f"--lr must be > 0 and --weight-decay >= 0, got {self.lr} and {self.weight_decay}")
         for name, v in (("parts", self.parts), ("nproc", self.nproc)):

@@ -27,6 +27,7 @@ from graphdist.gnn.config import GCNConfig
 from graphdist.gnn.models import GNN
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
+from graphdist.halo.link import Link
 from graphdist.halo.setup import check_plan, load_local
 from graphdist.halo.spmm import SparseAdj
 from graphdist.loop import LoopConfig, Task, run_loop
@@ -67,10 +68,12 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
              for m in (lg.train_mask, lg.val_mask, lg.test_mask)]
     n_classes = int(comm.all_reduce_max(torch.tensor([lg.num_classes], device=dev)).item())
     adj = SparseAdj.for_model(lg, cfg.model, dev, halo=cfg.halo)
-    ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed)
+    link = Link(cfg.link_gbps, cfg.link_latency_us)
+    link = link if link.active else None
+    ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed, link=link)
     # evaluation is exact (32-bit rows) unless --eval-halo-bits says otherwise
     ex_eval = ex if cfg.eval_halo_bits == cfg.halo_bits else HaloExchanger.from_local_graph(
-        lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1)
+        lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1, link=link)
     counts = comm.all_reduce_sum(torch.stack([m.sum() for m in masks]).to(torch.float64))
     n_train = float(counts[0])
     if n_train == 0:
@@ -86,8 +89,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=cfg.resume, progress=cfg.progress and ctx.is_rank0, settings=cfg,
                     identity={"fingerprint": lg.fingerprint})
-    run_loop(task, lc, callbacks)
+    res = run_loop(task, lc, callbacks)
     hist = task.history
+    ran = max(res.done - res.start, 1)
 
     # per-epoch halo traffic is fixed by the plan; taken from the history so that a resumed run
     # with no epochs left still reports it
@@ -107,6 +111,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/halo_bits": cfg.halo_bits,
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "comm/halo_rel_error": rel_error,
+        "comm/link": "simulated " + link.describe() if link else "none (real transfers only)",
+        "comm/link_gbps": cfg.link_gbps,
+        "time/link_wait_s_per_epoch": link.waited_s / ran if link else 0.0,
         "mem/peak_bytes": int(max(peaks)),
         "mem/peak_bytes_per_rank": peaks,
         "world_size": ws,

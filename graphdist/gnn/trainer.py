@@ -28,6 +28,7 @@ from graphdist.gnn.models import GNN
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.link import Link
+from graphdist.halo.stale import StaleHalos
 from graphdist.halo.setup import check_plan, load_local
 from graphdist.halo.spmm import SparseAdj
 from graphdist.loop import LoopConfig, Task, run_loop
@@ -71,8 +72,8 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     link = Link(cfg.link_gbps, cfg.link_latency_us)
     link = link if link.active else None
     ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed, link=link)
-    # evaluation is exact (32-bit rows) unless --eval-halo-bits says otherwise
-    ex_eval = ex if cfg.eval_halo_bits == cfg.halo_bits else HaloExchanger.from_local_graph(
+    # evaluation is exact (32-bit, fresh rows) unless --eval-halo-bits says otherwise
+    ex_eval = ex if cfg.eval_halo_bits == cfg.halo_bits and not cfg.halo_staleness else HaloExchanger.from_local_graph(
         lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1, link=link)
     counts = comm.all_reduce_sum(torch.stack([m.sum() for m in masks]).to(torch.float64))
     n_train = float(counts[0])
@@ -82,6 +83,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     torch.manual_seed(cfg.seed)
     model = GNN(cfg.model, x.shape[1], cfg.hidden, n_classes, cfg.layers, cfg.dropout, cfg.batch_norm,
                 seed=cfg.seed, label_classes=n_classes if cfg.label_rate > 0 else 0).to(dev)
+    if cfg.halo_staleness:
+        ex.stale = StaleHalos({"forward": ex.n_recv, "backward": ex.n_send}, cfg.layers,
+                              max(x.shape[1], cfg.hidden, n_classes), cfg.staleness_smoothing, dev)
     comm.broadcast_module(model)
     opt = torch.optim.Adam(model.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
     task = _GCNTask(cfg, model, opt, x, y, ids, masks, counts, adj, ex, ex_eval, dev)
@@ -90,6 +94,8 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
                     resume=cfg.resume, progress=cfg.progress and ctx.is_rank0, settings=cfg,
                     identity={"fingerprint": lg.fingerprint})
     res = run_loop(task, lc, callbacks)
+    if ex.stale is not None:
+        ex.stale.drain()  # no exchange left in flight
     hist = task.history
     ran = max(res.done - res.start, 1)
 
@@ -111,6 +117,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/halo_bits": cfg.halo_bits,
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "comm/halo_rel_error": rel_error,
+        "comm/halo_staleness": cfg.halo_staleness,
         "comm/link": "simulated " + link.describe() if link else "none (real transfers only)",
         "comm/link_gbps": cfg.link_gbps,
         "time/link_wait_s_per_epoch": link.waited_s / ran if link else 0.0,
@@ -186,11 +193,14 @@ class _GCNTask(Task):
         layer, node), so no RNG state is needed to resume exactly."""
         from torch.distributed.checkpoint.state_dict import get_state_dict
         msd, osd = get_state_dict(self.model, self.opt)
-        return {"model": msd, "optim": osd}
+        stale = self.ex.stale.state(comm.world()[0]) if self.ex.stale is not None else {}
+        return {"model": msd, "optim": osd, **stale}  # stale halo rows: per rank
 
     def loaded(self, state: dict) -> None:
         from torch.distributed.checkpoint.state_dict import set_state_dict
         set_state_dict(self.model, self.opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        if self.ex.stale is not None:
+            self.ex.stale.load(state, comm.world()[0])
 
 
 def _label_split(cfg, train, y, ids, epoch: int, n_train: float):

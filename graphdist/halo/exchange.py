@@ -215,5 +215,4 @@ class Pending:
                 self.link.hold(self.t0, self.nbytes)
             self.keep = None
             self._rows = self.out if self.decode is None else self.decode(self.out)
-            self.out = self.work = None
         return self._rows

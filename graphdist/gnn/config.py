@@ -68,10 +68,23 @@ class GCNConfig:
     eval_halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value in the evaluation pass (32 = exact float32 rows, whatever --halo-bits
     training uses, so test accuracy has no rounding noise of its own)"""
+    halo_staleness: Literal[0, 1] = 0
+    """0 = exact halos; 1 = PipeGCN: remote layer inputs (forward) and halo gradients
+    (backward) come from the previous epoch, and each exchange runs behind a whole epoch of
+    compute; the first epoch uses fresh (exact) rows; evaluation stays exact"""
+    staleness_smoothing: float = 0.0
+    """PipeGCN-GF: with --halo-staleness 1, use s = gamma s + (1 - gamma) stale rows, for
+    features and gradients alike (0 = off, the rows as they came)"""
     label_rate: float = 0.0
     """masked label embedding (UniMP, SuperGCN's companion of 2-bit halos): each epoch a share
     of the training nodes, drawn by global id, feed their label into the input (the loss is
     taken on the others); evaluation feeds every training label. 0 = off; 0.62 as SuperGCN"""
+    link_gbps: float = 0.0
+    """simulated network: every halo exchange arrives no earlier than its bytes / G gigabits per
+    second after it was posted (plus --link-latency-us), so a network can be modelled on one
+    host; 0 = no delay. Changes the time only, not the result"""
+    link_latency_us: float = 0.0
+    """simulated network: latency of every halo exchange in microseconds (0 = none)"""
     reorder: Literal["rcm", "degree", "none"] = "rcm"
     """order of a rank's owned rows for SpMM locality (reverse Cuthill-McKee, descending degree,
     or the global id order); the result does not depend on it"""
@@ -112,6 +125,13 @@ class GCNConfig:
             raise ConfigError(f"--dropout must be in [0, 1), got {self.dropout}")
         if not 0.0 <= self.label_rate < 1.0:
             raise ConfigError(f"--label-rate must be in [0, 1), got {self.label_rate}")
+        for name, v in (("link-gbps", self.link_gbps), ("link-latency-us", self.link_latency_us)):
+            if not v >= 0:
+                raise ConfigError(f"--{name} must be >= 0, got {v}")
+        if not 0.0 <= self.staleness_smoothing < 1.0:
+            raise ConfigError(f"--staleness-smoothing must be in [0, 1), got {self.staleness_smoothing}")
+        if self.staleness_smoothing > 0 and self.halo_staleness == 0:
+            raise ConfigError("--staleness-smoothing smooths stale halo rows: it needs --halo-staleness 1")
         if self.lr <= 0 or self.weight_decay < 0:
             raise ConfigError(f"--lr must be > 0 and --weight-decay >= 0, got {self.lr} and {self.weight_decay}")
         for name, v in (("parts", self.parts), ("nproc", self.nproc)):

@@ -27,6 +27,8 @@ from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
 from graphdist.gnn.models import GNN
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
+from graphdist.halo.link import Link
+from graphdist.halo.stale import StaleHalos
 from graphdist.halo.setup import check_plan, load_local
 from graphdist.halo.spmm import SparseAdj
 from graphdist.loop import LoopConfig, Task, run_loop
@@ -73,6 +75,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     if cfg.model in BUILTIN_MODELS:
         net = BuiltinNet(cfg, lg, x, ids, n_classes, dev)
     else:
+        if cfg.halo_staleness or cfg.link_gbps > 0:
+            raise ConfigError(f"--model {cfg.model}: --halo-staleness and --link-gbps work with the built-in "
+                              f"models ({', '.join(BUILTIN_MODELS)}) only")
         from graphdist.gnn.pyg.net import PygNet
         net = PygNet(cfg, lg, x, n_classes, dev)
     opt = torch.optim.Adam(net.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
@@ -81,12 +86,16 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=cfg.resume, progress=cfg.progress and ctx.is_rank0, settings=cfg,
                     identity={"fingerprint": lg.fingerprint})
-    run_loop(task, lc, callbacks)
+    res = run_loop(task, lc, callbacks)
+    link = getattr(net, "link", None)
+    if getattr(net, "stale", None) is not None:
+        net.stale.drain()  # no exchange left in flight
     hist = task.history
     layers = net.halo_layers()
     if cfg.model not in BUILTIN_MODELS:
         get_logger().info("halo per layer: " + "; ".join(f"{d['layer']} ({d['class']}) {d['halo']}: {d['why']}"
                                                           for d in layers))
+    ran = max(res.done - res.start, 1)
 
     # per-epoch halo traffic is fixed by the plan; taken from the history so that a resumed run
     # with no epochs left still reports it
@@ -107,6 +116,10 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "comm/halo_rel_error": rel_error,
         "halo/layers": layers,
+        "comm/halo_staleness": cfg.halo_staleness,
+        "comm/link": "simulated " + link.describe() if link else "none (real transfers only)",
+        "comm/link_gbps": cfg.link_gbps,
+        "time/link_wait_s_per_epoch": link.waited_s / ran if link else 0.0,
         "mem/peak_bytes": int(max(peaks)),
         "mem/peak_bytes_per_rank": peaks,
         "world_size": ws,
@@ -126,13 +139,22 @@ class BuiltinNet:
     def __init__(self, cfg, lg, x, ids, n_classes: int, dev):
         self.cfg, self.x, self.ids = cfg, x, ids
         self.adj = SparseAdj.for_model(lg, cfg.model, dev, halo=cfg.halo)
-        self.ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed)
-        # evaluation is exact (32-bit rows) unless --eval-halo-bits says otherwise
-        self.ex_eval = self.ex if cfg.eval_halo_bits == cfg.halo_bits else HaloExchanger.from_local_graph(
-            lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1)
+        link = Link(cfg.link_gbps, cfg.link_latency_us)
+        self.link = link if link.active else None
+        self.ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed,
+                                                 link=self.link)
+        # evaluation is exact (32-bit, fresh rows) unless --eval-halo-bits says otherwise
+        self.ex_eval = self.ex if cfg.eval_halo_bits == cfg.halo_bits and not cfg.halo_staleness else \
+            HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1,
+                                           link=self.link)
         torch.manual_seed(cfg.seed)
         self.model = GNN(cfg.model, x.shape[1], cfg.hidden, n_classes, cfg.layers, cfg.dropout, cfg.batch_norm,
                          seed=cfg.seed, label_classes=n_classes if cfg.label_rate > 0 else 0).to(dev)
+        self.stale = None
+        if cfg.halo_staleness:
+            self.stale = self.ex.stale = StaleHalos({"forward": self.ex.n_recv, "backward": self.ex.n_send},
+                                                    cfg.layers, max(x.shape[1], cfg.hidden, n_classes),
+                                                    cfg.staleness_smoothing, dev)
         comm.broadcast_module(self.model)
 
     def param_groups(self, weight_decay: float, first_layer_only: bool):
@@ -225,11 +247,15 @@ class GCNTask(Task):
         layer, node), so no RNG state is needed to resume exactly."""
         from torch.distributed.checkpoint.state_dict import get_state_dict
         msd, osd = get_state_dict(self.model, self.opt)
-        return {"model": msd, "optim": osd}
+        st = getattr(self.net, "stale", None)
+        stale = st.state(comm.world()[0]) if st is not None else {}
+        return {"model": msd, "optim": osd, **stale}  # stale halo rows: per rank
 
     def loaded(self, state: dict) -> None:
         from torch.distributed.checkpoint.state_dict import set_state_dict
         set_state_dict(self.model, self.opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        if getattr(self.net, "stale", None) is not None:
+            self.net.stale.load(state, comm.world()[0])
 
 
 def _label_split(cfg, train, y, ids, epoch: int, n_train: float):

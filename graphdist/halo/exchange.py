@@ -9,6 +9,10 @@ then ``wait()``s; backward mirrors it with :meth:`HaloExchanger.post_reverse`. W
 ``bits < 32`` the rows travel quantised (:mod:`graphdist.halo.quant`: per-row offset and scale,
 stochastic rounding, packed bytes), forward activations and backward gradients alike.
 
+With a :class:`~graphdist.halo.link.Link` (``--link-gbps``) every exchange arrives no earlier than
+its simulated transfer time; with stale buffers (:mod:`graphdist.halo.stale`, ``--halo-staleness
+1``) ``post`` hands back the rows of the previous epoch's exchange and leaves this one in flight.
+
 ``exchanger(h)`` (autograd) returns ``[h ; halo rows]`` in one tensor for callers that index
 rows directly (the recommender's per-batch tables); ``all_to_all`` moves a plain tensor.
 
@@ -17,6 +21,8 @@ is plain single-device code with the exchange injected. The collectives themselv
 :mod:`graphdist.comm`'s.
 """
 from __future__ import annotations
+
+import time
 
 import torch
 
@@ -89,7 +95,7 @@ class HaloExchanger:
 
     def __init__(self, send_idx: torch.Tensor | None, send_counts: list[int], recv_counts: list[int],
                  device: torch.device | str = "cpu", group=None, *, bits: int = 32, seed: int = 0,
-                 mode: str | None = None):
+                 mode: str | None = None, link=None):
         if bits not in BITS:
             raise ConfigError(f"--halo-bits {bits} is not supported (choose from {', '.join(map(str, BITS))})")
         self.send_idx = None if send_idx is None else send_idx.to(device)
@@ -104,19 +110,23 @@ class HaloExchanger:
         self.bits, self.seed, self.measure = int(bits), int(seed), False
         self._tag = 0
         self._step, self._calls = 0, 0
+        self.link = link
+        """:class:`~graphdist.halo.link.Link` that delays each exchange (None: no delay)."""
+        self.stale = None
+        """:class:`~graphdist.halo.stale.StaleHalos` (``--halo-staleness 1``) or None."""
         if bits < 32 and self.active and comm.backend(group) not in ("gloo", "nccl"):
             raise ConfigError(f"--halo-bits {bits}: the {comm.backend(group)} backend cannot carry "
                               "quantised halo rows (gloo or nccl needed); use --halo-bits 32")
 
     @classmethod
     def from_local_graph(cls, lg, device="cpu", group=None, *, halo: str = "plain", bits: int = 32,
-                         seed: int = 0) -> "HaloExchanger":
+                         seed: int = 0, link=None) -> "HaloExchanger":
         """The exchanger of ``lg``'s plan in ``halo`` mode (pair it with
         ``SparseAdj.for_model(lg, model, device, halo)``)."""
         if halo == "plain":
-            return cls(lg.send_idx, lg.send_counts, lg.recv_counts, device, group, bits=bits, seed=seed)
+            return cls(lg.send_idx, lg.send_counts, lg.recv_counts, device, group, bits=bits, seed=seed, link=link)
         lay = lg.exchange_layout(halo)
-        return cls(None, lay.send_counts, lay.recv_counts, device, group, bits=bits, seed=seed, mode=halo)
+        return cls(None, lay.send_counts, lay.recv_counts, device, group, bits=bits, seed=seed, mode=halo, link=link)
 
     def set_step(self, step: int) -> None:
         """Rounding noise from now on is keyed by (seed, step, rank, n-th exchange of the step):
@@ -137,7 +147,10 @@ class HaloExchanger:
         """Blocking all-to-all of a plain tensor (counted in ``stats``)."""
         out = send.new_empty((n_out,) + tuple(send.shape[1:]))
         self.stats.add(send)
+        t0 = time.perf_counter()
         comm.all_to_all_rows(out, send, out_counts, in_counts, self.group)
+        if self.link is not None:
+            self.link.hold(t0, max(_nbytes(send), _nbytes(out)))
         return out
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
@@ -151,12 +164,14 @@ class HaloExchanger:
     def post(self, rows: torch.Tensor, tag: int | None = None) -> "Pending":
         """Start sending message rows ``[n_send, F]`` (peer order); ``.wait()`` gives the rows
         received ``[n_recv, F]``. Runs in the background (gloo thread / NCCL stream)."""
-        return self._start(rows, self.send_counts, self.recv_counts, self.n_recv, "forward", tag)
+        pending = self._start(rows, self.send_counts, self.recv_counts, self.n_recv, "forward", tag)
+        return pending if self.stale is None else self.stale.swap("forward", tag, pending)
 
     def post_reverse(self, rows: torch.Tensor, tag: int | None = None) -> "Pending":
         """The reverse direction (gradients of received rows go home): ``[n_recv, F]`` in,
         ``.wait()`` gives ``[n_send, F]``."""
-        return self._start(rows, self.recv_counts, self.send_counts, self.n_send, "backward", tag)
+        pending = self._start(rows, self.recv_counts, self.send_counts, self.n_send, "backward", tag)
+        return pending if self.stale is None else self.stale.swap("backward", tag, pending)
 
     def _start(self, rows, in_counts, out_counts, n_out, direction, tag) -> "Pending":
         rows = rows.contiguous()
@@ -173,17 +188,31 @@ class HaloExchanger:
                 self.stats.add_error(direction, tag, float((err * err).sum()), float((rows * rows).sum()))
         out = buf.new_empty((n_out,) + tuple(buf.shape[1:]))
         self.stats.add(buf)
+        t0 = time.perf_counter()
         work = comm.all_to_all_rows(out, buf, out_counts, in_counts, self.group, async_op=True)
-        return Pending(work, out, buf, decode)
+        return Pending(work, out, buf, decode, self.link, t0, max(_nbytes(buf), _nbytes(out)))
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return int(t.numel() * t.element_size())
 
 
 class Pending:
-    """An exchange in flight; keeps its send buffer alive until ``wait()``, then decodes."""
+    """An exchange in flight; keeps its send buffer alive until ``wait()``, then decodes. With
+    a ``link`` it returns no earlier than the simulated arrival of ``nbytes`` posted at ``t0``.
+    ``wait()`` may be called again: it returns the same rows."""
 
-    def __init__(self, work, out: torch.Tensor, keep: torch.Tensor, decode=None):
+    def __init__(self, work, out: torch.Tensor, keep: torch.Tensor, decode=None, link=None,
+                 t0: float = 0.0, nbytes: int = 0):
         self.work, self.out, self.keep, self.decode = work, out, keep, decode
+        self.link, self.t0, self.nbytes = link, t0, nbytes
+        self._rows = None
 
     def wait(self) -> torch.Tensor:
-        self.work.wait()
-        self.keep = None
-        return self.out if self.decode is None else self.decode(self.out)
+        if self._rows is None:
+            self.work.wait()
+            if self.link is not None:
+                self.link.hold(self.t0, self.nbytes)
+            self.keep = None
+            self._rows = self.out if self.decode is None else self.decode(self.out)
+        return self._rows

@@ -1,0 +1,126 @@
+"""Halo rows one epoch stale (``--halo-staleness 1``, PipeGCN, Wan et al., ICLR 2022).
+
+With staleness 1 every exchange of epoch ``t`` is posted as usual, but the layer uses the rows
+that the *previous* epoch's exchange of the same layer and direction brought::
+
+    epoch t, layer l, forward    post(send rows of epoch t)      -> held until epoch t+1
+                                 A_halo @ (rows posted in epoch t-1)
+    epoch t, layer l, backward   post_reverse(halo grads of t)   -> held until epoch t+1
+                                 g_h += T^T (halo grads posted in epoch t-1)
+
+so an exchange has the rest of its epoch (backward, the Adam step, the evaluation pass, the
+next epoch's earlier layers) to arrive: communication overlaps all of compute, not only the
+owned SpMM. The first epoch has no previous exchange and uses fresh rows (its own, exact),
+which are then held for epoch 2. The bytes per epoch are those of the exact exchange.
+
+Smoothing (PipeGCN-GF, ``--staleness-smoothing gamma``): the rows used are
+``s_t = gamma s_{t-1} + (1 - gamma) (stale rows)``, ``s_1`` = the fresh rows of epoch 1.
+
+:meth:`StaleHalos.state` / :meth:`StaleHalos.load` put the held rows (and the smoothed ones) in
+the checkpoint, per rank, so a resumed run continues bit for bit. Evaluation must use another,
+exact exchanger (the trainer builds one).
+"""
+from __future__ import annotations
+
+import torch
+
+__all__ = ["StaleHalos"]
+
+_DIRS = ("forward", "backward")
+
+
+class _Ready:
+    """A Pending-like handle of rows already held (or of an earlier Pending)."""
+
+    def __init__(self, rows):
+        self.rows = rows
+
+    def wait(self) -> torch.Tensor:
+        return self.rows
+
+
+def _rows(held) -> torch.Tensor:
+    return held if isinstance(held, torch.Tensor) else held.wait()
+
+
+class StaleHalos:
+    """The held exchanges of one rank's :class:`~graphdist.halo.exchange.HaloExchanger`
+    (set as its ``stale``), keyed by (direction, layer tag).
+
+    ``n_rows = {"forward": n_recv, "backward": n_send}``, ``layers`` and ``width`` (the widest
+    row any layer can exchange) fix the checkpoint layout; ``gamma`` is the smoothing factor."""
+
+    def __init__(self, n_rows: dict, layers: int, width: int, gamma: float = 0.0, device="cpu"):
+        if not 0.0 <= gamma < 1.0:
+            raise ValueError(f"smoothing gamma must be in [0, 1), got {gamma}")
+        self.n_rows, self.layers, self.width, self.gamma = dict(n_rows), int(layers), int(width), float(gamma)
+        self.device = device
+        self.held: dict = {}
+        """``{(direction, tag): Pending | tensor}``: the exchange the next epoch will use."""
+        self.smooth: dict = {}
+        """``{(direction, tag): tensor}``: the smoothed rows (gamma > 0)."""
+
+    def swap(self, direction: str, tag: int, pending):
+        """Hold ``pending`` (posted now) for the next epoch; return the handle to use now: the
+        previous epoch's rows, or ``pending`` itself in the first epoch."""
+        key = (direction, int(tag))
+        old = self.held.get(key)
+        self.held[key] = pending
+        if old is None:
+            if self.gamma > 0:
+                return _Smoothed(self, key, pending)
+            return pending
+        rows = _rows(old)
+        if self.gamma > 0:
+            rows = self.smooth[key].mul(self.gamma).add_(rows, alpha=1.0 - self.gamma)
+            self.smooth[key] = rows
+        return _Ready(rows)
+
+    def drain(self) -> None:
+        """Wait for every exchange in flight (before a checkpoint or at the end of training)."""
+        for key, h in self.held.items():
+            self.held[key] = _rows(h)
+
+    def state(self, rank: int) -> dict:
+        """The checkpointed tensors of this rank (fixed shapes, so the same call gives the
+        template to load into): rows padded to ``width`` columns, and each one's real width
+        (0 = none held)."""
+        self.drain()
+        out = {}
+        widths = torch.zeros(2, 2, self.layers, dtype=torch.int64)
+        for i, src in enumerate((self.held, self.smooth)):
+            for d, direction in enumerate(_DIRS):
+                n = self.n_rows[direction]
+                for tag in range(self.layers):
+                    buf = torch.zeros(max(n, 1), self.width, device=self.device)
+                    rows = src.get((direction, tag))
+                    if rows is not None:
+                        buf[:rows.shape[0], :rows.shape[1]] = rows
+                        widths[i, d, tag] = rows.shape[1]
+                    out[f"stale/r{rank}/{i}/{direction}/{tag}"] = buf
+        out[f"stale/r{rank}/widths"] = widths
+        return out
+
+    def load(self, state: dict, rank: int) -> None:
+        """Hold what :meth:`state` saved (after the checkpoint filled ``state`` in place)."""
+        widths = state[f"stale/r{rank}/widths"]
+        self.held, self.smooth = {}, {}
+        for i, dst in enumerate((self.held, self.smooth)):
+            for d, direction in enumerate(_DIRS):
+                n = self.n_rows[direction]
+                for tag in range(self.layers):
+                    w = int(widths[i, d, tag])
+                    if w > 0:
+                        dst[(direction, tag)] = state[f"stale/r{rank}/{i}/{direction}/{tag}"][:n, :w].clone()
+
+
+class _Smoothed:
+    """First epoch with smoothing: the fresh rows, which also start the smoothed rows."""
+
+    def __init__(self, owner: StaleHalos, key, pending):
+        self.owner, self.key, self.pending = owner, key, pending
+
+    def wait(self) -> torch.Tensor:
+        rows = self.pending.wait()
+        self.owner.smooth[self.key] = rows
+        return rows

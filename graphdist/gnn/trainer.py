@@ -1,4 +1,8 @@
-"""Full-batch GCN/SAGE training on k ranks: one part per rank, halo exchange, data-parallel weights.
+"""Full-batch GNN training on k ranks: one part per rank, halo exchange, data-parallel weights.
+
+The model is graphdist's own GCN / SAGE (``--model gcn|sage``: :class:`BuiltinNet`) or a PyG
+model run through :mod:`graphdist.gnn.pyg` (any other ``--model``:
+:class:`graphdist.gnn.pyg.net.PygNet`); both go through the one epoch of :class:`GCNTask`.
 
 Per epoch on every rank::
 
@@ -9,7 +13,8 @@ Per epoch on every rank::
             train/val/test) all-reduced in one tensor
 
 Dropout masks are functions of (seed, epoch, layer, global node id), so k ranks compute exactly
-what one process computes, dropout included. The epochs run in the one training loop
+what one process computes, dropout included (for a PyG model: the dropout it takes through
+``drop=``, see :mod:`graphdist.gnn.pyg.models`). The epochs run in the one training loop
 (:func:`graphdist.loop.run_loop`: progress, signals, checkpoints (weights, Adam state, history),
 resume with the settings check, early stopping); ``resume`` continues bit-for-bit.
 """

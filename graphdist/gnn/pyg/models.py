@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -176,14 +178,17 @@ BUILTIN: dict[str, type] = {"gat": GAT, "gatv2": GATv2, "gin": GIN, "gcn2": GCNI
 
 
 def model_class(spec: str) -> type:
-    """The class of ``--model spec``: a built-in name or ``MODULE:CLASS`` (imported); one
-    :class:`~graphdist.errors.ConfigError` line otherwise."""
+    """The class of ``--model spec``: a built-in name or ``MODULE:CLASS`` (imported from
+    ``PYTHONPATH`` or the working directory); one :class:`~graphdist.errors.ConfigError` line
+    otherwise."""
     if spec in BUILTIN:
         return BUILTIN[spec]
     mod, sep, name = spec.partition(":")
     if not sep or not mod or not name:
         raise ConfigError(f"--model {spec!r}: choose gcn, sage, {', '.join(BUILTIN)} or give MODULE:CLASS "
                           f"(a torch.nn.Module class built as {SIGNATURE})")
+    if os.getcwd() not in sys.path and "" not in sys.path:  # as `python -m` does: MODULE may be a file here
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(mod)
     except Exception as e:  # noqa: BLE001 - the user's module: whatever stops its import is the answer

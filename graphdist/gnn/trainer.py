@@ -25,6 +25,7 @@ from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.gnn.config import GCNConfig
 from graphdist.gnn.models import GNN
+from graphdist.halo.boundary import BoundarySampler
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.link import Link
@@ -89,6 +90,8 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     comm.broadcast_module(model)
     opt = torch.optim.Adam(model.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
     task = _GCNTask(cfg, model, opt, x, y, ids, masks, counts, adj, ex, ex_eval, dev)
+    if cfg.boundary_rate < 1.0 and ex.active:
+        task.sampler = BoundarySampler(lg, adj, ex, cfg.boundary_rate, cfg.seed)
     lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=cfg.resume, progress=cfg.progress and ctx.is_rank0, settings=cfg,
@@ -102,6 +105,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     # per-epoch halo traffic is fixed by the plan; taken from the history so that a resumed run
     # with no epochs left still reports it
     stats = hist.get("halo_rows_bytes", [0, 0])
+    if "halo_rows_bytes_sum" in hist:  # sampled boundaries: the traffic differs per epoch, the mean
+        rows, nbytes, n = hist["halo_rows_bytes_sum"]
+        stats = [rows / max(n, 1), nbytes / max(n, 1)]
     peaks = comm.all_gather_object(peak_memory_bytes(dev))
     best = _best(hist["val_acc"])
     rel_error = _rel_error(ex, len(model.convs), dev) if cfg.halo_bits < 32 else None
@@ -118,6 +124,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "comm/halo_rel_error": rel_error,
         "comm/halo_staleness": cfg.halo_staleness,
+        "comm/boundary_rate": cfg.boundary_rate,
         "comm/link": "simulated " + link.describe() if link else "none (real transfers only)",
         "comm/link_gbps": cfg.link_gbps,
         "time/link_wait_s_per_epoch": link.waited_s / ran if link else 0.0,
@@ -142,6 +149,7 @@ class _GCNTask(Task):
         self.masks, self.counts, self.adj, self.ex, self.ex_eval, self.dev = masks, counts, adj, ex, ex_eval, dev
         self.n_train = float(counts[0])
         self.first = 0
+        self.sampler = None  # BoundarySampler with --boundary-rate < 1
         self.history = {"losses": [], "val_acc": [], "test_acc": [], "train_acc": [], "epoch_s": []}
 
     def run(self, units):
@@ -155,9 +163,10 @@ class _GCNTask(Task):
             with Timer(self.dev) as t:
                 model.train()
                 self.opt.zero_grad(set_to_none=True)
-                ex.start_pass()
+                adj, ex_t = self.sampler.epoch(epoch) if self.sampler is not None else (self.adj, ex)
+                ex_t.start_pass()
                 tm, labels_in, denom = _label_split(cfg, masks[0], y, self.ids, epoch, self.n_train)
-                out = model(self.x, self.adj, ex, ids=self.ids, step=epoch, labels=labels_in)
+                out = model(self.x, adj, ex_t, ids=self.ids, step=epoch, labels=labels_in)
                 loss = F.cross_entropy(out[tm], y[tm], reduction="sum") / denom
                 loss.backward()
                 comm.all_reduce_grads(model.parameters())
@@ -170,12 +179,17 @@ class _GCNTask(Task):
                     m = torch.stack([loss.detach().double() * self.n_train] +  # mean loss, times n_train
                                     [(ok & mk).sum().double() for mk in masks])
                     comm.all_reduce_sum(m)
+            rb = [ex.stats.rows, ex.stats.bytes]
+            if ev is not ex:
+                rb = [rb[0] + ev.stats.rows, rb[1] + ev.stats.bytes]
             if "halo_rows_bytes" not in hist:  # traffic per epoch is fixed by the plan: all ranks' sum, once
-                rb = [ex.stats.rows, ex.stats.bytes]
-                if ev is not ex:
-                    rb = [rb[0] + ev.stats.rows, rb[1] + ev.stats.bytes]
                 tot = comm.all_reduce_sum(torch.tensor(rb, dtype=torch.float64, device=self.dev))
                 hist["halo_rows_bytes"] = [int(v) for v in tot.tolist()]  # checkpointed with the history
+            elif self.sampler is not None:  # sampled: every epoch's traffic differs; their sum
+                tot = comm.all_reduce_sum(torch.tensor(rb, dtype=torch.float64, device=self.dev))
+            if self.sampler is not None:
+                old = hist.get("halo_rows_bytes_sum", [0, 0, 0])
+                hist["halo_rows_bytes_sum"] = [old[0] + int(tot[0]), old[1] + int(tot[1]), old[2] + 1]
             counts = self.counts
             accs = [float(m[i + 1] / counts[i]) if counts[i] > 0 else float("nan") for i in range(3)]
             hist["losses"].append(float(m[0]) / self.n_train)

@@ -85,59 +85,32 @@ def initial_state(seed=0):
 
 
 # ------------------------------------------------------------------ distributed side
-def _fit_job(rank, ws, graph, a, runs):
+BASE = dict(model="gcn", layers=LAYERS, hidden=HID, dropout=0.0, epochs=EPOCHS, seed=0)
+REPEAT = dict(hidden=8, epochs=6, seed=4, dropout=0.5, halo_staleness=1)
+REPEATS = [REPEAT, REPEAT, dict(REPEAT, staleness_smoothing=0.5), dict(REPEAT, staleness_smoothing=0.5),
+           dict(REPEAT, halo_bits=8)]
+
+
+def _fit_job(rank, ws, graph, a, runs, root=None):
+    """``runs`` (lists of config fields) fitted in turn; with ``root`` also the resume case."""
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
     lg = build_plan(graph, a, rank, ws)
-    return [fit(GCNConfig(spec="t", progress=False, **kw), lg, {}, ctx)["losses"] for kw in runs]
+    out = [fit(GCNConfig(spec="t", progress=False, **kw), lg, {}, ctx)["losses"] for kw in runs]
+    return out if root is None else (out, _resume_case(lg, ctx, root))
 
 
-BASE = dict(model="gcn", layers=LAYERS, hidden=HID, dropout=0.0, epochs=EPOCHS, seed=0)
-
-
-@pytest.mark.parametrize("halo", ["plain", "mvc"])
-def test_stale_matches_reference(halo):
-    g = _graph()
-    a = torch.arange(g.num_nodes) % 2  # a cut through every other edge: staleness matters
-    runs = [dict(BASE, halo=halo), dict(BASE, halo=halo, halo_staleness=1), dict(BASE, halo=halo, halo_staleness=0)]
-    exact, stale, zero = run_ranks(_fit_job, 2, args=(g, a, runs), timeout=180)[0]
-    state = initial_state()
-    ref_exact, ref_stale = reference_losses(g, a, state), reference_losses(g, a, state, stale=True)
-    assert exact == pytest.approx(ref_exact, rel=1e-4, abs=1e-6)
-    assert stale == pytest.approx(ref_stale, rel=1e-4, abs=1e-6)
-    assert zero == exact  # staleness 0 is today's exact training, bit for bit
-    assert stale[0] == pytest.approx(exact[0], rel=1e-6)  # the first epoch uses fresh rows
-    assert all(abs(s - e) > 1e-5 for s, e in zip(stale[1:], exact[1:]))  # then stale ones
-
-
-@pytest.mark.parametrize("k", [2, 4])
-def test_stale_runs_repeat(k):
-    g = _graph()
-    a = torch.arange(g.num_nodes) % k
-    kw = dict(hidden=8, epochs=6, seed=4, dropout=0.5, halo_staleness=1)
-    runs = [kw, kw, dict(kw, staleness_smoothing=0.5), dict(kw, staleness_smoothing=0.5), dict(kw, halo_bits=8)]
-    out = run_ranks(_fit_job, k, args=(g, a, runs), timeout=240)
-    for r in out:
-        assert r == out[0]  # every rank reports the same losses
-    s1, s2, m1, m2, q = out[0]
-    assert s1 == s2 and m1 == m2 and len(s1) == 6
-    assert m1 != s1 and q != s1 and m1[0] == s1[0]  # smoothing starts from the fresh first epoch
-
-
-def _resume_job(rank, ws, graph, a, root):
+def _resume_case(lg, ctx, root):
     from graphdist.errors import ConfigError
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.runtime import init_distributed
-    ctx = init_distributed("cpu")
-    lg = build_plan(graph, a, rank, ws)
     out = []
     for name, extra in (("s", {}), ("gf", {"staleness_smoothing": 0.3})):
         base = dict(spec="t", hidden=8, dropout=0.5, epochs=8, seed=3, progress=False, checkpoint_every=3,
                     halo_staleness=1, **extra)
         full = fit(GCNConfig(**base, checkpoint_dir=f"{root}/{name}-full"), lg, {}, ctx)
         cut = fit(GCNConfig(**base, checkpoint_dir=f"{root}/{name}-cut"), lg, {}, ctx,
-                  callbacks=[lambda epoch, hist: epoch == 5])
+                  callbacks=[lambda epoch, hist: epoch == 5])  # the job "dies" after epoch 5
         resumed = fit(GCNConfig(**base, checkpoint_dir=f"{root}/{name}-cut", resume=True), lg, {}, ctx)
         out.append((full["losses"], cut["losses"], resumed["losses"]))
     try:
@@ -149,15 +122,40 @@ def _resume_job(rank, ws, graph, a, root):
     return out, refused
 
 
-def test_stale_resume_is_exact(tmp_path):
+def _check_repeats(out):
+    for r in out:
+        assert r == out[0]  # every rank reports the same losses
+    s1, s2, m1, m2, q = out[0]
+    assert s1 == s2 and m1 == m2 and len(s1) == 6  # same seed and partition: same losses
+    assert m1 != s1 and q != s1 and m1[0] == s1[0]  # smoothing starts from the fresh first epoch
+
+
+def test_stale_training_at_k2(tmp_path):
+    """Parity with the reference (plain and mvc), staleness 0 = exact, runs repeat, resume."""
     g = _graph()
-    for out, refused in run_ranks(_resume_job, 2, args=(g, torch.arange(g.num_nodes) % 2, str(tmp_path)),
-                                  timeout=240):
-        for full, cut, resumed in out:
-            assert len(cut) == 5 and cut == full[:5]
-            assert resumed == full  # the held rows of epoch 5 came back from the checkpoint
-        assert "--halo-staleness 1 -> 0" in refused and "--staleness-smoothing 0.3 -> 0.0" in refused
-        assert "--link-gbps" not in refused  # the link changes the time only
+    a = torch.arange(g.num_nodes) % 2  # a cut through every other edge: staleness matters
+    runs = [dict(BASE, halo=h, halo_staleness=s) for h in ("plain", "mvc") for s in (0, 1)] + [BASE] + REPEATS
+    res = run_ranks(_fit_job, 2, args=(g, a, runs, str(tmp_path)), timeout=240)
+    state = initial_state()
+    ref_exact, ref_stale = reference_losses(g, a, state), reference_losses(g, a, state, stale=True)
+    _check_repeats([r[0][5:] for r in res])
+    (exact_p, stale_p, exact_m, stale_m, default, *_), (resume, refused) = res[0]
+    for exact, stale in ((exact_p, stale_p), (exact_m, stale_m)):
+        assert exact == pytest.approx(ref_exact, rel=1e-4, abs=1e-6)
+        assert stale == pytest.approx(ref_stale, rel=1e-4, abs=1e-6)
+        assert stale[0] == pytest.approx(exact[0], rel=1e-6)  # the first epoch uses fresh rows
+        assert all(abs(s - e) > 1e-5 for s, e in zip(stale[1:], exact[1:]))  # then stale ones
+    assert exact_m == default  # --halo-staleness 0 is today's exact training, bit for bit
+    for full, cut, resumed in resume:
+        assert len(cut) == 5 and cut == full[:5]
+        assert resumed == full  # the held rows of epoch 5 came back from the checkpoint
+    assert "--halo-staleness 1 -> 0" in refused and "--staleness-smoothing 0.3 -> 0.0" in refused
+    assert "--link-gbps" not in refused  # the link changes the time only
+
+
+def test_stale_runs_repeat_at_k4():
+    g = _graph()
+    _check_repeats(run_ranks(_fit_job, 4, args=(g, torch.arange(g.num_nodes) % 4, REPEATS), timeout=240))
 
 
 @pytest.mark.parametrize("argv, match", [

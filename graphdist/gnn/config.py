@@ -75,6 +75,11 @@ class GCNConfig:
     staleness_smoothing: float = 0.0
     """PipeGCN-GF: with --halo-staleness 1, use s = gamma s + (1 - gamma) stale rows, for
     features and gradients alike (0 = off, the rows as they came)"""
+    boundary_rate: float = 1.0
+    """BNS-GCN: each training epoch keeps each boundary node with probability P (keyed by seed,
+    epoch and global node id, so every rank decides alike); dropped ones' cut edges are removed,
+    kept ones' scaled by 1/P, and only kept rows are exchanged. 1 = exact; needs --halo plain;
+    evaluation is exact"""
     label_rate: float = 0.0
     """masked label embedding (UniMP, SuperGCN's companion of 2-bit halos): each epoch a share
     of the training nodes, drawn by global id, feed their label into the input (the loss is
@@ -132,6 +137,14 @@ class GCNConfig:
             raise ConfigError(f"--staleness-smoothing must be in [0, 1), got {self.staleness_smoothing}")
         if self.staleness_smoothing > 0 and self.halo_staleness == 0:
             raise ConfigError("--staleness-smoothing smooths stale halo rows: it needs --halo-staleness 1")
+        if not 0.0 < self.boundary_rate <= 1.0:
+            raise ConfigError(f"--boundary-rate must be in (0, 1], got {self.boundary_rate}")
+        if self.boundary_rate < 1.0 and self.halo != "plain":
+            raise ConfigError(f"--boundary-rate {self.boundary_rate:g} samples raw halo rows, but --halo {self.halo} "
+                              "sends partial sums; add --halo plain")
+        if self.boundary_rate < 1.0 and self.halo_staleness:
+            raise ConfigError("--boundary-rate below 1 and --halo-staleness 1 cannot be combined (the rows held "
+                              "from one epoch would not be the rows the next epoch samples)")
         if self.lr <= 0 or self.weight_decay < 0:
             raise ConfigError(f"--lr must be > 0 and --weight-decay >= 0, got {self.lr} and {self.weight_decay}")
         for name, v in (("parts", self.parts), ("nproc", self.nproc)):

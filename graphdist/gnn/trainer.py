@@ -30,6 +30,7 @@ from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
 from graphdist.gnn.models import GNN
+from graphdist.halo.boundary import BoundarySampler
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.link import Link
@@ -80,8 +81,8 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     if cfg.model in BUILTIN_MODELS:
         net = BuiltinNet(cfg, lg, x, ids, n_classes, dev)
     else:
-        if cfg.halo_staleness or cfg.link_gbps > 0:
-            raise ConfigError(f"--model {cfg.model}: --halo-staleness and --link-gbps work with the built-in "
+        if cfg.halo_staleness or cfg.link_gbps > 0 or cfg.boundary_rate < 1.0:
+            raise ConfigError(f"--model {cfg.model}: --halo-staleness, --boundary-rate and --link-gbps work with the built-in "
                               f"models ({', '.join(BUILTIN_MODELS)}) only")
         from graphdist.gnn.pyg.net import PygNet
         net = PygNet(cfg, lg, x, n_classes, dev)
@@ -105,6 +106,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     # per-epoch halo traffic is fixed by the plan; taken from the history so that a resumed run
     # with no epochs left still reports it
     stats = hist.get("halo_rows_bytes", [0, 0])
+    if "halo_rows_bytes_sum" in hist:  # sampled boundaries: the traffic differs per epoch, the mean
+        rows, nbytes, n = hist["halo_rows_bytes_sum"]
+        stats = [rows / max(n, 1), nbytes / max(n, 1)]
     peaks = comm.all_gather_object(peak_memory_bytes(dev))
     best = _best(hist["val_acc"])
     rel_error = _rel_error(*net.error_sources(), dev) if cfg.halo_bits < 32 else None
@@ -122,6 +126,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/halo_rel_error": rel_error,
         "halo/layers": layers,
         "comm/halo_staleness": cfg.halo_staleness,
+        "comm/boundary_rate": cfg.boundary_rate,
         "comm/link": "simulated " + link.describe() if link else "none (real transfers only)",
         "comm/link_gbps": cfg.link_gbps,
         "time/link_wait_s_per_epoch": link.waited_s / ran if link else 0.0,
@@ -160,6 +165,9 @@ class BuiltinNet:
             self.stale = self.ex.stale = StaleHalos({"forward": self.ex.n_recv, "backward": self.ex.n_send},
                                                     cfg.layers, max(x.shape[1], cfg.hidden, n_classes),
                                                     cfg.staleness_smoothing, dev)
+        self.sampler = None  # --boundary-rate < 1: a new cut each epoch
+        if cfg.boundary_rate < 1.0 and self.ex.active:
+            self.sampler = BoundarySampler(lg, self.adj, self.ex, cfg.boundary_rate, cfg.seed)
         comm.broadcast_module(self.model)
 
     def param_groups(self, weight_decay: float, first_layer_only: bool):
@@ -172,8 +180,9 @@ class BuiltinNet:
         self.ex.measure = on
 
     def train_pass(self, epoch: int, labels):
-        self.ex.start_pass()
-        return self.model(self.x, self.adj, self.ex, ids=self.ids, step=epoch, labels=labels)
+        adj, ex = self.sampler.epoch(epoch) if self.sampler is not None else (self.adj, self.ex)
+        ex.start_pass()
+        return self.model(self.x, adj, ex, ids=self.ids, step=epoch, labels=labels)
 
     def eval_pass(self, labels):
         self.ex_eval.start_pass()
@@ -232,9 +241,15 @@ class GCNTask(Task):
                     m = torch.stack([loss.detach().double() * self.n_train] +  # mean loss, times n_train
                                     [(ok & mk).sum().double() for mk in masks])
                     comm.all_reduce_sum(m)
+            sampled = getattr(net, "sampler", None) is not None
             if "halo_rows_bytes" not in hist:  # traffic per epoch is fixed by the plan: all ranks' sum, once
                 tot = comm.all_reduce_sum(torch.tensor(net.traffic(), dtype=torch.float64, device=self.dev))
                 hist["halo_rows_bytes"] = [int(v) for v in tot.tolist()]  # checkpointed with the history
+            elif sampled:  # sampled: every epoch's traffic differs; their sum
+                tot = comm.all_reduce_sum(torch.tensor(net.traffic(), dtype=torch.float64, device=self.dev))
+            if sampled:
+                old = hist.get("halo_rows_bytes_sum", [0, 0, 0])
+                hist["halo_rows_bytes_sum"] = [old[0] + int(tot[0]), old[1] + int(tot[1]), old[2] + 1]
             counts = self.counts
             accs = [float(m[i + 1] / counts[i]) if counts[i] > 0 else float("nan") for i in range(3)]
             hist["losses"].append(float(m[0]) / self.n_train)

@@ -22,6 +22,7 @@ is plain single-device code with the exchange injected. The collectives themselv
 """
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -127,6 +128,15 @@ class HaloExchanger:
             return cls(lg.send_idx, lg.send_counts, lg.recv_counts, device, group, bits=bits, seed=seed, link=link)
         lay = lg.exchange_layout(halo)
         return cls(None, lay.send_counts, lay.recv_counts, device, group, bits=bits, seed=seed, mode=halo, link=link)
+
+    def restricted(self, send_idx: torch.Tensor, send_counts: list[int], recv_counts: list[int]) -> "HaloExchanger":
+        """A plain exchanger of a subset of this one's rows (boundary sampling,
+        :mod:`graphdist.halo.boundary`) that shares its counters, link and rounding keys."""
+        sub = copy.copy(self)
+        sub.send_idx, sub.send_counts, sub.recv_counts = send_idx, [int(c) for c in send_counts], \
+            [int(c) for c in recv_counts]
+        sub.n_send, sub.n_recv, sub.stale = sum(sub.send_counts), sum(sub.recv_counts), None
+        return sub
 
     def set_step(self, step: int) -> None:
         """Rounding noise from now on is keyed by (seed, step, rank, n-th exchange of the step):

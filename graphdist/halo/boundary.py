@@ -1,0 +1,87 @@
+"""Boundary-node sampling (``--boundary-rate p``, BNS-GCN, Wan et al., MLSys 2022).
+
+A *boundary node* is an owned node whose row some peer receives (a source of a cut edge).
+Each training epoch keeps each boundary node with probability ``p``, decided by a keyed hash of
+``(seed, epoch, global node id)`` (:func:`kept`): the sender and every receiver of a row take
+the same decision without talking, and any number of ranks draws what one process would. For
+that epoch, in every layer and both directions::
+
+    dropped u   its rows are not sent, and its cut edges are removed from the receivers' A_halo
+    kept u      its cut edges are scaled by 1 / p (A_halo entries A_vu / p)
+
+so ``E[A_own h + A_halo' h_halo] = A h`` for every row (the aggregate is unbiased for every
+linear aggregation, GCN's and SAGE's mean alike, with the full graph's normalisation), while the
+rows and bytes exchanged drop to about ``p`` times. Edges inside a part are never sampled.
+Evaluation uses the full adjacency and exchanger (exact, ``p = 1``).
+
+Plain exchange only: an mvc partial sum mixes many sources, so dropping a source does not drop
+its row (``GCNConfig.validate`` asks for ``--halo plain``).
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from graphdist.halo.keyed import key32, keyed_bits
+from graphdist.halo.spmm import CSRPair
+from graphdist.sparse import ptr2index
+
+__all__ = ["kept", "BoundarySampler"]
+
+_SALT = 0xB05  # keys of boundary sampling, apart from dropout's (seed, epoch, layer)
+
+
+def kept(ids: torch.Tensor, rate: float, seed: int, epoch: int) -> torch.Tensor:
+    """``[len(ids)]`` bool: the nodes (global ids) kept in ``epoch``; each with probability
+    ``rate``, a function of ``(seed, epoch, id)`` only."""
+    if rate >= 1.0:
+        return torch.ones(ids.shape[0], dtype=torch.bool, device=ids.device)
+    bits = keyed_bits(ids, 1, key32(seed, epoch, _SALT))[:, 0]
+    return bits < int(rate * (1 << 32)) - (1 << 31)
+
+
+def _segment_sums(mask: torch.Tensor, counts: list[int]) -> list[int]:
+    peer = torch.repeat_interleave(torch.arange(len(counts), device=mask.device),
+                                   torch.tensor(counts, device=mask.device))
+    return torch.zeros(len(counts), dtype=torch.int64, device=mask.device).index_add_(
+        0, peer, mask.to(torch.int64)).tolist()
+
+
+class BoundarySampler:
+    """Per-epoch sampled ``(adjacency, exchanger)`` of one rank for ``rate``.
+
+    ``lg``: the rank's :class:`~graphdist.halo.local.LocalGraph` (the one ``adj`` was built
+    from); ``adj`` / ``ex``: its plain-mode :class:`~graphdist.halo.spmm.SparseAdj` and
+    :class:`~graphdist.halo.exchange.HaloExchanger` (the sampled exchanger shares ``ex``'s
+    counters, link and rounding keys)."""
+
+    def __init__(self, lg, adj, ex, rate: float, seed: int):
+        if adj.send is not None or ex.send_idx is None:
+            raise ValueError("boundary sampling needs the plain halo exchange")
+        if not 0.0 < rate <= 1.0:
+            raise ValueError(f"boundary rate must be in (0, 1], got {rate}")
+        self.adj, self.ex, self.rate, self.seed = adj, ex, float(rate), int(seed)
+        dev = ex.send_idx.device
+        self.send_ids = lg.owned.to(dev)[ex.send_idx]  # global ids of the rows sent, peer by peer
+        self.halo_ids = lg.halo.to(dev)                # global ids of the halo columns, peer by peer
+        a = adj.halo.A if adj.halo is not None else None
+        if a is not None:
+            self.rows = ptr2index(a.crow_indices().to(torch.int64), a._nnz())
+            self.cols, self.vals = a.col_indices().to(torch.int64), a.values()
+        self.n_own = adj.shape[0]
+
+    def epoch(self, epoch: int):
+        """``(adjacency, exchanger)`` of training epoch ``epoch``."""
+        ks = kept(self.send_ids, self.rate, self.seed, epoch)
+        kr = kept(self.halo_ids, self.rate, self.seed, epoch)
+        ex = self.ex.restricted(self.ex.send_idx[ks], _segment_sums(ks, self.ex.send_counts),
+                                _segment_sums(kr, self.ex.recv_counts))
+        adj = copy.copy(self.adj)
+        if self.adj.halo is not None:
+            new_col = torch.cumsum(kr.to(torch.int64), 0) - 1
+            keep = kr[self.cols]
+            # rows stay sorted, and columns within a row too (the renumbering keeps their order)
+            adj.halo = CSRPair(self.rows[keep], new_col[self.cols[keep]], self.vals[keep] / self.rate,
+                               self.n_own, int(kr.sum()), self.vals.device)
+        return adj, ex

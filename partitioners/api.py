@@ -11,10 +11,11 @@
     auto       moved rows (mvc)     nodes AND edges (caps)     pymetis (else restreamed ldg)
 
 ``auto`` = multi-constraint METIS k-way (nodes and in-edges balanced at once; volume, cut and
-hub-weighted cut objectives, a small portfolio), each refined by :mod:`partitioners.refine`
-(rebalance into both caps, then vectorised boundary moves on the halo volume); the one with
-the fewest rows moved with pre/post aggregation (``moved_rows``, then ``moved_max_recv``) is
-refined once more on that objective (:mod:`partitioners.moved`).
+hub-weighted cut objectives, and METIS without the hubs: a small portfolio over a few seeds),
+each refined by :mod:`partitioners.refine` (rebalance into both caps, then vectorised boundary
+moves) on the role bound of the rows moved with pre/post aggregation; the one with the fewest
+moved rows (``moved_rows``, then ``moved_max_recv``) is refined once more on that objective,
+last by single moves scored on the exact cover (:mod:`partitioners.moved`).
 """
 from __future__ import annotations
 
@@ -62,8 +63,9 @@ def partition(graph, k: int, *, method: str = "auto", imbalance: float = 0.03, s
     part's nodes = its SpMM work) or ``both``; default ``both`` for ``auto``, ``nodes`` for
     the others. ``seed`` makes every method deterministic. ``options`` go to the method
     (``passes``/``batch_size`` for streaming, ``preset`` for kaminpar/mtkahypar,
-    ``rounds`` for auto's refinement, ``initial`` for auto's starting methods, ``alternations``
-    for its moved-rows refinement)."""
+    ``rounds`` for auto's refinement, ``initial`` for auto's starting methods, ``seeds`` for
+    the seeds tried per starting method, ``alternations`` and ``polish`` for its moved-rows
+    refinement)."""
     if balance is None:
         balance = "both" if method == "auto" else "nodes"
     k = _validate(graph, k, method, imbalance, balance, node_weights)
@@ -101,55 +103,72 @@ def _run(graph, k, method, imbalance, seed, weights, options) -> np.ndarray:
 
 
 def _auto(graph, k, imbalance, seed, weights, options) -> np.ndarray:
-    """Portfolio: each initial partition is rebalanced into every cap and refined on the halo
-    volume; among those within all caps the fewest moved rows win (then the smallest
-    ``moved_max_recv``; else the least overloaded), and the winner is refined on the moved rows
-    themselves. Initials ``name@slack``: multi-constraint METIS (``metis-vol`` / ``metis-cut``
-    objective, ``metis-hub``: cut with edges at hubs made cheap) balancing every constraint of
-    ``weights`` at once to ``slack * imbalance`` (the rest is room for the refinement),
-    ``mtkahypar``, or ``ldg`` / ``fennel`` (the fallback without pymetis). The moved-rows
-    refinement alternates 3 times (2 above 1M edges). Graphs over 8M edges use one METIS run (cut
+    """Portfolio: each initial partition, for each of ``seeds`` seeds, is rebalanced into every
+    cap and refined on the role bound of the rows moved with pre/post aggregation
+    (:mod:`partitioners.moved`, roles from the initial's own cover); among those within all
+    caps the fewest moved rows win (then the smallest ``moved_max_recv``; else the least
+    overloaded), and the winner is refined on the moved rows themselves (role-bound
+    alternations, then ``polish`` single moves tried on the exact cover). Initials
+    ``name@slack``: multi-constraint METIS (``metis-vol`` / ``metis-cut`` objective,
+    ``metis-hub``: cut with edges at hubs made cheap) balancing every constraint of ``weights``
+    at once to ``slack * imbalance`` (the rest is room for the refinement), ``hubsplit@frac``
+    (METIS without the ``frac`` share of highest-degree nodes, hubs placed after,
+    :mod:`partitioners.hubsplit`), ``mtkahypar``, or ``ldg`` / ``fennel`` (the fallback without
+    pymetis). Defaults by size (directed edges): up to 1M, 3 seeds, 3 alternations and 300
+    polish tries; up to 8M, 1 seed, 2 alternations, no polish; above 8M one METIS run (cut
     objective), at most 10 refinement rounds and one alternation."""
-    from partitioners import backends, streaming
-    from partitioners.moved import moved_key, refine_moved
+    from partitioners import backends, hubsplit, streaming
+    from partitioners.moved import moved_key, moved_pins, polish_moved, refine_moved, roles
     from partitioners.refine import VolumeRefiner
-    big = graph.num_edges > 8_000_000
+    e = graph.num_edges
+    big = e > 8_000_000
     # METIS' volume objective is several times slower than the cut objective on large
     # power-law graphs (rmat scale 20: > 6 minutes vs 86 s); big graphs get one cut run
-    default = ("metis-cut@0.3",) if big else ("metis-vol@0.3", "metis-vol@0.1", "metis-cut@0.3", "metis-hub@0.3")
+    default = ("metis-cut@0.3",) if big else ("metis-vol@0.3", "metis-vol@0.1", "metis-cut@0.3", "metis-hub@0.3",
+                                               "hubsplit@0.01")
     initials = options.get("initial", default)
     if isinstance(initials, str):
         initials = tuple(initials.split(","))
-    refiner = VolumeRefiner(graph, k, weights)
+    seeds = int(options.get("seeds", 3 if e <= 1_000_000 else 1))
     rounds = int(options.get("rounds", 10 if big else 50))
-    best, best_key = None, None
+    best, best_key, refiner = None, None, None
     for spec in initials:
         name, _, slack = spec.partition("@")
-        slack = float(slack) if slack else 0.3
-        try:
-            if name in ("metis-vol", "metis-cut", "metis-hub", "metis"):
-                a0 = backends.metis_partition(graph, k, weights, seed=seed, imbalance=imbalance * slack,
-                                              objective="vol" if name == "metis-vol" else "cut",
-                                              hub_cut=name == "metis-hub")
-            elif name == "mtkahypar":
-                a0 = backends.mtkahypar_partition(graph, k, weights, imbalance=imbalance * slack, seed=seed)
-            elif name in ("ldg", "fennel"):
-                a0 = streaming.stream_partition(graph, k, weights, seed=seed, method=name, passes=3)
-            else:
-                raise PartitionError(f"unknown initial method '{name}' for auto "
-                                     "(metis-vol, metis-cut, metis-hub, mtkahypar, ldg, fennel)")
-        except MissingBackendError:
-            continue
-        a = refiner.run(a0, rounds=rounds, seed=seed)
-        over = float((refiner.loads(a) / refiner.caps[:, None]).max())
-        key = (max(over, 1.0), moved_key(graph, a, k))
-        if best_key is None or key < best_key:
-            best, best_key = a, key
+        for s in range(seed, seed + max(seeds, 1)):
+            try:
+                if name in ("metis-vol", "metis-cut", "metis-hub", "metis"):
+                    sl = float(slack) if slack else 0.3
+                    a0 = backends.metis_partition(graph, k, weights, seed=s, imbalance=imbalance * sl,
+                                                  objective="vol" if name == "metis-vol" else "cut",
+                                                  hub_cut=name == "metis-hub")
+                elif name == "hubsplit":
+                    a0 = hubsplit.hubsplit_partition(graph, k, weights, frac=float(slack) if slack else 0.01,
+                                                     imbalance=imbalance / 3, seed=s)
+                elif name == "mtkahypar":
+                    a0 = backends.mtkahypar_partition(graph, k, weights, imbalance=imbalance * (float(slack) if slack else 0.3),
+                                                      seed=s)
+                elif name in ("ldg", "fennel"):
+                    a0 = streaming.stream_partition(graph, k, weights, seed=s, method=name, passes=3)
+                else:
+                    raise PartitionError(f"unknown initial method '{name}' for auto "
+                                         "(metis-vol, metis-cut, metis-hub, hubsplit, mtkahypar, ldg, fennel)")
+            except MissingBackendError:
+                break
+            refiner = VolumeRefiner(graph, k, weights, pins=moved_pins(graph, roles(graph, a0, k)))
+            a = refiner.run(a0, rounds=rounds, seed=s)
+            over = float((refiner.loads(a) / refiner.caps[:, None]).max())
+            key = (max(over, 1.0), moved_key(graph, a, k))
+            if best_key is None or key < best_key:
+                best, best_key = a, key
     if best is None:  # no backend at all: streaming start
         a0 = streaming.stream_partition(graph, k, weights, seed=seed, method="ldg", passes=3)
+        refiner = VolumeRefiner(graph, k, weights)
         best = refiner.run(a0, rounds=rounds, seed=seed)
     if (refiner.loads(best) <= refiner.caps[:, None] + 1e-9).all():
-        alternations = 1 if big else 2 if graph.num_edges > 1_000_000 else 3
+        alternations = 1 if big else 2 if e > 1_000_000 else 3
         best = refine_moved(graph, best, k, weights, rounds=rounds, seed=seed,
                             alternations=int(options.get("alternations", alternations)))
+        tries = int(options.get("polish", 300 if e <= 1_000_000 else 0))
+        if tries > 0:
+            best = polish_moved(graph, best, k, weights, tries=tries)
     return best

@@ -14,6 +14,12 @@ refines exactly. :func:`refine_moved` alternates: take the roles from the curren
 cover (a node is ``raw`` unless most of its cut pairs are pre-aggregated), refine the bound,
 recompute the true cover; it keeps a result only when ``moved_rows`` drops (ties: the smaller
 busiest receiver, ``moved_max_recv``).
+
+The bound is loose (20% above the cover on gnutella), so :func:`polish_moved` then scores
+single-node moves by the exact change of the cover itself: the candidates the bound ranks
+best are each tried and kept only when the maximum matching (= ``moved_rows``, König) shrinks
+and every cap holds. One try recomputes the matching of the whole partition (4 ms on facebook,
+19 ms on gnutella), so it runs for a budget of tries.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import scipy.sparse as sp
 
 from partitioners.common import Weights, in_csr
 
-__all__ = ["roles", "moved_pins", "refine_moved", "moved_key"]
+__all__ = ["roles", "moved_pins", "refine_moved", "moved_key", "polish_moved"]
 
 
 def roles(graph, a: np.ndarray, k: int) -> np.ndarray:
@@ -74,3 +80,53 @@ def refine_moved(graph, a: np.ndarray, k: int, weights: Weights, *, rounds: int 
             break
         best, best_key = cand, key
     return best
+
+
+def polish_moved(graph, a: np.ndarray, k: int, weights: Weights, *, tries: int = 1000,
+                 batch: int = 200, min_bound_gain: float = -1.0) -> np.ndarray:
+    """Single-node moves scored by the exact change of ``moved_rows`` (see the module
+    docstring): ``a`` must be within the caps; the result is within them and moves no more
+    rows. At most ``tries`` moves are tried, in batches of ``batch`` taken in order of the role
+    bound's gain (at least ``min_bound_gain``); after a batch that kept a move the bound is
+    rebuilt from the new cover; it stops when a whole ranking yields nothing."""
+    from partitioners.cover import matching_size
+    from partitioners.refine import VolumeRefiner
+    a = np.asarray(a, dtype=np.int64).copy()
+    w = np.stack(weights.w)
+    caps = np.asarray(weights.caps, dtype=np.float64)
+    load = np.stack([np.bincount(a, weights=x, minlength=k) for x in w])
+    cur = matching_size(graph, a, k)[0]
+    used, tried = 0, set()
+    while used < tries:
+        ref = VolumeRefiner(graph, k, weights, pins=moved_pins(graph, roles(graph, a, k)))
+        phi = ref.phi(a)
+        cand = ref.boundary(phi)
+        if cand.size == 0:
+            break
+        g = ref.gains(a, phi, cand)
+        order = np.argsort(-g, axis=None, kind="stable")
+        kept = done = 0
+        for f in order.tolist():
+            i, q = divmod(f, k)
+            if not g[i, q] >= min_bound_gain or done >= batch or used >= tries:
+                break
+            v = int(cand[i])
+            p = int(a[v])
+            if (v, q) in tried or ((load[:, q] + w[:, v]) > caps + 1e-9).any():
+                continue
+            tried.add((v, q))
+            a[v] = q
+            m = matching_size(graph, a, k)[0]
+            used += 1
+            done += 1
+            if m < cur:
+                cur, kept = m, kept + 1
+                load[:, p] -= w[:, v]
+                load[:, q] += w[:, v]
+            else:
+                a[v] = p
+        if kept == 0 and done < batch:
+            break
+        if kept:
+            tried.clear()
+    return a

@@ -21,6 +21,7 @@ table.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,13 +30,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphdist.halo.exchange import CommStats, HaloExchanger
+from graphdist.halo.keyed import key32, keyed_bits
 from graphdist.halo.spmm import SparseAdj
 
 __all__ = ["lightgcn_adjacency", "halo_exchanger", "init_embeddings", "LightGCNShard", "BatchPlan",
            "plan_epoch", "bpr_step"]
 
-INIT_ROWS = 4096
-"""Rows generated per draw of the initial table (fixed, so every rank draws the same numbers)."""
+INIT_VALUES = 1 << 20
+"""Values of the initial table generated per block (bounds the temporaries; not part of the result)."""
 
 
 def lightgcn_adjacency(lg, device="cpu", halo: str = "plain") -> SparseAdj:
@@ -51,18 +53,27 @@ def halo_exchanger(lg, device="cpu", halo: str = "plain", bits: int = 32, seed: 
     return HaloExchanger.from_local_graph(lg, device, halo=halo, bits=bits, seed=seed)
 
 
-def init_embeddings(owned: torch.Tensor, num_nodes: int, dim: int, std: float, seed: int) -> torch.Tensor:
-    """Rows ``owned`` of the table ``N(0, std^2)^[num_nodes, dim]`` drawn from one generator
-    seeded with ``seed`` (the reference's ``normal_(std=0.1)``); any rank draws the same table."""
-    g = torch.Generator().manual_seed(seed)
-    ids, perm = torch.sort(owned.to(torch.int64).cpu())
-    out = torch.empty(owned.numel(), dim)
-    for s in range(0, num_nodes, INIT_ROWS):
-        block = torch.randn(min(INIT_ROWS, num_nodes - s), dim, generator=g) * std
-        lo, hi = torch.searchsorted(ids, torch.tensor([s, s + block.shape[0]])).tolist()
-        if hi > lo:
-            out[perm[lo:hi]] = block[ids[lo:hi] - s]
+def init_embeddings(ids: torch.Tensor, dim: int, std: float, seed: int) -> torch.Tensor:
+    """Rows ``ids`` (global node ids) of the table ``N(0, std^2)^[N, dim]`` (the reference's
+    ``normal_(std=0.1)``): row ``g`` is a function of ``(seed, g)`` only (keyed random numbers,
+    :mod:`graphdist.halo.keyed`, through Box-Muller), so a rank draws only its own rows and the
+    table does not depend on the number of ranks or on the partition."""
+    ids = ids.to(torch.int64).cpu()
+    out = torch.empty(ids.numel(), dim)
+    step = max(1, INIT_VALUES // max(dim, 1))
+    k1, k2 = key32(seed, 0x1E17, 1), key32(seed, 0x1E17, 2)
+    for s in range(0, ids.numel(), step):  # blocks bound the float64 temporaries
+        blk = ids[s:s + step]
+        u1 = _unit(keyed_bits(blk, dim, k1))
+        u2 = _unit(keyed_bits(blk, dim, k2))
+        z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos((2.0 * math.pi) * u2)
+        out[s:s + step] = (z * std).to(torch.float32)
     return out
+
+
+def _unit(bits: torch.Tensor) -> torch.Tensor:
+    """Uniform in ``(0, 1)`` (float64) from int32 bits: the top 24 bits, centred in their cell."""
+    return (torch.bitwise_right_shift(bits, 8).bitwise_and_(0xFFFFFF).to(torch.float64) + 0.5) * 2.0 ** -24
 
 
 class LightGCNShard(nn.Module):

@@ -61,7 +61,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     check_plan(lg, cfg.halo)
     rd = rank_data(ratings, lg)
     U, N = ratings.num_users, ratings.num_nodes
-    model = LightGCNShard(init_embeddings(rd.owned, N, cfg.dim, cfg.init_std, cfg.seed), cfg.layers).to(dev)
+    model = LightGCNShard(init_embeddings(rd.owned, cfg.dim, cfg.init_std, cfg.seed), cfg.layers).to(dev)
     adj = lightgcn_adjacency(lg, dev, cfg.halo)
     halo = halo_exchanger(lg, dev, cfg.halo, cfg.halo_bits, cfg.seed)
     # evaluation propagates with 32-bit rows unless --eval-halo-bits says otherwise

@@ -58,7 +58,7 @@ def main():
     rd = rank_data(r, lg)
     adj, halo = lightgcn_adjacency(lg), halo_exchanger(lg)
     plans = plan_epoch(sample_epoch(rd.index, 0, 1, 2048), rd, r.num_users, 0, 1)
-    model = LightGCNShard(init_embeddings(rd.owned, r.num_nodes, 64, 0.1, 0), 3)
+    model = LightGCNShard(init_embeddings(rd.owned, 64, 0.1, 0), 3)
     opt = torch.optim.Adam([model.weight], lr=1e-3)
     t_old, t_new = [], []
     for i in range(a.steps):

@@ -138,6 +138,25 @@ def all_gather_rows(t: torch.Tensor, group=None) -> torch.Tensor:
     return torch.cat([b[:s] for b, s in zip(bufs, sizes)]).to(t.device)
 
 
+def shift_rows(send: torch.Tensor, dst: int, out: torch.Tensor, src: int, group=None) -> torch.Tensor:
+    """Point-to-point: ``send`` goes to rank ``dst`` while ``out`` (preallocated, its shape
+    agreed beforehand) is filled from rank ``src``; every rank calls it at the same time (e.g.
+    ``dst = r + t``, ``src = r - t``: a shift by ``t``). Returns ``out``."""
+    if world(group)[1] == 1 or (dst == src == world(group)[0]):
+        out.copy_(send)
+        return out
+    dev = collective_device(group)
+    s = send if send.device == dev else send.to(dev)
+    o = out if out.device == dev else torch.empty_like(out, device=dev)
+    ops = ([dist.P2POp(dist.isend, s.contiguous(), dst, group)] if s.numel() else []) + \
+          ([dist.P2POp(dist.irecv, o, src, group)] if o.numel() else [])  # sizes agreed: empty ends skip
+    for w in (dist.batch_isend_irecv(ops) if ops else []):
+        w.wait()
+    if o is not out:
+        out.copy_(o)
+    return out
+
+
 def all_reduce_grads(params) -> None:
     """Sum the gradients of ``params`` over ranks (one flat buffer, one collective)."""
     if world()[1] == 1:

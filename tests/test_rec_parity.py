@@ -112,7 +112,7 @@ def _gather(results, method, pos):
 def test_lightgcn_matches_pyg(k):
     from graphdist.rec.model import init_embeddings
     ratings = make_ratings_tiny()
-    table = init_embeddings(torch.arange(U + I), U + I, D, 0.1, seed=3)
+    table = init_embeddings(torch.arange(U + I), D, 0.1, seed=3)
     triples, epochs = global_triples(ratings)
     ref_final, ref_grad, ref_losses, ref_w = pyg_reference(ratings, table, triples)
     assert ref_grad.abs().sum() > 0

@@ -28,9 +28,14 @@ def test_sampler_draws_the_same_triples_on_any_split_of_users():
     from graphdist.rec.sampling import build_index, sample_epoch
     r = load_ratings(SPEC)
     tr = r.train.numpy()
-    whole = sample_epoch(build_index(tr, r.num_users, r.num_items, np.ones(r.num_users, bool)), 7, 3, 64)
-    assert whole.batch_sizes.sum() == whole.user.size
-    assert whole.batch_sizes[:-1].tolist() == [64] * (whole.num_batches - 1)
+    idx = build_index(tr, r.num_users, r.num_items, np.ones(r.num_users, bool))
+    whole = sample_epoch(idx, 7, 3, 64)
+    assert whole.counts.sum() == whole.user.size and whole.num_batches == idx.num_batches(64)
+    assert abs(whole.user.size - tr.shape[0]) < 0.01 * tr.shape[0]  # an epoch draws about S triples
+    assert abs(whole.counts.mean() - 64) < 0.05 * 64
+    per_user = np.bincount(whole.user, minlength=r.num_users)  # every user floor(S/U) or one more
+    assert set(per_user.tolist()) <= {tr.shape[0] // r.num_users, tr.shape[0] // r.num_users + 1}
+    assert np.all(np.diff(whole.batch) >= 0) and np.unique(whole.index).size == whole.index.size
     keys = set((tr[:, 0] * r.num_items + tr[:, 1]).tolist())
     assert all(u * r.num_items + p in keys for u, p in zip(whole.user, whole.pos))
     assert not any(u * r.num_items + n in keys for u, n in zip(whole.user, whole.neg))
@@ -38,10 +43,14 @@ def test_sampler_draws_the_same_triples_on_any_split_of_users():
     parts = [sample_epoch(build_index(tr, r.num_users, r.num_items, owner == k), 7, 3, 64) for k in range(3)]
     for k, s in enumerate(parts):
         mine = owner[whole.user] == k
-        for f in ("user", "pos", "neg", "batch"):
+        for f in ("user", "pos", "neg", "batch", "index"):
             assert np.array_equal(getattr(s, f), getattr(whole, f)[mine])
-        assert np.array_equal(s.batch_sizes, whole.batch_sizes)
-    other = sample_epoch(build_index(tr, r.num_users, r.num_items, np.ones(r.num_users, bool)), 7, 4, 64)
+        # a rank draws only its own users' triples
+        assert s.user.size == mine.sum()
+    assert np.array_equal(sum(s.counts for s in parts), whole.counts)
+    capped = sample_epoch(idx, 7, 3, 64, max_batches=2)
+    assert capped.num_batches == 2 and np.array_equal(capped.user, whole.user[whole.batch < 2])
+    other = sample_epoch(idx, 7, 4, 64)
     assert not np.array_equal(other.user, whole.user)  # a new epoch draws anew
 
 

@@ -1,20 +1,25 @@
-"""BPR triples for one epoch, drawn so that k ranks sample exactly what one process samples.
+"""BPR triples for one epoch, drawn so that k ranks sample exactly what one process samples,
+and each rank draws only the triples of the users it owns.
 
 Every draw is a counter-based hash of ``(seed, epoch, stream, global sample index)``
-(splitmix64), not a step of a stateful generator, so a rank can draw the triples of its own
-users without drawing anyone else's. One epoch, as the LightGCN reference sampler
-(``UniformSample_original``)::
+(splitmix64), not a step of a stateful generator. One epoch (the LightGCN reference's sampler,
+``UniformSample_original``, draws S users uniformly; this is its stratified form, with the same
+expected number of triples per user and per epoch)::
 
-    S = number of training pairs
-    for s in 0..S-1:   u_s = uniform user                       (stream 0; every rank draws all S)
-                       skip s when u_s has no training item (or every item)
-    valid samples, in order of s, form batches of B (the last one smaller)
-    the owner of u_s draws  pos_s = uniform over u_s's training items     (stream 1)
-                            neg_s = uniform item, redrawn while it is a
-                                    training item of u_s                  (streams 2, 3, ...)
+    S = number of training pairs, U users, V of them valid (>= 1 training item, not all items)
+    lambda = S / U,  C = floor(lambda) + 1,  nb = max(1, round(lambda * V / B)) batches
+    every valid user u draws  c_u = floor(lambda + x_u) triples      x_u uniform (stream 0, index u)
+    triple j < c_u of u has the global sample index  g = u * C + j, and
+        batch_g = floor(nb * y_g)                                     (stream 1)
+        pos_g   = uniform over u's training items                     (stream 2)
+        neg_g   = uniform item, redrawn while it is a training item of u   (streams 3, 4, ...)
 
-A rank returns the samples of the users it owns with their batch number and every batch's
-global size (the loss of a batch is divided by it).
+Nothing here depends on another user, so the owner of ``u`` draws u's triples alone (O(S/k)
+work and memory per rank), and the union over the ranks is the one-process stream. Batches are
+``nb`` random key ranges: their sizes vary around ``B`` (binomially); a rank returns its own
+triples sorted by (batch, g) and its per-batch counts, whose sum over the ranks
+(one all-reduce, :func:`graphdist.rec.model.plan_epoch`) is each batch's global size (the loss
+of a batch is divided by it).
 """
 from __future__ import annotations
 
@@ -22,7 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TrainIndex", "EpochSamples", "build_index", "sample_epoch", "uniform_below"]
+__all__ = ["TrainIndex", "EpochSamples", "build_index", "index_of_pairs", "sample_epoch", "uniform_below",
+           "unit_uniform"]
 
 _M = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -44,53 +50,75 @@ def _mix(z: np.ndarray) -> np.ndarray:
     return z ^ (z >> np.uint64(31))
 
 
+def unit_uniform(seed: int, epoch: int, stream: int, index: np.ndarray) -> np.ndarray:
+    """float64 draws uniform in ``[0, 1)``, one per global ``index``; a pure function of its arguments."""
+    key = _mix_int(_mix_int(_mix_int(seed & _M) ^ (epoch & _M)) ^ (stream & _M))
+    z = np.uint64(key) + (np.asarray(index, dtype=np.int64).astype(np.uint64) + np.uint64(1)) * np.uint64(_GOLDEN)
+    return (_mix(z) >> np.uint64(11)).astype(np.float64) * (2.0 ** -53)
+
+
 def uniform_below(seed: int, epoch: int, stream: int, index: np.ndarray, n) -> np.ndarray:
     """``int64`` draws uniform in ``[0, n)`` (``n`` a scalar or one bound per index), one per
     global ``index``; a pure function of its arguments."""
-    key = _mix_int(_mix_int(_mix_int(seed & _M) ^ (epoch & _M)) ^ (stream & _M))
-    z = np.uint64(key) + (np.asarray(index, dtype=np.int64).astype(np.uint64) + np.uint64(1)) * np.uint64(_GOLDEN)
-    u = (_mix(z) >> np.uint64(11)).astype(np.float64) * (2.0 ** -53)
     n = np.asarray(n, dtype=np.int64)
-    return np.minimum((u * n).astype(np.int64), n - 1)
+    return np.minimum((unit_uniform(seed, epoch, stream, index) * n).astype(np.int64), n - 1)
 
 
 @dataclass
 class TrainIndex:
-    """What a rank needs to draw its samples: global facts (sizes, which users can be sampled)
-    and the training items of its own users."""
+    """What a rank needs to draw its samples: four global sizes and the training items of its
+    own users (nothing of size U or S)."""
 
     num_users: int
     """U (all ranks)."""
     num_items: int
     """I (all ranks)."""
     num_samples: int
-    """S: draws per epoch = global number of training pairs."""
-    valid: np.ndarray
-    """``[U]`` bool: users with at least one training item and not every item."""
-    own: np.ndarray
-    """``[U]`` bool: users this rank owns."""
+    """S: global number of training pairs (expected draws per epoch: S * V / U)."""
+    num_valid: int
+    """V: global number of users with at least one training item and not every item."""
+    users: np.ndarray
+    """Own users with training items (ascending global ids)."""
     indptr: np.ndarray
-    """``[U+1]`` CSR over users of the own users' training items (other users: empty rows)."""
+    """``[len(users) + 1]`` CSR over :attr:`users` of their training items."""
     items: np.ndarray
     """Training items of the own users, sorted per user."""
     keys: np.ndarray
     """Sorted ``user * I + item`` of the own training pairs (membership tests)."""
 
+    @property
+    def rate(self) -> float:
+        """lambda = S / U: expected triples per valid user and epoch."""
+        return self.num_samples / max(self.num_users, 1)
+
+    def num_batches(self, batch_size: int) -> int:
+        """Batches per epoch (the same at every rank and every epoch)."""
+        return max(1, int(round(self.rate * self.num_valid / batch_size)))
+
+
+def index_of_pairs(own: np.ndarray, num_users: int, num_items: int, num_samples: int,
+                   num_valid: int) -> TrainIndex:
+    """The index of a rank from its own users' training pairs ``own [n, 2]`` (sorted by
+    (user, item)) and the global sizes."""
+    own = np.asarray(own, dtype=np.int64).reshape(-1, 2)
+    users, counts = np.unique(own[:, 0], return_counts=True)
+    indptr = np.zeros(users.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return TrainIndex(int(num_users), int(num_items), int(num_samples), int(num_valid), users, indptr,
+                      own[:, 1].copy(), own[:, 0] * num_items + own[:, 1])
+
 
 def build_index(train: np.ndarray, num_users: int, num_items: int, own: np.ndarray) -> TrainIndex:
-    """``train [n, 2]`` (user, item) pairs sorted by (user, item), ``own [U]`` bool."""
+    """The index from all training pairs ``train [n, 2]`` (sorted by (user, item)) and ``own [U]``
+    bool, the users of this rank (the in-process path, where every rank has the whole log)."""
     deg = np.bincount(train[:, 0], minlength=num_users)
-    mine = own[train[:, 0]]
-    t = train[mine]
-    indptr = np.zeros(num_users + 1, dtype=np.int64)
-    np.cumsum(np.bincount(t[:, 0], minlength=num_users), out=indptr[1:])
-    return TrainIndex(num_users, num_items, int(train.shape[0]), (deg > 0) & (deg < num_items), own.copy(),
-                      indptr, t[:, 1].copy(), t[:, 0] * num_items + t[:, 1])
+    valid = int(((deg > 0) & (deg < num_items)).sum())
+    return index_of_pairs(train[own[train[:, 0]]], num_users, num_items, int(train.shape[0]), valid)
 
 
 @dataclass
 class EpochSamples:
-    """This rank's triples of one epoch, in global sample order."""
+    """This rank's triples of one epoch, sorted by (batch, global sample index)."""
 
     user: np.ndarray
     """Global user id of each own sample."""
@@ -100,39 +128,52 @@ class EpochSamples:
     """Negative item id (0..I-1), never a training item of the user."""
     batch: np.ndarray
     """Batch number of each sample (non-decreasing)."""
-    batch_sizes: np.ndarray
-    """``[num_batches]`` global size of every batch."""
+    index: np.ndarray
+    """Global sample index ``g`` of each sample."""
+    counts: np.ndarray
+    """``[num_batches]`` own samples per batch (all ranks summed: the global batch sizes)."""
 
     @property
     def num_batches(self) -> int:
-        return int(self.batch_sizes.size)
+        return int(self.counts.size)
 
 
-def sample_epoch(index: TrainIndex, seed: int, epoch: int, batch_size: int) -> EpochSamples:
-    """The triples of this rank's users for ``epoch`` (see the module docstring)."""
-    s = np.arange(index.num_samples, dtype=np.int64)
-    u = uniform_below(seed, epoch, 0, s, index.num_users)
-    valid = index.valid[u]
-    order = np.cumsum(valid) - 1
-    n_valid = int(order[-1]) + 1 if order.size else 0
-    nb = -(-n_valid // batch_size)
-    sizes = np.full(nb, batch_size, dtype=np.int64)
-    if nb:
-        sizes[-1] = n_valid - (nb - 1) * batch_size
-    sel = np.flatnonzero(valid & index.own[u])
-    us = u[sel]
-    start = index.indptr[us]
-    pos = index.items[start + uniform_below(seed, epoch, 1, sel, index.indptr[us + 1] - start)]
+def sample_epoch(index: TrainIndex, seed: int, epoch: int, batch_size: int,
+                 max_batches: int | None = None) -> EpochSamples:
+    """The triples of this rank's users for ``epoch`` (see the module docstring); with
+    ``max_batches`` only those of the first batches (a step cap), the same triples."""
+    lam = index.rate
+    C = int(np.floor(lam)) + 1
+    nb = index.num_batches(batch_size)
+    deg = np.diff(index.indptr)
+    valid = (deg > 0) & (deg < index.num_items)
+    users, start, deg = index.users[valid], index.indptr[:-1][valid], deg[valid]
+    c = np.floor(lam + unit_uniform(seed, epoch, 0, users)).astype(np.int64)
+    n = int(c.sum())
+    first = np.repeat(np.cumsum(c) - c, c)
+    j = np.arange(n, dtype=np.int64) - first
+    which = np.repeat(np.arange(users.size), c)
+    g = users[which] * C + j
+    batch = np.minimum((unit_uniform(seed, epoch, 1, g) * nb).astype(np.int64), nb - 1)
+    keep_nb = nb if max_batches is None else max(0, min(nb, int(max_batches)))
+    if keep_nb < nb:
+        sel = np.flatnonzero(batch < keep_nb)
+        g, batch, which = g[sel], batch[sel], which[sel]
+    order = np.lexsort((g, batch))
+    g, batch, which = g[order], batch[order], which[order]
+    us = users[which]
+    pos = index.items[start[which] + uniform_below(seed, epoch, 2, g, deg[which])]
     n_items = index.num_items
-    neg = uniform_below(seed, epoch, 2, sel, n_items)
-    todo = np.arange(sel.size)
-    stream = 3
+    neg = uniform_below(seed, epoch, 3, g, n_items)
+    todo = np.arange(g.size)
+    stream = 4
     while todo.size:
         key = us[todo] * n_items + neg[todo]
         at = np.minimum(np.searchsorted(index.keys, key), max(index.keys.size - 1, 0))
         hit = index.keys[at] == key if index.keys.size else np.zeros(todo.size, dtype=bool)
         todo = todo[hit]
         if todo.size:
-            neg[todo] = uniform_below(seed, epoch, stream, sel[todo], n_items)
+            neg[todo] = uniform_below(seed, epoch, stream, g[todo], n_items)
             stream += 1
-    return EpochSamples(us, pos, neg, order[sel] // batch_size, sizes)
+    counts = np.bincount(batch, minlength=keep_nb).astype(np.int64)
+    return EpochSamples(us, pos, neg, batch, g, counts)

@@ -1,7 +1,16 @@
-"""Where a rank's share of a recommender job comes from: the interactions (every rank reads the
-spec: the test set and the training items of its users come from it), the rank's part of the
-user-item graph (a partition artifact, or partitioned in-process: rank 0 partitions and
-broadcasts), and the sampling / routing facts derived from them."""
+"""Where a rank's share of a recommender job comes from, and the per-rank facts derived from it.
+
+Two sources:
+
+* in-process (``SPEC [--parts K]``): every rank loads the interactions and partitions the
+  user-item graph as a graph workload's (:func:`graphdist.halo.setup.load_local`: rank 0
+  partitions and broadcasts), then keeps what its part needs;
+* an artifact (``--partition DIR``, no SPEC needed): a rank reads ``meta.json``, its part file
+  and its interaction file (:mod:`graphdist.rec.artifact`), never the whole log.
+
+Either way the rank ends with a :class:`RankData`: its own users' training and test pairs, its
+own items' popularity, the owner of every item, and four global sizes.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,15 +21,21 @@ import torch
 from graphdist import comm
 from graphdist.errors import ArtifactError
 from graphdist.halo.plan import LocalGraph
-from graphdist.rec.sampling import TrainIndex, build_index
+from graphdist.rec.sampling import TrainIndex, build_index, index_of_pairs
 
-__all__ = ["load_local", "RankData", "rank_data"]
+__all__ = ["load_local", "RankData", "rank_data", "rank_data_of_part"]
 
 
 def load_local(cfg, rank: int, world_size: int):
-    """``(ratings, LocalGraph of this rank, partition info for the report)``: the user-item graph
-    of the interactions, partitioned as a graph workload's (:func:`graphdist.halo.setup.load_local`)."""
+    """``(source, LocalGraph of this rank, partition info for the report)``: ``source`` is the
+    :class:`~graphdist.rec.data.Ratings` (in-process) or this rank's interaction part
+    (:class:`graphdist.rec.artifact.RecPart`, from ``--partition``)."""
     from graphdist.halo.setup import load_local as load_part_of
+    if cfg.partition:
+        from graphdist.halo.artifact import read_meta
+        if "rec" in read_meta(cfg.partition):
+            from graphdist.rec.artifact import load_rec_part
+            return load_rec_part(cfg, rank, world_size)
     from graphdist.rec.data import load_ratings
     ratings = load_ratings(cfg.spec)
     lg, info = load_part_of(cfg, rank, world_size, graph=ratings.graph)
@@ -29,16 +44,20 @@ def load_local(cfg, rank: int, world_size: int):
 
 @dataclass
 class RankData:
-    """Per-rank facts for sampling and routing."""
+    """Per-rank facts for sampling, routing and evaluation (nothing of size U x anything)."""
 
     owned: torch.Tensor
-    """``[n_own]`` global node ids this rank owns (ascending): users < U <= items."""
-    own_users: np.ndarray
-    """``[U]`` bool: users this rank owns (it samples their triples and evaluates them)."""
+    """``[n_own]`` global node ids this rank owns: users < U <= items."""
+    num_users: int
+    """U."""
     item_owner: np.ndarray
-    """``[I]`` rank owning each item."""
+    """``[I]`` int32: rank owning each item."""
     index: TrainIndex
-    """Training items of the own users, and which users can be sampled."""
+    """Training items of the own users and the global sizes sampling needs."""
+    test: np.ndarray
+    """``[n, 2]`` test (user, item) pairs of the own users, sorted."""
+    item_pop: np.ndarray
+    """Training interactions of each own item (ascending item id): the popularity baseline."""
 
     def __post_init__(self):
         ids = self.owned.numpy()
@@ -52,25 +71,44 @@ class RankData:
             raise ArtifactError("a node this rank does not own was asked for (the ranks' plans disagree)")
         return self._perm[at]
 
-    def item_rows(self, num_users: int) -> np.ndarray:
+    def item_rows(self) -> np.ndarray:
         """Local rows of the owned items in ascending item id."""
-        return self._perm[self._sorted >= num_users]
+        return self._perm[self._sorted >= self.num_users]
 
 
-def rank_data(ratings, lg: LocalGraph) -> RankData:
-    """Collective (one all-gather of the owned item ids)."""
-    U, I = ratings.num_users, ratings.num_items
+def rank_data_of_part(lg: LocalGraph, num_users: int, num_items: int, own_train: np.ndarray,
+                      own_test: np.ndarray, num_samples: int, num_valid: int) -> RankData:
+    """From this rank's own users' pairs and the global sizes. Collective (one all-gather of
+    the owned item ids)."""
+    U, I = int(num_users), int(num_items)
     if lg.num_global_nodes != U + I:
         raise ArtifactError(f"the partition has {lg.num_global_nodes} nodes but the data has {U} users + "
                             f"{I} items = {U + I}")
     owned = lg.owned.cpu()
-    own_users = np.zeros(U, dtype=bool)
-    own_users[owned[owned < U].numpy()] = True
+    n_own = owned.numel()
     items = (owned[owned >= U] - U).numpy()
     counts = comm.all_gather_object(int(items.size))
     all_items = comm.all_gather_rows(torch.from_numpy(items)).numpy()
-    item_owner = np.repeat(np.arange(len(counts)), counts)[np.argsort(all_items, kind="stable")]
     if all_items.size != I or not np.array_equal(np.sort(all_items), np.arange(I)):
         raise ArtifactError("the parts do not cover every item exactly once (parts from different artifacts?)")
-    index = build_index(ratings.train.numpy(), U, I, own_users)
-    return RankData(owned, own_users, item_owner, index)
+    item_owner = np.empty(I, dtype=np.int32)
+    item_owner[all_items] = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+    del all_items
+    index = index_of_pairs(own_train, U, I, num_samples, num_valid)
+    rd = RankData(owned, U, item_owner, index, np.asarray(own_test, dtype=np.int64).reshape(-1, 2),
+                  np.zeros(0, dtype=np.float32))
+    deg = lg.col_deg[:n_own].numpy()
+    rd.item_pop = deg[rd.item_rows()].astype(np.float32)
+    return rd
+
+
+def rank_data(ratings, lg: LocalGraph) -> RankData:
+    """From the whole interaction log (in-process). Collective."""
+    U, I = ratings.num_users, ratings.num_items
+    owned = lg.owned.cpu()
+    own = np.zeros(U, dtype=bool)
+    own[owned[owned < U].numpy()] = True
+    train, test = ratings.train.numpy(), ratings.test.numpy()
+    idx = build_index(train, U, I, own)
+    test = test[own[test[:, 0]]] if test.size else test.reshape(0, 2)
+    return rank_data_of_part(lg, U, I, train[own[train[:, 0]]], test, idx.num_samples, idx.num_valid)

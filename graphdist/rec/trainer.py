@@ -30,6 +30,7 @@ from graphdist.halo.job import check_halo_bits
 from graphdist.halo.setup import check_plan
 from graphdist.loop import LoopConfig, Task, run_loop
 from graphdist.rec.config import RecConfig
+from graphdist.rec.data import Ratings
 from graphdist.rec.metrics import RankingEval
 from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency, plan_epoch
 from graphdist.rec.sampling import sample_epoch
@@ -59,16 +60,16 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     rank, ws, dev = ctx.rank, ctx.world_size, ctx.device
     check_halo_bits(cfg, ws)
     check_plan(lg, cfg.halo)
-    rd = rank_data(ratings, lg)
-    U, N = ratings.num_users, ratings.num_nodes
-    model = LightGCNShard(init_embeddings(rd.owned, N, cfg.dim, cfg.init_std, cfg.seed), cfg.layers).to(dev)
+    rd = rank_data(ratings, lg) if isinstance(ratings, Ratings) else ratings.rank_data(lg)
+    U = rd.num_users
+    model = LightGCNShard(init_embeddings(rd.owned, cfg.dim, cfg.init_std, cfg.seed), cfg.layers).to(dev)
     adj = lightgcn_adjacency(lg, dev, cfg.halo)
     halo = halo_exchanger(lg, dev, cfg.halo, cfg.halo_bits, cfg.seed)
     # evaluation propagates with 32-bit rows unless --eval-halo-bits says otherwise
     halo_eval = halo if cfg.eval_halo_bits == cfg.halo_bits else halo_exchanger(
         lg, dev, cfg.halo, cfg.eval_halo_bits, cfg.seed + 1)
     opt = torch.optim.Adam([model.weight], lr=cfg.lr)
-    evaluator = RankingEval(ratings, rd, cfg.topk, dev)
+    evaluator = RankingEval(rd, cfg.topk, dev)
     popular = evaluator.popularity()
     part_id = _partition_id(rd.owned)
     task = _RecTask(cfg, model, opt, adj, halo, halo_eval, rd, U, rank, ws, dev, evaluator)
@@ -105,7 +106,8 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "eval": [{"epoch": e, f"recall@{K}": r, f"ndcg@{K}": n} for e, r, n in hist["eval"]],
         "eval_users": final["users"],
         "epochs_run": len(hist["losses"]),
-        "data": {k: v for k, v in ratings.summary().items() if k in ("users", "items", "train", "test")},
+        "data": {"users": U, "items": int(rd.item_owner.size), "train": rd.index.num_samples,
+                 "test": sum(comm.all_gather_object(int(rd.test.shape[0])))},
         "device": str(dev),
         "config": asdict(cfg),
     }

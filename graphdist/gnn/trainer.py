@@ -42,7 +42,9 @@ def train(cfg: GCNConfig) -> dict:
         set_mmap_threshold(cfg.malloc_mmap_mb)
     ctx = init_distributed(cfg.device, cfg.timeout_s)
     lg, pinfo = load_local(cfg, ctx.rank, ctx.world_size)
-    return fit(cfg, lg, pinfo, ctx)
+    box = [lg]
+    del lg
+    return fit(cfg, box, pinfo, ctx)  # fit takes the part out of the box: it holds the only reference
 
 
 def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
@@ -50,7 +52,11 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
 
     ``callbacks``: functions ``cb(epoch, history) -> bool`` called on every rank after each epoch
     (same arguments everywhere); returning True stops training there, as early stopping does
-    (the epoch is checkpointed when ``checkpoint_dir`` is set)."""
+    (the epoch is checkpointed when ``checkpoint_dir`` is set). ``lg`` may come in a one-element
+    list, which fit empties: then nothing else holds the loaded part, and its memory (a mapped
+    part file) is freed once the part is reordered and the adjacency built."""
+    if isinstance(lg, list):
+        lg = lg.pop()
     ws, dev = ctx.world_size, ctx.device
     check_halo_bits(cfg, ws)
     lg = lg.reordered(cfg.reorder)  # owned rows in locality order; every result is order-free
@@ -71,6 +77,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     # evaluation is exact (32-bit rows) unless --eval-halo-bits says otherwise
     ex_eval = ex if cfg.eval_halo_bits == cfg.halo_bits else HaloExchanger.from_local_graph(
         lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1)
+    lg = lg.without_edges()  # the adjacency and the exchangers hold what training needs
     counts = comm.all_reduce_sum(torch.stack([m.sum() for m in masks]).to(torch.float64))
     n_train = float(counts[0])
     if n_train == 0:

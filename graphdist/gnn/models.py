@@ -73,7 +73,7 @@ class GCNLayer(nn.Module):
         first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight, self.bias))
         if first:
             return F.linear(adj.propagate(h, exchange, reuse=reuse), self.weight, self.bias)
-        return adj.propagate(h @ self.weight.t(), exchange) + self.bias
+        return adj.propagate(h @ self.weight.t(), exchange).add_(self.bias)  # a fresh product: nothing saved it
 
 
 class SAGELayer(nn.Module):
@@ -94,7 +94,7 @@ class SAGELayer(nn.Module):
         first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight_l, self.bias))
         if first:
             return F.linear(adj.propagate(h, exchange, reuse=reuse), self.weight_l, self.bias) + root
-        return adj.propagate(h @ self.weight_l.t(), exchange) + self.bias + root
+        return adj.propagate(h @ self.weight_l.t(), exchange).add_(self.bias).add_(root)
 
 
 class GlobalBatchNorm(nn.Module):

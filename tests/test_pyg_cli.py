@@ -81,7 +81,38 @@ def _cli_job(rank, ws, cases, root):
         if not dist.is_initialized():
             dist.init_process_group("gloo", init_method=f"file://{root}/store{i}", rank=rank, world_size=ws)
         codes[name] = main([a.format(root=root) for a in argv] + ["--report", f"{root}/{name}-k{ws}.json"])
-    return codes
+    dist.init_process_group("gloo", init_method=f"file://{root}/store-api", rank=rank, world_size=ws)
+    return codes, _eval_bits_check()
+
+
+def _eval_bits_check():
+    """``distribute(bits=8, eval_bits=32)`` (what --eval-halo-bits 32 asks for): in evaluation
+    mode every layer, plain (GAT) or mvc (GIN), gives the 32-bit model's rows bit for bit; in
+    training mode the rows are rounded."""
+    import copy
+
+    import torch
+    from torch_geometric.nn import GATConv, GINConv
+
+    import graphdist.gnn.pyg as gd
+    part = gd.load_part(SPEC)
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"a": GATConv(part.num_features, 4, heads=2), "b": GINConv(nn.Linear(8, 3))})
+    ref = copy.deepcopy(model)
+
+    def fwd(m):
+        return m["b"](F.elu(m["a"](part.x, part.edge_index)), part.edge_index)
+    gd.distribute(model, part, halo="mvc", bits=8, eval_bits=32)
+    gd.distribute(ref, part, halo="mvc")
+    out = {}
+    for mode in ("eval", "train"):
+        model.train(mode == "train")
+        ref.train(mode == "train")
+        with torch.no_grad():
+            out[mode] = (fwd(model), fwd(ref))
+    return {"eval_equal": torch.equal(*out["eval"]), "train_equal": torch.equal(*out["train"]),
+            "train_close": torch.allclose(*out["train"], atol=0.1),
+            "modes": [d["halo"] for d in gd.halo_layers(model)]}
 
 
 def _report(path):
@@ -98,9 +129,12 @@ def runs(tmp_path_factory):
     root = str(tmp_path_factory.mktemp("pyg_cli"))
     for name, argv in CASES.items():
         assert main(argv + ["--report", f"{root}/{name}-k1.json"]) == 0, name
-    codes = run_ranks(_cli_job, 2, args=({**CASES, **K2_ONLY}, root), timeout=420)[0]
+    out = run_ranks(_cli_job, 2, args=({**CASES, **K2_ONLY}, root), timeout=420)
+    codes = out[0][0]
     assert codes == {name: 0 for name in {**CASES, **K2_ONLY}}, codes
-    return lambda name, k=2: _report(f"{root}/{name}-k{k}.json")
+    report = lambda name, k=2: _report(f"{root}/{name}-k{k}.json")  # noqa: E731
+    report.api = [o[1] for o in out]
+    return report
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -142,6 +176,11 @@ def test_quantised_halos_report_rounding_error_per_layer(runs):
     assert exact["comm/halo_rel_error"] is None
     # 8-bit rows in flight (training) against 32-bit ones: fewer bytes
     assert runs("gin-bits")["comm/halo_bytes_per_epoch"] < runs("gin")["comm/halo_bytes_per_epoch"]
+
+
+def test_eval_bits_give_exact_rows_in_evaluation_mode(runs):
+    for check in runs.api:  # each rank
+        assert check == {"eval_equal": True, "train_equal": False, "train_close": True, "modes": ["plain", "mvc"]}
 
 
 def test_resume_of_a_pyg_model_continues_bit_for_bit_at_k2(runs):

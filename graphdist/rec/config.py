@@ -16,10 +16,11 @@ class RecConfig:
     """Everything one ``graphdist train-rec`` run needs (the same on every rank)."""
 
     spec: str | None = field(default=None, metadata={"positional": True, "metavar": "SPEC"})
-    """interaction data: ratings:FILE, lightgcn:DIR or rec-synth:... (also with --partition: the test
-    set comes from it)"""
+    """interaction data: ratings:FILE, lightgcn:DIR or rec-synth:... (not needed with --partition; given
+    there too, the artifact must be cut from it)"""
     partition: str | None = field(default=None, metadata={"metavar": "DIR"})
-    """partition artifact of SPEC's user-item graph (each rank reads only its part)"""
+    """recommender partition artifact (`graphdist partition SPEC --parts K --out DIR`): each rank reads
+    only its part and its interactions, never the whole log"""
     parts: int | None = None
     """number of parts K when partitioning in-process (= number of workers; default: --nproc)"""
     method: Literal[METHODS] = "auto"
@@ -83,9 +84,9 @@ class RecConfig:
     def validate(self) -> None:
         check_choices(self)
         self.nodes.validate()
-        if not self.spec:
-            raise ConfigError("give the interaction data SPEC (ratings:FILE, lightgcn:DIR or rec-synth:...); "
-                              "with --partition DIR it is needed too, for the test interactions")
+        if not self.spec and not self.partition:
+            raise ConfigError("give the interaction data SPEC (ratings:FILE, lightgcn:DIR or rec-synth:...) or "
+                              "--partition DIR (an artifact of `graphdist partition SPEC --parts K --out DIR`)")
         for name, v, lo in (("dim", self.dim, 1), ("layers", self.layers, 0), ("batch-size", self.batch_size, 1),
                             ("epochs", self.epochs, 1), ("topk", self.topk, 1), ("eval-every", self.eval_every, 0),
                             ("checkpoint-every", self.checkpoint_every, 1), ("malloc-mmap-mb", self.malloc_mmap_mb, 0),

@@ -31,7 +31,11 @@ def run(cfg: RecConfig) -> dict | None:
     from graphdist.runtime import pick_backend
     from graphdist.specs import parse_spec
     cfg.validate()
-    parse_spec(cfg.spec, "ratings")  # a wrong kind or a missing file: one line, before any worker
+    if cfg.spec:
+        parse_spec(cfg.spec, "ratings")  # a wrong kind or a missing file: one line, before any worker
+    elif cfg.partition:
+        from graphdist.rec.artifact import check_rec_artifact
+        check_rec_artifact(cfg.partition)
     cfg.check_outputs()
     _, dev_type = pick_backend(cfg.device)
     return run_job(worker, cfg, workers_for(cfg, dev_type), cfg.nodes)

@@ -41,8 +41,14 @@ class RecConfig:
     """BPR triples per step (global: the same batches at any number of ranks)"""
     epochs: int = 1000
     """training epochs; an epoch draws as many triples as there are training interactions"""
+    steps: int | None = None
+    """stop after N training steps (batches) in all, the last epoch cut short (a fixed amount of work
+    at a large batch; the report and the summary line say so)"""
     topk: int = 20
     """K of recall@K and NDCG@K"""
+    eval_users: int | None = None
+    """evaluate on a fixed random sample of N of the users with test items (the same users at any k;
+    default: all of them)"""
     eval_every: int = 0
     """also evaluate every N epochs (0 = only after the last epoch)"""
     halo: Literal["plain", "mvc"] = "mvc"
@@ -96,7 +102,8 @@ class RecConfig:
         if self.lr <= 0 or self.l2 < 0 or self.init_std <= 0:
             raise ConfigError(f"--lr and --init-std must be > 0 and --l2 >= 0, got {self.lr}, {self.init_std} "
                               f"and {self.l2}")
-        for name, v in (("parts", self.parts), ("nproc", self.nproc)):
+        for name, v in (("parts", self.parts), ("nproc", self.nproc), ("steps", self.steps),
+                        ("eval-users", self.eval_users)):
             if v is not None and v < 1:
                 raise ConfigError(f"--{name} must be >= 1, got {v}")
         if self.resume and not self.checkpoint_dir:

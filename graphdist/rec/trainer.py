@@ -31,6 +31,7 @@ from graphdist.halo.setup import check_plan
 from graphdist.loop import LoopConfig, Task, run_loop
 from graphdist.rec.config import RecConfig
 from graphdist.rec.data import Ratings
+from graphdist.rec.memory import check_rank_fits
 from graphdist.rec.metrics import RankingEval
 from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency, plan_epoch
 from graphdist.rec.sampling import sample_epoch
@@ -70,6 +71,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         lg, dev, cfg.halo, cfg.eval_halo_bits, cfg.seed + 1)
     opt = torch.optim.Adam([model.weight], lr=cfg.lr)
     evaluator = RankingEval(rd, cfg.topk, dev, eval_users=cfg.eval_users, seed=cfg.seed)
+    need = check_rank_fits(lg, rd, cfg, int(evaluator.users.numel()))  # before any step: one line if not
     popular = evaluator.popularity()
     part_id = _partition_id(rd.owned)
     nb = rd.index.num_batches(cfg.batch_size)
@@ -108,6 +110,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "mem/peak_bytes": max(peaks),
         "mem/peak_bytes_per_rank": peaks,
+        "mem/estimate_bytes_per_rank": comm.all_gather_object(need),
         "world_size": ws,
         "partition": pinfo,
         f"popularity/recall@{K}": popular["recall"],

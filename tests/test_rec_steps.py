@@ -4,9 +4,11 @@ torch.unique fail inside the steps."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from graphdist.rec.data import make_ratings
+from graphdist.testing import run_ranks
 
 
 def test_bpr_steps_make_no_host_sync(monkeypatch):
@@ -39,3 +41,24 @@ def test_bpr_steps_make_no_host_sync(monkeypatch):
     monkeypatch.undo()
     assert all(torch.isfinite(x) for x in losses)
 
+
+
+def _fit_job(rank, ws, kw):
+    from graphdist.rec.config import RecConfig
+    from graphdist.rec.trainer import train
+    return train(RecConfig(spec="rec-synth:users=300,items=200,avg_items=12,seed=1", method="random",
+                           progress=False, dim=16, lr=0.01, **kw))
+
+
+def test_steps_cap_and_eval_user_sample_are_reported():
+    from graphdist.rec.job import summary_line
+    full, capped = run_ranks(_fit_job, 1, args=(dict(epochs=2, batch_size=256),), timeout=120)[0], \
+        run_ranks(_fit_job, 2, args=(dict(epochs=50, batch_size=256, steps=13, eval_users=40),), timeout=120)[0]
+    nb = full["steps"] // 2
+    assert full["steps_cap"] is None and not full["eval_users_sampled"] and full["eval_users"] > 40
+    assert capped["steps"] == 13 and capped["steps_cap"] == 13 and capped["epochs_run"] == -(-13 // nb)
+    assert capped["losses"][0] == pytest.approx(full["losses"][0], rel=1e-6)  # the same first epoch
+    assert capped["eval_users"] == 40 and capped["eval_users_sampled"]
+    assert capped["time/step_s"] > 0 and capped["comm/item_bytes_per_step"] > 0
+    line = summary_line(capped)
+    assert "on 40 sampled users" in line and "13 steps (--steps)" in line

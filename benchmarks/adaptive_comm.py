@@ -5,12 +5,13 @@ exchanges against stale halos (PipeGCN) and boundary sampling (BNS-GCN), on a si
         [--k 4] [--seeds 5] [--epochs 200] [--links 10,1,0.1,0.01] [--time-epochs 100]
         [--variants plain,mvc,mvc8,stale,bns0.5,bns0.1] [--spec SPEC] [--json out.json]
 
-Settings: Kipf & Welling's (2 layers, 16 hidden, dropout 0.5, Adam lr 0.01, weight decay 5e-4
+Settings: Kipf & Welling's (row normalisation on Cora only; 2 layers, 16 hidden, dropout 0.5, Adam lr 0.01, weight decay 5e-4
 on the first layer, row-normalised features, public split, test accuracy at the best
 validation epoch), METIS parts, one gloo job (``graphdist.testing.run_ranks``) for everything.
 Accuracy and bytes come from ``--seeds`` runs without a link (a link changes the time only);
-epoch time (median over epochs, rank 0) from one run per variant and ``--links`` speed, the
-variants interleaved so that load on the machine hits them alike, plus one run with no link.
+epoch time (median over epochs, rank 0) from ``--time-repeats`` runs per variant and ``--links``
+speed (the fastest kept), the variants interleaved so that load on the machine hits them alike,
+plus runs with no link; ``--seeds 0`` measures the times only.
 ``link wait`` is rank 0's time spent waiting for simulated arrivals per epoch
 (``time/link_wait_s_per_epoch``): what the method did not hide.
 
@@ -44,7 +45,7 @@ def variant(name: str) -> dict:
     raise SystemExit(f"unknown variant {name!r}")
 
 
-def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs):
+def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs, row_normalize=True, repeats=1):
     from graphdist.data import load_graph
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.halo import build_plan
@@ -57,7 +58,7 @@ def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs)
 
     def run(v, seed, n, link=0.0):
         cfg = GCNConfig(spec=spec, model="gcn", layers=2, hidden=16, dropout=0.5, lr=0.01, weight_decay=5e-4,
-                        epochs=n, seed=seed, row_normalize=True, progress=False, link_gbps=link, **variant(v))
+                        epochs=n, seed=seed, row_normalize=row_normalize, progress=False, link_gbps=link, **variant(v))
         return fit(cfg, lg, {}, ctx)
 
     acc = {v: [] for v in variants}
@@ -67,10 +68,14 @@ def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs)
             acc[v].append({"seed": s, "test_acc": r["test_acc"], "bytes": r["comm/halo_bytes_per_epoch"],
                            "rows": r["comm/halo_rows_per_epoch"], "epoch_s": r["time/epoch_s"]})
     times = {v: {} for v in variants}
-    for link in [0.0, *links]:
-        for v in variants:
-            r = run(v, 0, time_epochs, link)
-            times[v][str(link)] = {"epoch_s": r["time/epoch_s"], "link_wait_s": r["time/link_wait_s_per_epoch"]}
+    for _ in range(repeats):  # the fastest of the repeats: the least disturbed by other jobs
+        for link in [0.0, *links]:
+            for v in variants:
+                r = run(v, 0, time_epochs, link)
+                t = {"epoch_s": r["time/epoch_s"], "link_wait_s": r["time/link_wait_s_per_epoch"],
+                     "bytes": r["comm/halo_bytes_per_epoch"]}
+                old = times[v].get(str(link))
+                times[v][str(link)] = t if old is None or t["epoch_s"] < old["epoch_s"] else old
     return {"acc": acc, "times": times, "partition": lg.world_size}
 
 
@@ -83,6 +88,7 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--epochs", type=int, default=200)
     p.add_argument("--time-epochs", type=int, default=100)
+    p.add_argument("--time-repeats", type=int, default=1, help="time runs per variant and link; the fastest is kept")
     p.add_argument("--links", default="10,1,0.1,0.01", help="simulated link speeds in Gbit/s")
     p.add_argument("--variants", default="plain,mvc,mvc8,stale,bns0.5,bns0.1")
     p.add_argument("--json", help="write the results here")
@@ -95,20 +101,21 @@ def main(argv=None) -> int:
     links = [float(x) for x in args.links.split(",") if x.strip()]
     t0 = time.perf_counter()
     res = run_ranks(_job, args.k, args=(spec, args.method, list(range(args.seeds)), args.epochs, variants, links,
-                                        args.time_epochs), timeout=14400)[0]
+                                        args.time_epochs, args.spec is None, args.time_repeats), timeout=14400)[0]
     print(f"{spec}, k={args.k} {args.method}, {args.seeds} seeds x {args.epochs} epochs; times: {args.time_epochs} "
           f"epochs, seed 0; {time.perf_counter() - t0:.0f} s in all")
-    base = statistics.mean(r["test_acc"] for r in res["acc"][variants[0]])
+    mean = lambda runs: statistics.mean(r["test_acc"] for r in runs) if runs else float("nan")  # noqa: E731
+    base = mean(res["acc"][variants[0]])
     head = " | ".join(f"epoch ms @ {x:g} Gbit/s (link wait)" for x in links)
     print(f"\n| variant | test acc (mean ± std) | vs {variants[0]} | halo bytes/epoch | epoch ms, no link | {head} |")
     print("|---|---|---|---|---|" + "---|" * len(links))
     rows = []
     for v in variants:
         accs = [r["test_acc"] for r in res["acc"][v]]
-        m, sd = statistics.mean(accs), statistics.pstdev(accs)
+        m, sd = mean(res["acc"][v]), statistics.pstdev(accs) if accs else float("nan")
         t = res["times"][v]
         cells = " | ".join(f"{1e3 * t[str(x)]['epoch_s']:.1f} ({1e3 * t[str(x)]['link_wait_s']:.1f})" for x in links)
-        print(f"| {v} | {100 * m:.2f} ± {100 * sd:.2f} | {100 * (m - base):+.2f} | {res['acc'][v][0]['bytes']:,.0f} | "
+        print(f"| {v} | {100 * m:.2f} ± {100 * sd:.2f} | {100 * (m - base):+.2f} | {t['0.0']['bytes']:,.0f} | "
               f"{1e3 * t['0.0']['epoch_s']:.1f} | {cells} |")
         rows.append({"variant": v, "config": variant(v), "mean": m, "std": sd, "runs": res["acc"][v], "times": t})
     if args.json:

@@ -78,8 +78,8 @@ class GCNConfig:
     boundary_rate: float = 1.0
     """BNS-GCN: each training epoch keeps each boundary node with probability P (keyed by seed,
     epoch and global node id, so every rank decides alike); dropped ones' cut edges are removed,
-    kept ones' scaled by 1/P, and only kept rows are exchanged. 1 = exact; needs --halo plain;
-    evaluation is exact"""
+    kept ones' scaled by 1/P, and only kept rows are exchanged (mvc: partial sums always). 1 =
+    exact; evaluation is exact"""
     label_rate: float = 0.0
     """masked label embedding (UniMP, SuperGCN's companion of 2-bit halos): each epoch a share
     of the training nodes, drawn by global id, feed their label into the input (the loss is
@@ -139,9 +139,6 @@ class GCNConfig:
             raise ConfigError("--staleness-smoothing smooths stale halo rows: it needs --halo-staleness 1")
         if not 0.0 < self.boundary_rate <= 1.0:
             raise ConfigError(f"--boundary-rate must be in (0, 1], got {self.boundary_rate}")
-        if self.boundary_rate < 1.0 and self.halo != "plain":
-            raise ConfigError(f"--boundary-rate {self.boundary_rate:g} samples raw halo rows, but --halo {self.halo} "
-                              "sends partial sums; add --halo plain")
         if self.boundary_rate < 1.0 and self.halo_staleness:
             raise ConfigError("--boundary-rate below 1 and --halo-staleness 1 cannot be combined (the rows held "
                               "from one epoch would not be the rows the next epoch samples)")

@@ -169,9 +169,12 @@ class BuiltinNet:
                          seed=cfg.seed, label_classes=n_classes if cfg.label_rate > 0 else 0).to(dev)
         self.stale = None
         if cfg.halo_staleness:
+            # widest row a layer exchanges: min(F_in, F_out), or the features when the first layer
+            # propagates them (F_in < 2 F_out, graphdist.gnn.models)
+            f0 = cfg.hidden if cfg.layers > 1 else n_classes
+            width = max(cfg.hidden, n_classes, x.shape[1] if x.shape[1] < 2 * f0 else 0)
             self.stale = self.ex.stale = StaleHalos({"forward": self.ex.n_recv, "backward": self.ex.n_send},
-                                                    cfg.layers, max(x.shape[1], cfg.hidden, n_classes),
-                                                    cfg.staleness_smoothing, dev)
+                                                    cfg.layers, width, cfg.staleness_smoothing, dev)
         self.sampler = None  # --boundary-rate < 1: a new cut each epoch
         if cfg.boundary_rate < 1.0 and self.ex.active:
             self.sampler = BoundarySampler(lg, self.adj, self.ex, cfg.boundary_rate, cfg.seed)

@@ -14,8 +14,10 @@ linear aggregation, GCN's and SAGE's mean alike, with the full graph's normalisa
 rows and bytes exchanged drop to about ``p`` times. Edges inside a part are never sampled.
 Evaluation uses the full adjacency and exchanger (exact, ``p = 1``).
 
-Plain exchange only: an mvc partial sum mixes many sources, so dropping a source does not drop
-its row (``GCNConfig.validate`` asks for ``--halo plain``).
+With ``--halo mvc`` the same edges go: a dropped node's raw rows are not sent, its terms leave
+the partial sums it was in, and the kept terms (raw rows and partial-sum terms alike) are
+scaled by 1/p at the sender (the send operator ``T``). A partial sum is still sent when all of
+its sources were dropped (the receiver cannot tell), so mvc's bytes drop less than plain's.
 """
 from __future__ import annotations
 
@@ -52,27 +54,43 @@ class BoundarySampler:
     """Per-epoch sampled ``(adjacency, exchanger)`` of one rank for ``rate``.
 
     ``lg``: the rank's :class:`~graphdist.halo.local.LocalGraph` (the one ``adj`` was built
-    from); ``adj`` / ``ex``: its plain-mode :class:`~graphdist.halo.spmm.SparseAdj` and
+    from); ``adj`` / ``ex``: its :class:`~graphdist.halo.spmm.SparseAdj` and
     :class:`~graphdist.halo.exchange.HaloExchanger` (the sampled exchanger shares ``ex``'s
     counters, link and rounding keys)."""
 
     def __init__(self, lg, adj, ex, rate: float, seed: int):
-        if adj.send is not None or ex.send_idx is None:
-            raise ValueError("boundary sampling needs the plain halo exchange")
         if not 0.0 < rate <= 1.0:
             raise ValueError(f"boundary rate must be in (0, 1], got {rate}")
         self.adj, self.ex, self.rate, self.seed = adj, ex, float(rate), int(seed)
-        dev = ex.send_idx.device
+        dev = adj.own.A.device
+        self.n_own = adj.shape[0]
+        if adj.halo is not None:
+            self.rows, self.cols, self.vals = _coo(adj.halo.A)
+        self.mvc = adj.send is not None
+        if self.mvc:
+            self._init_mvc(lg, dev)
+            return
         self.send_ids = lg.owned.to(dev)[ex.send_idx]  # global ids of the rows sent, peer by peer
         self.halo_ids = lg.halo.to(dev)                # global ids of the halo columns, peer by peer
-        a = adj.halo.A if adj.halo is not None else None
-        if a is not None:
-            self.rows = ptr2index(a.crow_indices().to(torch.int64), a._nnz())
-            self.cols, self.vals = a.col_indices().to(torch.int64), a.values()
-        self.n_own = adj.shape[0]
+
+    def _init_mvc(self, lg, dev) -> None:
+        lay = lg.exchange_layout("mvc")
+        owned = lg.owned.to(dev)
+        self.t_rows, self.t_cols, self.t_vals = _coo(self.adj.send.A)
+        self.t_ids = owned[self.t_cols]  # global id of each send-operator entry's source
+        n_out, n_in = self.adj.send.shape[0], self.adj.halo.shape[1] if self.adj.halo is not None else 0
+        self.raw_out = torch.zeros(n_out, dtype=torch.bool, device=dev)
+        self.raw_out[lay.send_raw_pos.to(dev)] = True
+        raw = lay.recv_col >= 0
+        self.raw_in = torch.zeros(n_in, dtype=torch.bool, device=dev)
+        self.raw_in[lay.recv_col[raw].to(dev)] = True
+        self.in_ids = torch.zeros(n_in, dtype=torch.int64, device=dev)  # global id of each raw row received
+        self.in_ids[lay.recv_col[raw].to(dev)] = lg.halo.to(dev)[raw]
 
     def epoch(self, epoch: int):
         """``(adjacency, exchanger)`` of training epoch ``epoch``."""
+        if self.mvc:
+            return self._epoch_mvc(epoch)
         ks = kept(self.send_ids, self.rate, self.seed, epoch)
         kr = kept(self.halo_ids, self.rate, self.seed, epoch)
         ex = self.ex.restricted(self.ex.send_idx[ks], _segment_sums(ks, self.ex.send_counts),
@@ -85,3 +103,29 @@ class BoundarySampler:
             adj.halo = CSRPair(self.rows[keep], new_col[self.cols[keep]], self.vals[keep] / self.rate,
                                self.n_own, int(kr.sum()), self.vals.device)
         return adj, ex
+
+    def _epoch_mvc(self, epoch: int):
+        dev = self.t_vals.device
+        # sender: entries of kept sources, scaled; raw message rows whose source was dropped go
+        ke = kept(self.t_ids, self.rate, self.seed, epoch)
+        live = torch.zeros(self.raw_out.shape[0], dtype=torch.bool, device=dev)
+        live[self.t_rows[ke]] = True
+        ks = ~self.raw_out | live
+        # receiver: the same raw rows go (their ids), every partial sum stays
+        kr = ~self.raw_in | kept(self.in_ids, self.rate, self.seed, epoch)
+        ex = self.ex.restricted(None, _segment_sums(ks, self.ex.send_counts), _segment_sums(kr, self.ex.recv_counts))
+        adj = copy.copy(self.adj)
+        out_row = torch.cumsum(ks.to(torch.int64), 0) - 1
+        adj.send = CSRPair(out_row[self.t_rows[ke]], self.t_cols[ke], self.t_vals[ke] / self.rate, int(ks.sum()),
+                           self.n_own, dev)
+        if self.adj.halo is not None:
+            in_col = torch.cumsum(kr.to(torch.int64), 0) - 1
+            keep = kr[self.cols]
+            adj.halo = CSRPair(self.rows[keep], in_col[self.cols[keep]], self.vals[keep], self.n_own, int(kr.sum()),
+                               dev)
+        return adj, ex
+
+
+def _coo(a: torch.Tensor):
+    """``(rows, cols, values)`` of a CSR tensor, int64 indices, sorted by (row, col)."""
+    return ptr2index(a.crow_indices().to(torch.int64), a._nnz()), a.col_indices().to(torch.int64), a.values()

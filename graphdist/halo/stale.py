@@ -81,20 +81,26 @@ class StaleHalos:
         for key, h in self.held.items():
             self.held[key] = _rows(h)
 
+    def _kinds(self):
+        return (self.held, self.smooth) if self.gamma > 0 else (self.held,)
+
     def state(self, rank: int) -> dict:
         """The checkpointed tensors of this rank (fixed shapes, so the same call gives the
         template to load into): rows padded to ``width`` columns, and each one's real width
-        (0 = none held)."""
+        (0 = none held). Smoothed rows only with smoothing."""
         self.drain()
         out = {}
         widths = torch.zeros(2, 2, self.layers, dtype=torch.int64)
-        for i, src in enumerate((self.held, self.smooth)):
+        for i, src in enumerate(self._kinds()):
             for d, direction in enumerate(_DIRS):
                 n = self.n_rows[direction]
                 for tag in range(self.layers):
                     buf = torch.zeros(max(n, 1), self.width, device=self.device)
                     rows = src.get((direction, tag))
                     if rows is not None:
+                        if rows.shape[1] > self.width:
+                            raise ValueError(f"stale halo rows of layer {tag} are {rows.shape[1]} wide, more than "
+                                             f"the {self.width} columns the checkpoint layout allows")
                         buf[:rows.shape[0], :rows.shape[1]] = rows
                         widths[i, d, tag] = rows.shape[1]
                     out[f"stale/r{rank}/{i}/{direction}/{tag}"] = buf
@@ -105,7 +111,7 @@ class StaleHalos:
         """Hold what :meth:`state` saved (after the checkpoint filled ``state`` in place)."""
         widths = state[f"stale/r{rank}/widths"]
         self.held, self.smooth = {}, {}
-        for i, dst in enumerate((self.held, self.smooth)):
+        for i, dst in enumerate(self._kinds()):
             for d, direction in enumerate(_DIRS):
                 n = self.n_rows[direction]
                 for tag in range(self.layers):

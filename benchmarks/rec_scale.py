@@ -4,8 +4,9 @@ item all-to-all bytes per step, at k = 1, 2, 4, for a few graph sizes; growth ex
     OMP_NUM_THREADS=1 python benchmarks/rec_scale.py [--sizes 100000x20000x40,...] [--ks 1,2,4]
         [--steps 6] [--batch-size 131072] [--eval-users 2000] [--work DIR] [--json FILE]
 
-Each size (USERSxITEMSxAVG_ITEMS, about USERS*AVG_ITEMS interactions) is partitioned once per k
-with ``graphdist partition rec-synth:... --parts K --method metis`` (k = 1: one part), then trained
+Each size (USERSxITEMSxAVG_ITEMS, about USERS*AVG_ITEMS interactions) is generated once with
+``rec-synth`` and written as a ``lightgcn:DIR`` (train/test as generated), partitioned once per k
+with ``graphdist partition lightgcn:DIR --parts K --method metis`` (k = 1: one part), then trained
 from the artifact (``train-rec --partition DIR --nproc K --steps N --eval-users E``): a fixed
 number of steps at a large batch and a fixed sample of users, so a row costs minutes, not the
 hours of a full epoch and a full ranking on a 2-core box. ``mem/peak_bytes_per_rank`` is each
@@ -23,12 +24,29 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def spec_of(size: str) -> tuple[str, int]:
+def spec_of(size: str, work: str) -> tuple[str, int]:
+    """``lightgcn:DIR`` holding ``rec-synth:users=U,items=I,avg_items=A,seed=0`` (train and test as
+    generated), written once: generating costs users x items, so it is not repeated per k."""
     u, i, a = size.split("x")
-    return f"rec-synth:users={u},items={i},avg_items={a},seed=0", int(u) * int(float(a))
+    d = Path(work) / f"data-{size}"
+    if not (d / "test.txt").exists():
+        from graphdist.rec.synth import rec_synth
+        t0 = time.perf_counter()
+        r = rec_synth(users=int(u), items=int(i), avg_items=float(a), seed=0)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, pairs in (("train.txt", r.train.numpy()), ("test.txt", r.test.numpy())):
+            cut = np.flatnonzero(np.diff(pairs[:, 0])) + 1
+            with open(d / name, "w") as f:
+                for us, its in zip(np.split(pairs[:, 0], cut), np.split(pairs[:, 1], cut)):
+                    f.write(f"{us[0]} " + " ".join(map(str, its.tolist())) + "\n")
+        print(f"  generated {size} ({r.train.shape[0] + r.test.shape[0]:,} interactions) in "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
+    return f"lightgcn:{d}", int(u) * int(float(a))
 
 
 def cli(*args, env) -> subprocess.CompletedProcess:
@@ -36,7 +54,7 @@ def cli(*args, env) -> subprocess.CompletedProcess:
 
 
 def run(size: str, k: int, a, env) -> dict:
-    spec, n = spec_of(size)
+    spec, n = spec_of(size, a.work)
     art = Path(a.work) / f"{size}-k{k}"
     if not (art / "meta.json").exists():
         t0 = time.perf_counter()
@@ -73,11 +91,11 @@ def exponents(rows: list[dict]) -> list[dict]:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--sizes", default="25000x5000x20,100000x20000x40,400000x80000x25")
+    p.add_argument("--sizes", default="25000x5000x20,100000x20000x40,200000x20000x40")
     p.add_argument("--ks", default="1,2,4")
-    p.add_argument("--steps", type=int, default=6)
+    p.add_argument("--steps", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=131072)
-    p.add_argument("--eval-users", type=int, default=2000)
+    p.add_argument("--eval-users", type=int, default=1000)
     p.add_argument("--work", default="/tmp/rec_scale")
     p.add_argument("--json", default=None)
     a = p.parse_args()

@@ -62,3 +62,34 @@ def test_steps_cap_and_eval_user_sample_are_reported():
     assert capped["time/step_s"] > 0 and capped["comm/item_bytes_per_step"] > 0
     line = summary_line(capped)
     assert "on 40 sampled users" in line and "13 steps (--steps)" in line
+
+
+def _fits_job(rank, ws):
+    from graphdist.errors import ConfigError
+    from graphdist.halo import build_plan
+    from graphdist.rec.config import RecConfig
+    from graphdist.rec.memory import check_rank_fits, estimate_rank_bytes
+    from graphdist.rec.setup import rank_data
+    from graphdist.runtime import init_distributed
+    init_distributed("cpu")
+    g = np.random.default_rng(1)
+    r = make_ratings(np.stack([g.integers(0, 40, 400), g.integers(0, 30, 400)], 1), np.zeros((0, 2), np.int64),
+                     40, 30, {})
+    lg = build_plan(r.graph, torch.arange(70) % ws, rank, ws)
+    rd = rank_data(r, lg)
+    small, big = RecConfig(spec="x:", batch_size=64), RecConfig(spec="x:", batch_size=1 << 22, dim=256)
+    est = estimate_rank_bytes(lg, rd, small, 10), estimate_rank_bytes(lg, rd, big, 10)
+    check_rank_fits(lg, rd, small, 10, have=1 << 40)
+    try:
+        check_rank_fits(lg, rd, small, 10, have=100 << 20)
+        msg = ""
+    except ConfigError as e:
+        msg = str(e)
+    return est, msg
+
+
+def test_a_rank_that_does_not_fit_stops_with_one_line_naming_the_memory():
+    for (small, big), msg in run_ranks(_fits_job, 2, timeout=120):
+        assert 300 << 20 < small < big  # interpreter and torch at least; grows with batch and dim
+        assert "\n" not in msg and msg.startswith("train-rec needs about 0.") and "GiB per rank" in msg, msg
+        assert "for the 2 rank(s) on this node" in msg and "0.10 GiB is available" in msg

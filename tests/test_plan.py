@@ -68,3 +68,17 @@ def test_json_keys_stats_mode_and_refusal(artifacts, capsys):
     assert main(["plan", "--nodes", "1000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--edges" in err[0]
+
+
+def test_a_rank_that_cannot_fit_stops_with_one_line(artifacts, monkeypatch):
+    from graphdist.errors import ConfigError
+    from graphdist.gnn.config import GCNConfig
+    from graphdist.gnn.plan import check_fits
+    from graphdist.halo import budget
+    from graphdist.halo.parts import load_part
+    lg = load_part(artifacts / "k1", 0)
+    cfg = GCNConfig(partition=str(artifacts / "k1"), layers=2, hidden=64)
+    check_fits(cfg, lg, 1)  # this machine has room for a 40k-node graph
+    monkeypatch.setattr(budget, "available_bytes", lambda: 2**28)
+    with pytest.raises(ConfigError, match=r"needs about 0\.\d GiB on this machine \(1 rank\(s\)\), and 0\.2 GiB"):
+        check_fits(cfg, lg, 1)

@@ -109,19 +109,22 @@ class PartStats:
     """the part's arrays other than features and CSR (ids, labels, masks, degrees, plans)"""
 
 
-def part_stats(lg) -> PartStats:
-    """:class:`PartStats` of a :class:`~graphdist.halo.local.LocalGraph`."""
+def part_stats(lg, check_symmetry: bool = True) -> PartStats:
+    """:class:`PartStats` of a :class:`~graphdist.halo.local.LocalGraph` (without
+    ``check_symmetry`` the owned block counts as unsymmetric: an upper bound, and no transpose
+    is built)."""
     import scipy.sparse as sp
     n = lg.num_owned
     ptr, cols = lg.indptr.numpy(), lg.indices.numpy()
     rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(ptr))
     loops = int((cols == rows).sum())
     own = cols < n
-    m = sp.csr_matrix((np.ones(int(own.sum()), dtype=np.int8), (rows[own], cols[own])), shape=(n, n))
+    own_edges, symmetric = int(own.sum()), False
+    if check_symmetry:
+        m = sp.csr_matrix((np.ones(own_edges, dtype=np.int8), (rows[own], cols[own])), shape=(n, n))
+        symmetric = (m != m.T).nnz == 0
+        del m
     del rows
-    symmetric = (m != m.T).nnz == 0
-    own_edges = int(m.nnz)
-    del m
     send, recv, hent = {"plain": sum(lg.send_counts)}, {"plain": sum(lg.recv_counts)}, {"plain": int((~own).sum())}
     send_entries = 0
     if lg.has_mvc:
@@ -171,13 +174,14 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
         live += b
         peak = max(peak, live)
 
-    def prop(w):  # send buffer, received rows, product, halo product (added, freed)
-        alloc((ms + mr) * w * f4)
+    def prop(w):  # send rows and the receive buffer in flight, the owned product; the send
+        alloc((ms + mr) * w * f4)  # rows go at wait(), then the halo product is added and freed
         alloc(n * w * f4)
+        alloc(-ms * w * f4)
         if active and mr:
             alloc(n * w * f4)
             alloc(-n * w * f4)
-        alloc(-(ms + mr) * w * f4)
+        alloc(-mr * w * f4)
 
     saved = []
     inp = 0  # bytes of the current input tensor that the forward owns
@@ -214,11 +218,15 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
         steps = ([fi] if into else []) + ([fi] if into else []) if first else [fo] + ([fi] if into else [])
         for j, width in enumerate(steps):
             sparse = (first and j == 1) or (not first and j == 0)
-            if sparse:
+            if sparse:  # gradient rows out and back, then the send operator's product added
                 alloc((ms + mr) * width * f4)
             alloc(n * width * f4)
             if sparse:
-                alloc(-(ms + mr) * width * f4)
+                alloc(-mr * width * f4)
+                if active and ms:
+                    alloc(n * width * f4)
+                    alloc(-n * width * f4)
+                alloc(-ms * width * f4)
             alloc(-g)
             g = n * width * f4
         if i > 0:  # through the ReLU / dropout before this layer
@@ -287,49 +295,6 @@ def halo_bytes_per_epoch(total_rows: int, layers: list[dict], cfg) -> int:
     return int(total_rows) * per_row
 
 
-def measured_rates() -> tuple[float, float]:
-    """``(sparse entries x columns per second, dense flops per second)`` of this machine, from a
-    short CSR product and a matrix product (about a quarter second)."""
-    import time
-
-    import torch
-    gen = torch.Generator().manual_seed(0)
-    n, deg, w = 100_000, 16, 64
-    crow = torch.arange(0, n * deg + 1, deg, dtype=torch.int32)
-    col = torch.randint(0, n, (n * deg,), generator=gen, dtype=torch.int32)
-    a = torch.sparse_csr_tensor(crow, col, torch.rand(n * deg, generator=gen), size=(n, n), check_invariants=False)
-    x, out = torch.rand(n, w, generator=gen), torch.empty(n, w)
-    best_s = best_d = float("inf")
-    m = torch.rand(20_000, 128, generator=gen)
-    wt = torch.rand(128, 128, generator=gen)
-    for _ in range(3):
-        t = time.perf_counter()
-        torch.addmm(out, a, x, beta=0, out=out)
-        best_s = min(best_s, time.perf_counter() - t)
-        t = time.perf_counter()
-        m @ wt
-        best_d = min(best_d, time.perf_counter() - t)
-    return n * deg * w / best_s, 2 * 20_000 * 128 * 128 / best_d
-
-
-def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, sent_bytes: float,
-                  rates: tuple[float, float]) -> float:
-    """Sparse products at ``rates[0]``, the linears at ``rates[1]``, the rank's halo bytes over
-    the link (no overlap assumed; elementwise work not counted)."""
-    nnz = ps.own_edges + (ps.n if cfg.model == "gcn" else 0)
-    if active:
-        nnz += ps.halo_entries.get(mode, 0) + (ps.send_entries if mode == "mvc" else 0)
-    sparse = dense = 0.0
-    for i, lay in enumerate(layers):
-        fi, fo = lay["f_in"], lay["f_out"]
-        back = lay["needs_input_grad"]
-        sparse += nnz * lay["train_width"] * (2 if back else 1)
-        if not (i == 0 and lay["eval_reuse"] and not active):
-            sparse += nnz * lay["eval_width"]
-        dense += 2 * ps.n * fi * fo * (3 if i > 0 else 2) + 2 * ps.n * fi * fo
-    return sparse / rates[0] + dense / rates[1] + sent_bytes * 8 / (cfg.link_gbps * 1e9)
-
-
 def plan(cfg: PlanConfig) -> dict:
     """The prediction as a ``train-gcn`` report's keys plus ``fits`` and a per-rank breakdown."""
     from graphdist.runtime import host_memory_bytes
@@ -345,6 +310,7 @@ def plan(cfg: PlanConfig) -> dict:
         del lgs
     active = k > 1
     layers = layer_plan(cfg, f_in, n_classes, active)
+    from graphdist.gnn.plan_time import epoch_seconds, measured_rates
     rates = (cfg.spmm_rate, measured_rates()[1]) if cfg.spmm_rate else measured_rates()
     halo = {m: halo_bytes_per_epoch(sum(p.send.get(m, 0) for p in parts), layers, cfg) if active else 0
             for m in ("plain", "mvc") if all(m in p.send for p in parts)}
@@ -380,3 +346,25 @@ def _parts(cfg: PlanConfig):
     a = _check_assignment(g, partition_in_process(g, k, cfg.method, cfg.seed), k)
     sh = _Shared(g, a, k)
     return [build_plan(g, a, r, k, _shared=sh) for r in range(k)], f"{cfg.spec} ({cfg.method}, k={k})"
+
+
+def check_fits(cfg, lg, world_size: int) -> None:
+    """Before a rank trains: stop every rank with one line (needed and available GiB) when this
+    machine's ranks would need more memory than it has (``MemAvailable`` plus their own resident
+    sets), instead of being killed half-way. The estimate is :func:`rank_memory` with the owned
+    block taken as unsymmetric (an upper bound)."""
+    import os
+
+    from graphdist import comm
+    from graphdist.halo.budget import available_bytes
+    if lg.x is None:
+        return
+    ps = part_stats(lg, check_symmetry=False)
+    need = rank_memory(ps, cfg, int(lg.x.shape[1]), max(int(lg.num_classes), 1), world_size, cfg.halo)["peak_bytes"]
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    seen = comm.all_gather_object([need * local, available_bytes() * local])
+    need_all, have = max(s[0] for s in seen), min(s[1] for s in seen)
+    if need_all > have:
+        raise ConfigError(f"training {cfg.model} {cfg.layers}x{cfg.hidden} on this part needs about "
+                          f"{need_all / GiB:.1f} GiB on this machine ({local} rank(s)), and {have / GiB:.1f} GiB is "
+                          "available; use more parts (ranks), a smaller --hidden, or --halo-bits 8")

@@ -30,6 +30,7 @@ from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
 from graphdist.gnn.models import GNN
+from graphdist.gnn.plan import check_fits
 from graphdist.halo.boundary import BoundarySampler
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
@@ -67,6 +68,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         lg = lg.pop()
     ws, dev = ctx.world_size, ctx.device
     check_halo_bits(cfg, ws)
+    check_fits(cfg, lg, ws)  # one line instead of an out-of-memory kill
     lg = lg.reordered(cfg.reorder)  # owned rows in locality order; every result is order-free
     x = lg.x
     if x is None or lg.y is None or lg.train_mask is None:

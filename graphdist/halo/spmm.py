@@ -255,6 +255,7 @@ class _HaloSpMM(torch.autograd.Function):
         send = adj.send.mm(h) if adj.send is not None else h.index_select(0, ex.send_idx)
         ctx.tag = ex.next_tag()
         pending = ex.post(send, ctx.tag)
+        del send  # the exchange holds it until its rows are out (freed at wait)
         out = adj.own.mm(h)
         recv = pending.wait()
         if adj.halo is not None and recv.shape[0]:
@@ -269,6 +270,7 @@ class _HaloSpMM(torch.autograd.Function):
         g = g.contiguous()
         g_msg = adj.halo.mm_t(g) if adj.halo is not None else g.new_zeros((0, g.shape[1]))
         pending = ex.post_reverse(g_msg, ctx.tag)
+        del g_msg
         g_h = adj.own.mm_t(g)
         back = pending.wait()
         if back.shape[0]:

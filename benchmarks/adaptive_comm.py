@@ -17,7 +17,7 @@ plus runs with no link; ``--seeds 0`` measures the times only.
 
 Variants: ``plain`` / ``mvc`` exact; ``mvc8`` mvc with 8-bit rows; ``stale`` mvc with
 ``--halo-staleness 1``; ``stale-gf`` the same with ``--staleness-smoothing 0.5``; ``bnsP``
-plain with ``--boundary-rate P``.
+plain with ``--boundary-rate P``; ``mvc-bnsP`` mvc with it.
 """
 from __future__ import annotations
 
@@ -42,6 +42,8 @@ def variant(name: str) -> dict:
         return {"halo": "mvc", "halo_staleness": 1, "staleness_smoothing": 0.5}
     if name.startswith("bns"):
         return {"halo": "plain", "boundary_rate": float(name[3:])}
+    if name.startswith("mvc-bns"):
+        return {"halo": "mvc", "boundary_rate": float(name[7:])}
     raise SystemExit(f"unknown variant {name!r}")
 
 

@@ -8,9 +8,8 @@ import torch
 
 from graphdist.cli import main
 from graphdist.halo.boundary import kept
-from tests.test_stale import BASE, SPEC, _graph, initial_state, reference_losses
-
 from graphdist.testing import run_ranks
+from tests.test_stale import BASE, SPEC, _graph, initial_state, reference_losses
 
 
 def test_kept_is_keyed_and_has_the_rate():
@@ -70,7 +69,8 @@ def test_boundary_sampling_at_k2(tmp_path):
     assert exact == pytest.approx(reference_losses(g, a, state), rel=1e-4, abs=1e-6)
     assert one == exact and b_one == b_exact  # rate 1 is today's exact training, bit for bit
     for rate, got, got_mvc in ((0.5, half, m_half), (0.1, tenth, m_tenth)):
-        ref = reference_losses(g, a, state, keep=lambda epoch, r=rate: (kept(torch.arange(g.num_nodes), r, 0, epoch), r))
+        ids = torch.arange(g.num_nodes)
+        ref = reference_losses(g, a, state, keep=lambda epoch, r=rate: (kept(ids, r, 0, epoch), r))
         assert got == pytest.approx(ref, rel=1e-4, abs=1e-6)
         assert got_mvc == pytest.approx(ref, rel=1e-4, abs=1e-6)  # mvc samples the same edges
         assert all(abs(x - e) > 1e-6 for x, e in zip(got, exact))

@@ -3,6 +3,7 @@
     python benchmarks/moved_probe.py separator             # METIS vertex separator at k=2 vs auto
     python benchmarks/moved_probe.py seeds --seeds 20      # auto's start + role-bound refinement over many seeds
     python benchmarks/moved_probe.py mtkahypar --parts 8   # Mt-KaHyPar km1 on the role-bound net model of the cover
+    python benchmarks/moved_probe.py paths --seeds 3       # each start refined on the plain halo vs its own cover's bound
 
 Every figure is moved rows (``moved_rows``) over node-balanced METIS's plain halo at the same k
 (imbalance 3%), the ratio of the target (<= 0.6 with node and edge imbalance <= 5%).
@@ -16,6 +17,9 @@ balance only) gives a small one, so ``2 |S|`` is what a separator-based partitio
 ``mtkahypar``: the roles of ``auto``'s result define a hypergraph whose connectivity bounds
 the moved rows (:func:`partitioners.moved.moved_pins`); Mt-KaHyPar minimises it with one blended
 weight; then the caps are restored and refined as in ``auto``.
+``paths``: every start of ``auto``'s portfolio and seed, rebalanced and refined on the plain
+halo volume (the issue-10 ``auto``) or on the role bound of its own cover (now), then
+``refine_moved``: how often each is better, and the best start.
 """
 from __future__ import annotations
 
@@ -124,9 +128,35 @@ def mtkahypar(name: str, k: int) -> dict:
             "after_caps": None if fixed is None else fixed / base}
 
 
+def paths(name: str, k: int, n_seeds: int) -> dict:
+    from partitioners import backends, hubsplit
+    from partitioners.moved import moved_key, refine_moved
+    from partitioners.refine import VolumeRefiner
+    g, base, w = setup(name, k)
+    wins = {"own_cover": 0, "plain_halo": 0, "tie": 0}
+    best = (np.inf, "")
+    for seed in range(n_seeds):
+        for spec in ("metis-vol@0.3", "metis-hub@0.3", "hubsplit@0.01"):
+            if spec == "hubsplit@0.01":
+                a0 = hubsplit.hubsplit_partition(g, k, w, frac=0.01, imbalance=0.01, seed=seed)
+            else:
+                a0 = backends.metis_partition(g, k, w, seed=seed, imbalance=0.009,
+                                              objective="vol" if spec.startswith("metis-vol") else "cut",
+                                              hub_cut=spec.startswith("metis-hub"))
+            own = refine_like_auto(g, k, w, a0, seed)
+            ref = VolumeRefiner(g, k, w)
+            a = ref.run(a0, rounds=50, seed=seed)
+            plain = (moved_key(g, refine_moved(g, a, k, w, rounds=50, seed=seed, alternations=3), k)[0]
+                     if (ref.loads(a) <= ref.caps[:, None] + 1e-9).all() else None)
+            o, p_ = (np.inf if own is None else own), (np.inf if plain is None else plain)
+            wins["own_cover" if o < p_ else "plain_halo" if p_ < o else "tie"] += 1
+            best = min(best, (o / base, f"{spec} seed {seed}"))
+    return {"graph": name, "k": k, **wins, "best": best[0], "best_start": best[1]}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("probe", choices=["separator", "seeds", "mtkahypar"])
+    p.add_argument("probe", choices=["separator", "seeds", "mtkahypar", "paths"])
     p.add_argument("--graphs", default="gnutella,facebook")
     p.add_argument("--parts", default="4,8,16")
     p.add_argument("--seeds", type=int, default=20)
@@ -136,7 +166,8 @@ def main(argv=None) -> int:
             print(json.dumps(separator(name)), flush=True)
             continue
         for k in (int(x) for x in args.parts.split(",")):
-            r = seeds(name, k, args.seeds) if args.probe == "seeds" else mtkahypar(name, k)
+            r = (seeds(name, k, args.seeds) if args.probe == "seeds" else
+                 paths(name, k, args.seeds) if args.probe == "paths" else mtkahypar(name, k))
             print(json.dumps(r), flush=True)
     return 0
 

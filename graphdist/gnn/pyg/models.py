@@ -16,7 +16,8 @@ runs and resumed runs repeat, but k ranks differ from one process. The built-in 
     transformer  the same with TransformerConv
     gin          GINConv (sum) with an MLP (Linear, ReLU, Linear; `hidden` wide) per layer, ReLU
     sage-max     SAGEConv(aggr="max"), ReLU
-    gcn2         GCNII: Linear, `num_layers` GCN2Conv (alpha 0.1, theta 0.5), Linear; ReLU
+    gcn2         GCNII: Linear, `num_layers` GCN2Conv (alpha 0.1, theta 0.5), Linear; ReLU;
+                 --weight-decay on the GCN2Conv layers (not on the first layer, as elsewhere)
 
 Dropout (``drop``) comes before every layer, the input included (as graphdist's GCN). The
 attention layers run with their own attention dropout off: it would draw from the rank's
@@ -166,10 +167,13 @@ class GCNII(nn.Module):
             h = F.relu(conv(drop(h, self.dropout, i + 1, self.training), x0, edge_index))
         return self.lins[1](drop(h, self.dropout, len(self.convs) + 1, self.training))
 
-    param_groups = _Stack.param_groups
-
-    def first_layer(self) -> nn.Module:
-        return self.lins[0]
+    def param_groups(self, weight_decay: float, first_layer_only: bool = True) -> list[dict]:
+        """Adam groups: weight decay on the GCN2Conv layers only (GCNII's strong decay sits on the
+        convolutions; PyG's example: 0.01 there, 5e-4 on the linears), or on all parameters."""
+        if not first_layer_only:
+            return [{"params": list(self.parameters()), "weight_decay": weight_decay}]
+        return [{"params": list(self.convs.parameters()), "weight_decay": weight_decay},
+                {"params": list(self.lins.parameters()), "weight_decay": 0.0}]
 
 
 BUILTIN: dict[str, type] = {"gat": GAT, "gatv2": GATv2, "gin": GIN, "gcn2": GCNII, "sage-max": SAGEMax,

@@ -174,14 +174,13 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
         live += b
         peak = max(peak, live)
 
-    def prop(w):  # send rows and the receive buffer in flight, the owned product; the send
-        alloc((ms + mr) * w * f4)  # rows go at wait(), then the halo product is added and freed
+    def prop(w):  # send rows and the receive buffer (both held by the exchange's work until
+        alloc((ms + mr) * w * f4)  # the product returns), the owned product, the halo product
         alloc(n * w * f4)
-        alloc(-ms * w * f4)
         if active and mr:
             alloc(n * w * f4)
             alloc(-n * w * f4)
-        alloc(-mr * w * f4)
+        alloc(-(ms + mr) * w * f4)
 
     saved = []
     inp = 0  # bytes of the current input tensor that the forward owns
@@ -222,11 +221,10 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
                 alloc((ms + mr) * width * f4)
             alloc(n * width * f4)
             if sparse:
-                alloc(-mr * width * f4)
                 if active and ms:
                     alloc(n * width * f4)
                     alloc(-n * width * f4)
-                alloc(-ms * width * f4)
+                alloc(-(ms + mr) * width * f4)
             alloc(-g)
             g = n * width * f4
         if i > 0:  # through the ReLU / dropout before this layer
@@ -362,7 +360,9 @@ def check_fits(cfg, lg, world_size: int) -> None:
     ps = part_stats(lg, check_symmetry=False)
     need = rank_memory(ps, cfg, int(lg.x.shape[1]), max(int(lg.num_classes), 1), world_size, cfg.halo)["peak_bytes"]
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    seen = comm.all_gather_object([need * local, available_bytes() * local])
+    with open("/proc/self/statm") as f:  # the machine's free memory is shared by its ranks
+        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    seen = comm.all_gather_object([need * local, available_bytes() + (local - 1) * rss])
     need_all, have = max(s[0] for s in seen), min(s[1] for s in seen)
     if need_all > have:
         raise ConfigError(f"training {cfg.model} {cfg.layers}x{cfg.hidden} on this part needs about "

@@ -255,7 +255,7 @@ class _HaloSpMM(torch.autograd.Function):
         send = adj.send.mm(h) if adj.send is not None else h.index_select(0, ex.send_idx)
         ctx.tag = ex.next_tag()
         pending = ex.post(send, ctx.tag)
-        del send  # the exchange holds it until its rows are out (freed at wait)
+        del send  # held by the exchange from here (gloo's work keeps it until the product returns)
         out = adj.own.mm(h)
         recv = pending.wait()
         if adj.halo is not None and recv.shape[0]:

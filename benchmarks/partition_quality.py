@@ -3,6 +3,7 @@
     python benchmarks/partition_quality.py                    # all methods, k=4,16, 4 graphs
     python benchmarks/partition_quality.py --graphs snap      # just the SNAP graphs
     python benchmarks/partition_quality.py --scale            # rmat scale 20 -> 16 parts, metis + auto
+    python benchmarks/partition_quality.py --graphs facebook --methods "metis,auto[seeds=20]"   # options of partition()
 
 Every (graph, method, k) runs in a fresh child process, so its time and peak memory
 (``ru_maxrss``, which includes loading the graph) are its own. Prints a table per graph with the
@@ -45,14 +46,16 @@ def one(spec: str, method: str, k: int, imbalance: float) -> dict:
     g = load_graph(spec)
     load_s = time.perf_counter() - t0
     t0 = time.perf_counter()
+    method, _, opts = method.partition("[")  # auto[seeds=20]: integer options of partition()
+    options = {key: int(v) for key, v in (kv.split("=") for kv in opts.rstrip("]").split(",") if kv)}
     name, _, balance = method.partition(":")  # e.g. metis:both = multi-constraint METIS
-    a = partition(g, k, method=name, imbalance=imbalance, seed=0, balance=balance or None)
+    a = partition(g, k, method=name, imbalance=imbalance, seed=0, balance=balance or None, **options)
     sec = time.perf_counter() - t0
     t0 = time.perf_counter()
     q = quality(g, a, feature_dim=128, k=k)
     q_s = time.perf_counter() - t0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"spec": spec, "method": method, "k": k, "nodes": g.num_nodes, "edges": g.num_edges,
+    return {"spec": spec, "method": method + (f"[{opts}" if opts else ""), "k": k, "nodes": g.num_nodes, "edges": g.num_edges,
             "time_s": sec, "load_s": load_s, "quality_s": q_s, "peak_rss_bytes": rss, **q}
 
 
@@ -61,9 +64,9 @@ def run_child(spec, method, k, imbalance, timeout) -> dict:
     try:
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
     except subprocess.TimeoutExpired:
-        return {"spec": spec, "method": method, "k": k, "error": f"timeout after {timeout} s"}
+        return {"spec": spec, "method": method + (f"[{opts}" if opts else ""), "k": k, "error": f"timeout after {timeout} s"}
     if r.returncode != 0:
-        return {"spec": spec, "method": method, "k": k, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
+        return {"spec": spec, "method": method + (f"[{opts}" if opts else ""), "k": k, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
@@ -88,11 +91,13 @@ def verdicts(rows: list[dict]) -> list[str]:
     out = []
     by = {(r["k"], r["method"]): r for r in rows if "error" not in r}
     for k in sorted({r["k"] for r in rows}):
-        a, m, l_ = by.get((k, "auto")), by.get((k, "metis")), by.get((k, "ldg"))
-        if a and m:
+        m, l_ = by.get((k, "metis")), by.get((k, "ldg"))
+        autos = sorted(meth for kk, meth in by if kk == k and meth.startswith("auto"))
+        for meth in autos if m else []:
+            a = by[(k, meth)]
             ratio = a["moved_rows"] / m["comm_volume"]
             ok = ratio <= 0.6 and a["node_imbalance"] <= 0.05 and a["edge_imbalance"] <= 0.05
-            out.append(f"k={k}: auto moved_rows / metis comm_volume {ratio:.3f} (node {a['node_imbalance']:.1%}, "
+            out.append(f"k={k}: {meth} moved_rows / metis comm_volume {ratio:.3f} (node {a['node_imbalance']:.1%}, "
                        f"edge {a['edge_imbalance']:.1%}; metis edge {m['edge_imbalance']:.1%}) -> "
                        f"{'MET' if ok else 'NOT MET'} (target <= 0.6, both <= 5%)")
         if l_ and m:
@@ -127,7 +132,7 @@ def render(paths: list[str]) -> str:
             base = metis.get(r["k"])
             ratio = f"{r['comm_volume'] / base:.3f}" if base else ""
             mratio = f"{r['moved_rows'] / base:.3f}" if base else ""
-            bold = "**" if r["method"] == "auto" else ""
+            bold = "**" if r["method"].startswith("auto") else ""
             out.append(f"| {r['k']} | {bold}{r['method']}{bold} | {r['comm_volume']:,} | {ratio} | "
                        f"{r['moved_rows']:,} | {bold}{mratio}{bold} | {r['max_recv']:,} | {r['moved_max_recv']:,} | "
                        f"{r['edge_cut']:,} | {r['node_imbalance']:.1%} | "

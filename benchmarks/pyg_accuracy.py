@@ -2,7 +2,8 @@
 trained in one process on the whole graph, over several seeds.
 
     python benchmarks/pyg_accuracy.py [--cases gat:Cora,gcn2:Cora,gin:CiteSeer] [--seeds 5] [--k 2]
-        [--root ../shared/datasets/planetoid] [--method metis] [--json out.json]
+        [--root ../shared/datasets/planetoid] [--method metis] [--train-gcn | --only-train-gcn]
+        [--json out.json]
 
 Models (PyG's own example settings, shortened where noted; features row-normalised; public split;
 test accuracy at the epoch of best validation accuracy):
@@ -19,6 +20,13 @@ The k-rank runs train the very same model through ``gd.distribute`` (``torch.dis
 through ``graphdist.testing.run_ranks``, gloo); dropout masks come from each rank's generator,
 so the runs are not the one-process runs repeated, only the same model and settings. A case whose
 dataset is absent under ``--root`` is skipped with a line saying so.
+
+``--train-gcn`` adds a third column: ``graphdist train-gcn --model KIND`` at k ranks (its own
+training loop, :func:`graphdist.gnn.trainer.fit`, on the same METIS parts), with the flags of
+:data:`TRAIN_GCN` (the same settings as far as the CLI has them: its GAT has no attention
+dropout, one ``--weight-decay`` for all parameters). Its dropout is keyed by global node id, so
+its k-rank runs equal its one-process runs (``tests/test_pyg_cli.py``); the comparison is with
+the PyG model trained in one process.
 """
 from __future__ import annotations
 
@@ -35,6 +43,12 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout (children too)
 
 SETTINGS = {"gat": dict(epochs=200, lr=0.005), "gcn2": dict(epochs=300, lr=0.01), "gin": dict(epochs=200, lr=0.01)}
+
+TRAIN_GCN = {  # train-gcn flags for the same models
+    "gat": dict(model="gat", layers=2, hidden=8, dropout=0.6, lr=0.005, weight_decay=5e-4, epochs=200),
+    "gcn2": dict(model="gcn2", layers=8, hidden=64, dropout=0.6, lr=0.01, weight_decay=5e-4, epochs=300),
+    "gin": dict(model="gin", layers=2, hidden=64, dropout=0.5, lr=0.01, weight_decay=5e-4, epochs=200),
+}
 
 
 def build(kind: str, f_in: int, classes: int) -> torch.nn.Module:
@@ -132,6 +146,19 @@ def _rank_job(rank, ws, kind, graph, seeds, method):
     return out
 
 
+def _train_gcn_job(rank, ws, kind, graph, seeds, method):
+    from graphdist.gnn.config import GCNConfig
+    from graphdist.gnn.trainer import fit
+    from graphdist.halo.setup import load_local
+    from graphdist.runtime import init_distributed
+    torch.set_num_threads(1)
+    ctx = init_distributed("cpu")
+    base = dict(spec=graph.name or "graph", method=method, row_normalize=True, weight_decay_all=True,
+                progress=False, device="cpu", **TRAIN_GCN[kind])
+    lg, info = load_local(GCNConfig(**base), rank, ws, graph)  # partition seed 0, as load_part
+    return [fit(GCNConfig(**base, seed=seed), lg, info, ctx)["test_acc"] for seed in seeds]
+
+
 def _stats(v: list[float]) -> dict:
     return {"mean": statistics.mean(v), "std": statistics.stdev(v) if len(v) > 1 else 0.0,
             "min": min(v), "max": max(v), "runs": v}
@@ -145,6 +172,8 @@ def main(argv=None) -> int:
     p.add_argument("--k", type=int, default=2)
     p.add_argument("--method", default="metis")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--train-gcn", action="store_true", help="also train `train-gcn --model KIND` at k ranks")
+    p.add_argument("--only-train-gcn", action="store_true", help="only the train-gcn column")
     p.add_argument("--json")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -160,18 +189,27 @@ def main(argv=None) -> int:
             continue
         graph = load_graph(f"planetoid:{args.root}/{name}")
         seeds = list(range(args.seeds))
-        t0 = time.perf_counter()
-        one = [single(kind, graph, s) for s in seeds]
-        t1 = time.perf_counter()
-        dist = run_ranks(_rank_job, args.k, args=(kind, graph, seeds, args.method), timeout=3600)[0]
-        t2 = time.perf_counter()
-        r = {"one_process": _stats(one), f"k{args.k}": _stats(dist),
-             "seconds": {"one_process": t1 - t0, f"k{args.k}": t2 - t1}}
+        r, line, t2 = {"seconds": {}}, f"{case}:", time.perf_counter()
+        if not args.only_train_gcn:
+            t0 = time.perf_counter()
+            one = [single(kind, graph, s) for s in seeds]
+            t1 = time.perf_counter()
+            dist = run_ranks(_rank_job, args.k, args=(kind, graph, seeds, args.method), timeout=3600)[0]
+            t2 = time.perf_counter()
+            r.update({"one_process": _stats(one), f"k{args.k}": _stats(dist),
+                      "seconds": {"one_process": t1 - t0, f"k{args.k}": t2 - t1}})
+            a, b = r["one_process"], r[f"k{args.k}"]
+            line += (f" one process {100 * a['mean']:.2f}% (std {100 * a['std']:.2f}), k={args.k} "
+                     f"{100 * b['mean']:.2f}% (std {100 * b['std']:.2f}), difference "
+                     f"{100 * (b['mean'] - a['mean']):+.2f} points; {t1 - t0:.0f} s / {t2 - t1:.0f} s")
+        if args.train_gcn or args.only_train_gcn:
+            cli = run_ranks(_train_gcn_job, args.k, args=(kind, graph, seeds, args.method), timeout=3600)[0]
+            r[f"train_gcn_k{args.k}"] = c = _stats(cli)
+            r["seconds"][f"train_gcn_k{args.k}"] = time.perf_counter() - t2
+            line += (f"; train-gcn --model {kind} k={args.k} {100 * c['mean']:.2f}% (std {100 * c['std']:.2f}), "
+                     f"runs {' '.join(f'{100 * v:.1f}' for v in cli)}")
         res["cases"][case] = r
-        a, b = r["one_process"], r[f"k{args.k}"]
-        print(f"{case}: one process {100 * a['mean']:.2f}% (std {100 * a['std']:.2f}), k={args.k} "
-              f"{100 * b['mean']:.2f}% (std {100 * b['std']:.2f}), difference {100 * (b['mean'] - a['mean']):+.2f} "
-              f"points; {t1 - t0:.0f} s / {t2 - t1:.0f} s", flush=True)
+        print(line, flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
     return 0

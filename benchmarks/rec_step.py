@@ -25,10 +25,15 @@ def old_step(model, adj, halo, plan, l2, opt):
     from graphdist.halo.exchange import HaloExchanger
     opt.zero_grad(set_to_none=True)
     final = model(adj, halo)
-    ex = HaloExchanger(plan.send_idx, plan.send_counts, plan.recv_counts, final.device)
+    # the plan's positions refer to the batch's rows; the old step indexed the whole table
+    n_own, n_rows = final.shape[0], plan.rows.numel()
+    ex = HaloExchanger(plan.rows[plan.send_idx], plan.send_counts, plan.recv_counts, final.device)
     d = final.shape[1]
     table = ex(torch.cat([final, model.weight], 1))
-    eu, ep, en = table[plan.user], table[plan.pos], table[plan.neg]
+    at = plan.at
+    idx = torch.where(at < n_rows, plan.rows[at.clamp(max=max(n_rows - 1, 0))], n_own + at - n_rows)
+    eu, ep, en = idx.view(3, -1).unbind(0)
+    eu, ep, en = table[eu], table[ep], table[en]
     pos, neg = (eu[:, :d] * ep[:, :d]).sum(1), (eu[:, :d] * en[:, :d]).sum(1)
     reg = eu[:, d:].pow(2).sum() + ep[:, d:].pow(2).sum() + en[:, d:].pow(2).sum()
     loss = (F.softplus(neg - pos).sum() + 0.5 * l2 * reg) / plan.size

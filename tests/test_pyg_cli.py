@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch.nn.functional as F
 from torch import nn
 
@@ -62,8 +63,13 @@ CASES = {m: _argv(m) for m in MODELS}
 CASES["gcn2-mvc"] = _argv("gcn2", "--halo", "mvc", "--layers", "3")
 CASES["gin-plain"] = _argv("gin", "--halo", "plain", "--dropout", "0")
 CASES["user"] = _argv(USER, "--dropout", "0")
-CASES["gat-mvc-bits"] = _argv("gat", "--halo", "mvc", "--halo-bits", "8")  # k = 2 only
-CASES["gin-bits"] = _argv("gin", "--halo-bits", "8", "--eval-halo-bits", "8")  # k = 2 only
+K2_ONLY = {  # quantised halos need k >= 2; resume: a run cut after epoch 2, resumed to 4
+    "gat-mvc-bits": _argv("gat", "--halo", "mvc", "--halo-bits", "8"),
+    "gin-bits": _argv("gin", "--halo-bits", "8", "--eval-halo-bits", "8"),
+    "full": _argv("gat", "--epochs", "4", "--checkpoint-every", "2", "--checkpoint-dir", "{root}/full"),
+    "cut": _argv("gat", "--epochs", "2", "--checkpoint-every", "2", "--checkpoint-dir", "{root}/cut"),
+    "resumed": _argv("gat", "--epochs", "4", "--checkpoint-every", "2", "--checkpoint-dir", "{root}/cut", "--resume"),
+}
 
 
 def _cli_job(rank, ws, cases, root):
@@ -74,8 +80,39 @@ def _cli_job(rank, ws, cases, root):
     for i, (name, argv) in enumerate(cases.items()):
         if not dist.is_initialized():
             dist.init_process_group("gloo", init_method=f"file://{root}/store{i}", rank=rank, world_size=ws)
-        codes[name] = main(argv + ["--report", f"{root}/{name}-k{ws}.json"])
-    return codes
+        codes[name] = main([a.format(root=root) for a in argv] + ["--report", f"{root}/{name}-k{ws}.json"])
+    dist.init_process_group("gloo", init_method=f"file://{root}/store-api", rank=rank, world_size=ws)
+    return codes, _eval_bits_check()
+
+
+def _eval_bits_check():
+    """``distribute(bits=8, eval_bits=32)`` (what --eval-halo-bits 32 asks for): in evaluation
+    mode every layer, plain (GAT) or mvc (GIN), gives the 32-bit model's rows bit for bit; in
+    training mode the rows are rounded."""
+    import copy
+
+    import torch
+    from torch_geometric.nn import GATConv, GINConv
+
+    import graphdist.gnn.pyg as gd
+    part = gd.load_part(SPEC)
+    torch.manual_seed(0)
+    model = nn.ModuleDict({"a": GATConv(part.num_features, 4, heads=2), "b": GINConv(nn.Linear(8, 3))})
+    ref = copy.deepcopy(model)
+
+    def fwd(m):
+        return m["b"](F.elu(m["a"](part.x, part.edge_index)), part.edge_index)
+    gd.distribute(model, part, halo="mvc", bits=8, eval_bits=32)
+    gd.distribute(ref, part, halo="mvc")
+    out = {}
+    for mode in ("eval", "train"):
+        model.train(mode == "train")
+        ref.train(mode == "train")
+        with torch.no_grad():
+            out[mode] = (fwd(model), fwd(ref))
+    return {"eval_equal": torch.equal(*out["eval"]), "train_equal": torch.equal(*out["train"]),
+            "train_close": torch.allclose(*out["train"], atol=0.1),
+            "modes": [d["halo"] for d in gd.halo_layers(model)]}
 
 
 def _report(path):
@@ -86,62 +123,68 @@ def _close(a, b, tol=1e-5):
     return len(a) == len(b) and all(abs(x - y) <= tol * max(1.0, abs(y)) for x, y in zip(a, b))
 
 
-def test_every_model_at_k2_equals_k1_and_reports_halo_per_layer(tmp_path):
-    root = str(tmp_path)
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """``report(name, k)`` of every case: k = 1 in this process, k = 2 on 2 gloo ranks."""
+    root = str(tmp_path_factory.mktemp("pyg_cli"))
     for name, argv in CASES.items():
-        if "bits" not in name:
-            assert main(argv + ["--report", f"{root}/{name}-k1.json"]) == 0, name
-    assert set(run_ranks(_cli_job, 2, args=(CASES, root), timeout=300)[0].values()) == {0}
-    for name in CASES:
-        two = _report(f"{root}/{name}-k2.json")
-        assert two["world_size"] == 2 and two["comm/halo_bytes_per_epoch"] > 0, name
-        if "bits" in name:
-            continue
-        one = _report(f"{root}/{name}-k1.json")
-        assert one["world_size"] == 1 and two["config"]["model"] == one["config"]["model"]
-        assert _close(two["losses"], one["losses"]), (name, one["losses"], two["losses"])
-        assert two["test_acc"] == one["test_acc"], name
-    # the halo mode each layer ran, and why: mvc only where the aggregation is a fixed linear map
-    modes = lambda name: [(d["layer"], d["class"], d["halo"]) for d in _report(f"{root}/{name}-k2.json")["halo/layers"]]  # noqa: E731
+        assert main(argv + ["--report", f"{root}/{name}-k1.json"]) == 0, name
+    out = run_ranks(_cli_job, 2, args=({**CASES, **K2_ONLY}, root), timeout=420)
+    codes = out[0][0]
+    assert codes == {name: 0 for name in {**CASES, **K2_ONLY}}, codes
+    report = lambda name, k=2: _report(f"{root}/{name}-k{k}.json")  # noqa: E731
+    report.api = [o[1] for o in out]
+    return report
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_every_model_at_k2_equals_k1(runs, name):
+    one, two = runs(name, 1), runs(name)
+    assert one["world_size"] == 1 and two["world_size"] == 2 and two["config"]["model"] == one["config"]["model"]
+    assert two["comm/halo_bytes_per_epoch"] > 0 and one["comm/halo_bytes_per_epoch"] == 0
+    assert _close(two["losses"], one["losses"]), (one["losses"], two["losses"])  # dropout 0.5 unless 0
+    assert two["test_acc"] == one["test_acc"] and two["val_acc"] == one["val_acc"]
+    assert [d["layer"] for d in two["halo/layers"]] == [d["layer"] for d in one["halo/layers"]]
+
+
+def test_the_report_names_each_layers_halo_mode_and_why(runs):
+    """mvc only where the aggregation is a fixed linear map; the others fall back to plain."""
+    def modes(name):
+        return [(d["layer"], d["class"], d["halo"]) for d in runs(name)["halo/layers"]]
     assert modes("gin") == [("convs.0", "GINConv", "mvc"), ("convs.1", "GINConv", "mvc")]  # --halo mvc: the default
     assert modes("gin-plain") == [("convs.0", "GINConv", "plain"), ("convs.1", "GINConv", "plain")]
     assert modes("gcn2-mvc") == [(f"convs.{i}", "GCN2Conv", "mvc") for i in range(3)]
-    assert modes("sage-max")[0][2] == "plain" and "aggr='max'" in _report(f"{root}/sage-max-k2.json")["halo/layers"][0]["why"]
-    gat = _report(f"{root}/gat-mvc-bits-k2.json")["halo/layers"]
-    assert [d["halo"] for d in gat] == ["plain", "plain"] and "not a fixed linear map" in gat[0]["why"]
     assert modes("user") == [("conv1", "SAGEConv", "mvc"), ("conv2", "GraphConv", "plain")]
-    assert _report(f"{root}/gin-k2.json")["comm/halo_bytes_per_epoch"] < \
-        _report(f"{root}/gin-plain-k2.json")["comm/halo_bytes_per_epoch"]
-    # quantised halos: per-layer rounding error in both directions, evaluation exact unless asked
+    assert "aggr='max'" in runs("user")["halo/layers"][1]["why"]
+    sage = runs("sage-max")["halo/layers"]
+    assert [d["halo"] for d in sage] == ["plain", "plain"] and "aggr='max'" in sage[0]["why"]
+    gat = runs("gat")["halo/layers"]
+    assert [d["halo"] for d in gat] == ["plain", "plain"] and "not a fixed linear map" in gat[0]["why"]
+    assert runs("gin-plain")["halo/layers"][0]["why"] == "halo plain asked for"
+    assert runs("gin")["comm/halo_bytes_per_epoch"] < runs("gin-plain")["comm/halo_bytes_per_epoch"]
+
+
+def test_quantised_halos_report_rounding_error_per_layer(runs):
     for name in ("gat-mvc-bits", "gin-bits"):
-        rep = _report(f"{root}/{name}-k2.json")
+        rep = runs(name)
+        assert (rep["comm/halo_bits"], rep["comm/eval_halo_bits"]) == ((8, 32) if name == "gat-mvc-bits" else (8, 8))
         err = rep["comm/halo_rel_error"]
-        assert len(err["forward"]) == 2 and all(0 < e < 0.05 for e in err["forward"]), (name, err)
+        assert len(err["forward"]) == 2 and all(e is not None and 0 < e < 0.05 for e in err["forward"]), (name, err)
         assert err["backward"][1] is not None and 0 < err["backward"][1] < 0.05, (name, err)
-    exact = _report(f"{root}/gat-k2.json")
-    assert _report(f"{root}/gat-mvc-bits-k2.json")["losses"] != exact["losses"]
-    assert abs(_report(f"{root}/gat-mvc-bits-k2.json")["losses"][0] - exact["losses"][0]) < 0.05
+    exact, rounded = runs("gat"), runs("gat-mvc-bits")
+    assert rounded["losses"] != exact["losses"] and abs(rounded["losses"][0] - exact["losses"][0]) < 0.05
     assert exact["comm/halo_rel_error"] is None
+    # 8-bit rows in flight (training) against 32-bit ones: fewer bytes
+    assert runs("gin-bits")["comm/halo_bytes_per_epoch"] < runs("gin")["comm/halo_bytes_per_epoch"]
 
 
-def _resume_job(rank, ws, root):
-    import torch.distributed as dist
-    runs = {"full": ["--epochs", "4", "--checkpoint-dir", f"{root}/full"],
-            "cut": ["--epochs", "2", "--checkpoint-dir", f"{root}/cut"],
-            "resumed": ["--epochs", "4", "--checkpoint-dir", f"{root}/cut", "--resume"]}
-    out = {}
-    for i, (name, extra) in enumerate(runs.items()):
-        if not dist.is_initialized():
-            dist.init_process_group("gloo", init_method=f"file://{root}/store{i}", rank=rank, world_size=ws)
-        code = main(BASE + ["--model", "gat", "--checkpoint-every", "2", *extra, "--report", f"{root}/{name}.json"])
-        out[name] = code
-    return out
+def test_eval_bits_give_exact_rows_in_evaluation_mode(runs):
+    for check in runs.api:  # each rank
+        assert check == {"eval_equal": True, "train_equal": False, "train_close": True, "modes": ["plain", "mvc"]}
 
 
-def test_resume_of_a_pyg_model_continues_bit_for_bit_at_k2(tmp_path):
-    root = str(tmp_path)
-    assert set(run_ranks(_resume_job, 2, args=(root,), timeout=240)[0].values()) == {0}
-    full, cut, resumed = (_report(f"{root}/{n}.json") for n in ("full", "cut", "resumed"))
+def test_resume_of_a_pyg_model_continues_bit_for_bit_at_k2(runs):
+    full, cut, resumed = runs("full"), runs("cut"), runs("resumed")
     assert len(cut["losses"]) == 2 and cut["losses"] == full["losses"][:2]
     assert resumed["losses"] == full["losses"] and resumed["val_acc"] == full["val_acc"]  # dropout on (0.5)
 

@@ -4,9 +4,11 @@ torch.unique fail inside the steps."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from graphdist.rec.data import make_ratings
+from graphdist.testing import run_ranks
 
 
 def test_bpr_steps_make_no_host_sync(monkeypatch):
@@ -39,3 +41,55 @@ def test_bpr_steps_make_no_host_sync(monkeypatch):
     monkeypatch.undo()
     assert all(torch.isfinite(x) for x in losses)
 
+
+
+def _fit_job(rank, ws, kw):
+    from graphdist.rec.config import RecConfig
+    from graphdist.rec.trainer import train
+    return train(RecConfig(spec="rec-synth:users=300,items=200,avg_items=12,seed=1", method="random",
+                           progress=False, dim=16, lr=0.01, **kw))
+
+
+def test_steps_cap_and_eval_user_sample_are_reported():
+    from graphdist.rec.job import summary_line
+    full, capped = run_ranks(_fit_job, 1, args=(dict(epochs=2, batch_size=256),), timeout=120)[0], \
+        run_ranks(_fit_job, 2, args=(dict(epochs=50, batch_size=256, steps=13, eval_users=40),), timeout=120)[0]
+    nb = full["steps"] // 2
+    assert full["steps_cap"] is None and not full["eval_users_sampled"] and full["eval_users"] > 40
+    assert capped["steps"] == 13 and capped["steps_cap"] == 13 and capped["epochs_run"] == -(-13 // nb)
+    assert capped["losses"][0] == pytest.approx(full["losses"][0], rel=1e-6)  # the same first epoch
+    assert capped["eval_users"] == 40 and capped["eval_users_sampled"]
+    assert capped["time/step_s"] > 0 and capped["comm/item_bytes_per_step"] > 0
+    line = summary_line(capped)
+    assert "on 40 sampled users" in line and "13 steps (--steps)" in line
+
+
+def _fits_job(rank, ws):
+    from graphdist.errors import ConfigError
+    from graphdist.halo import build_plan
+    from graphdist.rec.config import RecConfig
+    from graphdist.rec.memory import check_rank_fits, estimate_rank_bytes
+    from graphdist.rec.setup import rank_data
+    from graphdist.runtime import init_distributed
+    init_distributed("cpu")
+    g = np.random.default_rng(1)
+    r = make_ratings(np.stack([g.integers(0, 40, 400), g.integers(0, 30, 400)], 1), np.zeros((0, 2), np.int64),
+                     40, 30, {})
+    lg = build_plan(r.graph, torch.arange(70) % ws, rank, ws)
+    rd = rank_data(r, lg)
+    small, big = RecConfig(spec="x:", batch_size=64), RecConfig(spec="x:", batch_size=1 << 22, dim=256)
+    est = estimate_rank_bytes(lg, rd, small, 10), estimate_rank_bytes(lg, rd, big, 10)
+    check_rank_fits(lg, rd, small, 10, have=1 << 40)
+    try:
+        check_rank_fits(lg, rd, small, 10, have=100 << 20)
+        msg = ""
+    except ConfigError as e:
+        msg = str(e)
+    return est, msg
+
+
+def test_a_rank_that_does_not_fit_stops_with_one_line_naming_the_memory():
+    for (small, big), msg in run_ranks(_fits_job, 2, timeout=120):
+        assert 300 << 20 < small < big  # interpreter and torch at least; grows with batch and dim
+        assert "\n" not in msg and msg.startswith("train-rec needs about 0.") and "GiB per rank" in msg, msg
+        assert "for the 2 rank(s) on this node" in msg and "0.10 GiB is available" in msg

@@ -143,13 +143,8 @@ def test_resume_reproduces_unbroken_run(tmp_path):
 
 def _artifact(path, spec=SPEC, k=2):
     """As the README builds an artifact for a ratings spec."""
-    from graphdist.halo.artifact import write_artifact
-    from graphdist.rec import load_ratings
-    from partitioners import partition, quality
-    g = load_ratings(spec).graph
-    a = partition(g, k, method="metis")
-    return write_artifact(path, g, a, method="metis", params={"k": k, "spec": spec}, quality=quality(g, a),
-                          seconds=0.0)
+    assert main(["partition", spec, "--parts", str(k), "--method", "metis", "--out", str(path)]) == 0
+    return path
 
 
 def test_launcher_two_workers_from_artifact(tmp_path, capfd):

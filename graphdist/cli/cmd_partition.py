@@ -3,6 +3,7 @@
     graphdist partition SPEC --parts K [--method M] [--imbalance 0.03] [--seed S]
                              [--balance nodes|edges|both] --out DIR
     graphdist partition SPEC --assignment FILE [--parts K] --out DIR
+    graphdist partition ratings:FILE|lightgcn:DIR|rec-synth:... --parts K --out DIR   (train-rec --partition DIR)
     graphdist quality DIR [--json] [--feature-dim F]
     graphdist compare SPEC --parts 4,16 --methods auto,metis,ldg [--json FILE] [--plot FILE.png]
 """
@@ -43,8 +44,10 @@ def _print_quality(q: dict, extra: list[tuple[str, str]] = ()) -> None:
 
 def _partition(args) -> int:
     from graphdist.halo.tools import partition_to_artifact
+    from graphdist.rec.artifact import is_ratings_spec, partition_ratings
     cfg = config.from_namespace(PartitionConfig, args)
-    r = partition_to_artifact(cfg)
+    # interaction data: the user-item graph, with each part's interactions beside its part file
+    r = partition_ratings(cfg) if is_ratings_spec(cfg.spec) else partition_to_artifact(cfg)
     g = r["graph"]
     how = (f"given by {cfg.assignment} (k={r['k']})" if cfg.assignment
            else f"{cfg.method} (k={r['k']}, imbalance<={cfg.imbalance:.0%})")

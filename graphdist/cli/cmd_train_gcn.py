@@ -20,8 +20,9 @@ def register(sub) -> None:
 
     from graphdist.specs import kinds_help
     p = sub.add_parser("train-gcn", epilog=kinds_help("graph"), formatter_class=argparse.RawDescriptionHelpFormatter,
-                        help="full-batch GCN/GraphSAGE training on k partitioned ranks",
-                       description="Train a GCN on a graph split over k workers (halo exchange, "
-                                   "data-parallel weights). Give a dataset SPEC or --partition DIR.")
+                        help="full-batch GCN/GraphSAGE (or PyG model) training on k partitioned ranks",
+                       description="Train a GCN, GraphSAGE or PyG model (--model) on a graph split over k "
+                                   "workers (halo exchange, data-parallel weights). Give a dataset SPEC or "
+                                   "--partition DIR.")
     config.add_arguments(p, GCNConfig)
     p.set_defaults(func=_handler)

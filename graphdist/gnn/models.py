@@ -58,6 +58,30 @@ def _propagate_first(f_in: int, f_out: int, h: torch.Tensor, exchange, params) -
     return f_in < f_out * (2 if grad and any(p.requires_grad for p in params) else 1), False
 
 
+def layer_widths(f_in: int, hidden: int, f_out: int, layers: int, *, active: bool, labels: bool = False) -> list[dict]:
+    """What each layer of a :class:`GNN` does, from :func:`_propagate_first` itself: widths,
+    whether it propagates before its linear in training (``train_first``) and evaluation
+    (``eval_first``, ``eval_reuse``: the kept product), the width of its halo rows, and whether
+    its propagate's input needs a gradient (then the backward exchanges rows too). ``active``:
+    a halo exchange runs (k > 1); ``labels``: a label embedding makes the input need a gradient."""
+    class _Ex:
+        pass
+    ex = _Ex()
+    ex.active = active
+    dims = [f_in] + [hidden] * (layers - 1) + [f_out]
+    out = []
+    for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])):
+        w = torch.zeros(1, requires_grad=True)
+        needs = i > 0 or labels
+        with torch.enable_grad():
+            tf, _ = _propagate_first(a, b, torch.zeros(0, a, requires_grad=needs), ex, (w,))
+        with torch.no_grad():
+            ef, er = _propagate_first(a, b, torch.zeros(0, a), ex, (w,))
+        out.append({"f_in": a, "f_out": b, "train_first": tf, "train_width": a if tf else b, "eval_first": ef,
+                    "eval_reuse": er, "eval_width": a if ef else b, "needs_input_grad": needs if tf else True})
+    return out
+
+
 class GCNLayer(nn.Module):
     """Kipf & Welling: ``out = D^-1/2 (A+I) D^-1/2 (h W^T) + b`` (PyG ``GCNConv`` layout:
     ``weight`` is ``[F_out, F_in]``)."""
@@ -73,7 +97,7 @@ class GCNLayer(nn.Module):
         first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight, self.bias))
         if first:
             return F.linear(adj.propagate(h, exchange, reuse=reuse), self.weight, self.bias)
-        return adj.propagate(h @ self.weight.t(), exchange) + self.bias
+        return adj.propagate(h @ self.weight.t(), exchange).add_(self.bias)  # a fresh product: nothing saved it
 
 
 class SAGELayer(nn.Module):
@@ -94,7 +118,7 @@ class SAGELayer(nn.Module):
         first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight_l, self.bias))
         if first:
             return F.linear(adj.propagate(h, exchange, reuse=reuse), self.weight_l, self.bias) + root
-        return adj.propagate(h @ self.weight_l.t(), exchange) + self.bias + root
+        return adj.propagate(h @ self.weight_l.t(), exchange).add_(self.bias).add_(root)
 
 
 class GlobalBatchNorm(nn.Module):

@@ -30,6 +30,7 @@ from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
 from graphdist.gnn.models import GNN
+from graphdist.gnn.plan import check_fits
 from graphdist.halo.boundary import BoundarySampler
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
@@ -50,7 +51,9 @@ def train(cfg: GCNConfig) -> dict:
         set_mmap_threshold(cfg.malloc_mmap_mb)
     ctx = init_distributed(cfg.device, cfg.timeout_s)
     lg, pinfo = load_local(cfg, ctx.rank, ctx.world_size)
-    return fit(cfg, lg, pinfo, ctx)
+    box = [lg]
+    del lg
+    return fit(cfg, box, pinfo, ctx)  # fit takes the part out of the box: it holds the only reference
 
 
 def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
@@ -58,9 +61,14 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
 
     ``callbacks``: functions ``cb(epoch, history) -> bool`` called on every rank after each epoch
     (same arguments everywhere); returning True stops training there, as early stopping does
-    (the epoch is checkpointed when ``checkpoint_dir`` is set)."""
+    (the epoch is checkpointed when ``checkpoint_dir`` is set). ``lg`` may come in a one-element
+    list, which fit empties: then nothing else holds the loaded part, and its memory (a mapped
+    part file) is freed once the part is reordered and the adjacency built."""
+    if isinstance(lg, list):
+        lg = lg.pop()
     ws, dev = ctx.world_size, ctx.device
     check_halo_bits(cfg, ws)
+    check_fits(cfg, lg, ws)  # one line instead of an out-of-memory kill
     lg = lg.reordered(cfg.reorder)  # owned rows in locality order; every result is order-free
     x = lg.x
     if x is None or lg.y is None or lg.train_mask is None:
@@ -86,6 +94,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
                               f"models ({', '.join(BUILTIN_MODELS)}) only")
         from graphdist.gnn.pyg.net import PygNet
         net = PygNet(cfg, lg, x, n_classes, dev)
+    lg = lg.without_edges()  # the adjacency and the exchangers hold what training needs
     opt = torch.optim.Adam(net.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
     task = GCNTask(cfg, net, opt, y, ids, masks, counts, dev)
     lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", checkpoint_dir=cfg.checkpoint_dir,

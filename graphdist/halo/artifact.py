@@ -6,6 +6,8 @@
                          sha256 (of assignment.npy and of every part file)
       assignment.npy     int64 [N]: part of every node, in the loader's node order
       part_00000.pt ...  one file per rank (graphdist.halo.parts.write_parts)
+      rec_00000.pt ...   recommender artifacts only: each part's own users' train/test
+                         interactions (graphdist.rec.artifact; meta.json "rec" has the sizes)
 
 Writing is atomic: everything goes into a temporary sibling directory, ``meta.json`` last,
 then one ``rename`` puts it in place (an existing artifact is moved aside first and removed
@@ -73,11 +75,14 @@ class Artifact(tuple):
 
 
 def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, quality: dict,
-                   seconds: float, k: int | None = None) -> Path:
+                   seconds: float, k: int | None = None, extra=None) -> Path:
     """Write the artifact for ``graph`` split by ``assignment`` into ``out_dir`` atomically.
 
-    ``k`` defaults to ``params["k"]`` or ``max(assignment) + 1``. Refuses to replace a
-    non-empty directory that is not an artifact. Returns the final path."""
+    ``k`` defaults to ``params["k"]`` or ``max(assignment) + 1``. ``extra(tmp_dir, assignment,
+    k) -> (key, meta_value, file names)`` writes a workload's own per-part files (the
+    recommender's interactions, :mod:`graphdist.rec.artifact`) beside the parts: they are hashed
+    like the part files and ``meta[key]`` describes them. Refuses to replace a non-empty
+    directory that is not an artifact. Returns the final path."""
     out = Path(out_dir)
     a = torch.as_tensor(assignment).to(torch.int64).contiguous()
     n = int(graph.num_nodes)
@@ -107,7 +112,12 @@ def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, qua
                      "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
         }
         meta["parts"] = parts
-        meta["sha256"] = {name: file_sha256(tmp / name) for name in [ASSIGNMENT] + parts["files"]}
+        files = [ASSIGNMENT] + parts["files"]
+        if extra is not None:
+            key, value, more = extra(tmp, a, int(k))
+            meta[key] = value
+            files += list(more)
+        meta["sha256"] = {name: file_sha256(tmp / name) for name in files}
         with open(tmp / META, "w") as f:  # written last: its presence marks completeness
             json.dump(meta, f, indent=2, sort_keys=False, default=_json_default)
             f.write("\n")

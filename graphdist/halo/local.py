@@ -167,6 +167,43 @@ class LocalGraph:
         ip, c, v = coo_to_csr(rows, cols, vals, self.num_owned, self.num_cols)
         return ptr2index(ip, int(c.numel())), c, v
 
+    def normalised_csr(self, model: str):
+        """``(indptr int64, cols, values float32)`` numpy arrays of the normalised adjacency in
+        the plain layout, sorted by (row, col): the entries of :meth:`edges` (values computed in
+        float64, then narrowed), built from the stored CSR without E-sized int64 temporaries:
+        self-loops dropped with a mask and inserted with one ``np.insert``, values in blocks.
+        ``cols`` keeps the dtype of :attr:`indices` (int32 when the columns fit)."""
+        import numpy as np
+        left, right, loops = self.normalisation(model)
+        left, right = left.numpy(), right.numpy()
+        n = self.num_owned
+        ptr = self.indptr.numpy().astype(np.int64, copy=False)
+        cols = self.indices.numpy()
+        it = np.int32 if n < 2**31 - 1 else np.int64
+        deg = np.diff(ptr)
+        if model in ("gcn", "sym") and cols.size:  # stored self-loops replaced (gcn) or dropped (sym)
+            rows = np.repeat(np.arange(n, dtype=it), deg)
+            loop = cols == rows
+            del rows
+            if loop.any():
+                deg = deg - _per_row(loop, ptr)
+                cols = cols[~loop]
+                ptr = np.concatenate([[0], np.cumsum(deg)])
+            del loop
+        if loops:  # one self-loop per row, after the row's columns below it
+            below = _per_row(cols < np.repeat(np.arange(n, dtype=it), deg), ptr)
+            cols = np.insert(cols, ptr[:-1] + below, np.arange(n, dtype=cols.dtype))
+            deg = deg + 1
+            ptr = ptr + np.arange(n + 1)
+        vals = np.empty(cols.size, dtype=np.float32)
+        r0 = 0
+        while r0 < n:  # rows r0..r1-1 hold about 2^22 entries: float64 products in blocks
+            r1 = min(max(int(np.searchsorted(ptr, ptr[r0] + (1 << 22), side="right")) - 1, r0 + 1), n)
+            e0, e1 = int(ptr[r0]), int(ptr[r1])
+            vals[e0:e1] = left[np.repeat(np.arange(r0, r1), deg[r0:r1])] * right[cols[e0:e1]]
+            r0 = r1
+        return ptr, cols, vals
+
     def gcn_adjacency(self):
         """``(indptr, indices, values)`` of ``D^-1/2 (A+I) D^-1/2`` restricted to owned rows."""
         return self._csr("gcn")
@@ -217,10 +254,7 @@ class LocalGraph:
         n = self.num_owned
         inv = torch.empty(n, dtype=torch.int64)
         inv[perm] = torch.arange(n)
-        col_map = torch.cat([inv, torch.arange(n, self.num_cols)])
-        rows = inv[self.row_of_edges()]
-        ip, cols, _ = coo_to_csr(rows, col_map[self.indices], None, n, self.num_cols)
-        cols = cols.to(index_dtype(self.num_cols))
+        ip, cols = _permuted_csr(self.indptr, self.indices, perm, inv, self.num_cols)
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         sub = lambda t: None if t is None else t[perm]  # noqa: E731
         d.update(owned=self.owned[perm], indptr=ip, indices=cols, send_idx=inv[self.send_idx],
@@ -228,7 +262,19 @@ class LocalGraph:
                  train_mask=sub(self.train_mask), val_mask=sub(self.val_mask), test_mask=sub(self.test_mask))
         if self.has_mvc:
             d.update(pre_rows=inv[self.pre_rows], pre_src=inv[self.pre_src])
+        for name, v in d.items():  # share no storage with self: a memory-mapped part file is
+            if isinstance(v, torch.Tensor) and v is getattr(self, name):  # unmapped once self goes
+                d[name] = v.clone()
         return LocalGraph(**d)
+
+    def without_edges(self) -> "LocalGraph":
+        """A shallow copy without the local CSR (``indptr``/``indices`` empty), for a trainer
+        once the operators that need the CSR (the adjacency, the exchangers) are built: the CSR's
+        memory is freed when nothing else holds this object. Plans, degrees and node data are
+        shared; :meth:`edges` and :meth:`reordered` do not work on the copy."""
+        from dataclasses import replace
+        return replace(self, indptr=torch.zeros(1, dtype=torch.int64),
+                       indices=torch.zeros(0, dtype=self.indices.dtype))
 
     def nbytes(self) -> int:
         return sum(int(t.numel() * t.element_size()) for t in
@@ -236,6 +282,17 @@ class LocalGraph:
 
     def to_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+def _per_row(mask, ptr):
+    """``[n]`` int64 count of True entries of ``mask`` in each CSR row (``ptr`` int64)."""
+    import numpy as np
+    n = ptr.size - 1
+    if mask.size == 0:
+        return np.zeros(n, dtype=np.int64)
+    cs = np.zeros(mask.size + 1, dtype=np.int32 if mask.size < 2**31 - 1 else np.int64)
+    np.cumsum(mask, out=cs[1:])
+    return (cs[ptr[1:]] - cs[ptr[:-1]]).astype(np.int64)
 
 
 def _positions(block_a: torch.Tensor, block_b: torch.Tensor, k: int):
@@ -251,6 +308,31 @@ def _positions(block_a: torch.Tensor, block_b: torch.Tensor, k: int):
     return pa, pb, (ca + cb).tolist()
 
 
+def _permuted_csr(indptr, indices, perm, inv, n_cols: int):
+    """``(indptr int64, indices)`` of the rows ``perm`` with owned columns renumbered by ``inv``,
+    sorted within each row: rows gathered in blocks, columns mapped through an int32 table and
+    sorted in place per row (no E-sized int64 keys; same result as a lexicographic sort)."""
+    import numpy as np
+    import scipy.sparse as sp
+    from partitioners.common import gather_rows
+    n = perm.numel()
+    it = index_dtype(n_cols)
+    nt = np.int32 if it == torch.int32 else np.int64
+    col_map = np.concatenate([inv.numpy().astype(nt), np.arange(n, n_cols, dtype=nt)])
+    ptr, src = gather_rows(indptr, indices, perm)
+    cols = col_map[src]
+    del src, col_map
+    if cols.size:
+        pt = ptr.astype(nt) if ptr[-1] < 2**31 - 1 else ptr
+        m = sp.csr_matrix((np.ones(cols.size, dtype=bool), cols.astype(pt.dtype, copy=False), pt),
+                          shape=(n, n_cols), copy=False)
+        m.has_sorted_indices = False
+        m.sort_indices()  # in place, row by row
+        cols = m.indices.astype(nt, copy=False)
+        del m
+    return torch.from_numpy(ptr), torch.from_numpy(cols)
+
+
 def _locality_order(lg: LocalGraph, order: str) -> torch.Tensor:
     n = lg.num_owned
     if order == "degree":
@@ -260,8 +342,15 @@ def _locality_order(lg: LocalGraph, order: str) -> torch.Tensor:
     import numpy as np
     import scipy.sparse as sp
     from scipy.sparse.csgraph import reverse_cuthill_mckee
-    rows, cols = lg.row_of_edges(), lg.indices
-    own = cols < n
-    m = sp.csr_matrix((np.ones(int(own.sum()), dtype=np.int8), (rows[own].numpy(), cols[own].numpy())),
-                      shape=(n, n))
+    ptr, cols = lg.indptr.numpy(), lg.indices.numpy()
+    own = cols < n  # the owned block: a prefix of every row (owned columns come first)
+    if not own.all():
+        cs = np.zeros(cols.size + 1, dtype=np.int64)
+        np.cumsum(own, out=cs[1:])
+        ptr, cols = cs[ptr], cols[own]
+        del cs
+    del own
+    it = np.int32 if max(n, cols.size) < 2**31 - 1 else np.int64
+    m = sp.csr_matrix((np.ones(cols.size, dtype=np.int8), cols.astype(it, copy=False), ptr.astype(it)),
+                      shape=(n, n), copy=False)
     return torch.from_numpy(np.asarray(reverse_cuthill_mckee(m, symmetric_mode=True), dtype=np.int64))

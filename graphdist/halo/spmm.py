@@ -54,6 +54,32 @@ class CSRPair:
                                           size=(n_cols, n_rows), check_invariants=False).to(device)
 
     @classmethod
+    def from_csr(cls, ptr, cols, vals, n_rows: int, n_cols: int, device="cpu") -> "CSRPair":
+        """From numpy CSR arrays sorted within rows (``vals`` float32), without a sort: the
+        transpose is scipy's counting sort (``tocsc``, O(nnz), rows ascending within a column,
+        as the lexicographic sort of the COO constructor gives). A square matrix equal to its
+        transpose (GCN's normalisation of an undirected graph's owned block) is stored once."""
+        import numpy as np
+        import scipy.sparse as sp
+        self = cls.__new__(cls)
+        self.shape, self.nnz = (n_rows, n_cols), int(cols.size)
+        it = np.int32 if max(n_rows, n_cols, self.nnz) < 2**31 - 1 else np.int64
+        ptr, cols = ptr.astype(it, copy=False), cols.astype(it, copy=False)
+        t = sp.csr_matrix((vals, cols, ptr), shape=(n_rows, n_cols), copy=False).tocsc()
+        tptr, trows, tvals = t.indptr.astype(it, copy=False), t.indices.astype(it, copy=False), t.data
+        del t
+        csr = lambda p, c, v, shape: torch.sparse_csr_tensor(  # noqa: E731
+            torch.from_numpy(p), torch.from_numpy(c), torch.from_numpy(v), size=shape,
+            check_invariants=False).to(device)
+        self.A = csr(ptr, cols, vals, self.shape)
+        if n_rows == n_cols and np.array_equal(ptr, tptr) and np.array_equal(cols, trows) \
+                and np.array_equal(vals.view(np.int32), tvals.view(np.int32)):
+            self.AT = self.A  # symmetric, bit for bit
+        else:
+            self.AT = csr(tptr, trows, tvals, (n_cols, n_rows))
+        return self
+
+    @classmethod
     def from_coo(cls, rows, cols, vals, n_rows: int, n_cols: int, device="cpu") -> "CSRPair":
         """Entries in any order."""
         o = lex_order(rows, cols, n_cols)
@@ -102,24 +128,30 @@ class SparseAdj:
     def for_model(cls, lg, model: str, device="cpu", halo: str = "plain") -> "SparseAdj":
         """The normalised adjacency a ``gcn``, ``sage`` or ``sym`` (LightGCN: D^-1/2 A D^-1/2,
         no self-loops) model needs, from a LocalGraph, for the ``plain`` or ``mvc`` exchange."""
-        rows, cols, vals = lg.edges(model)
+        ptr, cols, vals = lg.normalised_csr(model)
         n = lg.num_owned
+        own_ptr, own_cols, own_vals, h_rows, h_cols, h_vals = _split_owned(ptr, cols, vals, n)
+        del ptr, cols, vals
+        self = cls.__new__(cls)
+        self.shape, self.nnz = (n, lg.num_cols), int(own_cols.size + h_cols.size)
+        self.send, self.halo_mode = None, "plain"
+        self.own = CSRPair.from_csr(own_ptr, own_cols, own_vals, n, n, device)
+        del own_ptr, own_cols, own_vals
         if halo == "plain" or lg.world_size == 1:
-            ip = index2ptr(rows, n)
-            return cls(ip, cols, vals.to(torch.float32), n, lg.num_cols, device)
+            self.halo = None if h_cols.size == 0 else CSRPair(
+                torch.from_numpy(h_rows), torch.from_numpy(h_cols), torch.from_numpy(h_vals), n,
+                lg.num_cols - n, device)
+            return self
+        self.halo_mode = halo
         lay = lg.exchange_layout(halo)
         left, right, _ = lg.normalisation(model)
-        self = cls.__new__(cls)
-        self.shape, self.nnz, self.halo_mode = (n, lg.num_cols), int(cols.numel()), halo
-        own = cols < n
-        self.own = CSRPair(rows[own], cols[own], vals[own], n, n, device)
+        rows_h, hc, vals_h = (torch.from_numpy(a) for a in (h_rows, h_cols, h_vals))
         # received rows: raw columns keep their edges; each partial sum is one entry left(v)
-        hc = cols[~own] - n
         mc = lay.recv_col[hc]
         keep = mc >= 0
         n_in = sum(lay.recv_counts)
-        self.halo = CSRPair.from_coo(torch.cat([rows[~own][keep], lg.pre_rows]), torch.cat([mc[keep], lay.pre_col]),
-                                     torch.cat([vals[~own][keep], left[lg.pre_rows]]), n, n_in, device)
+        self.halo = CSRPair.from_coo(torch.cat([rows_h[keep], lg.pre_rows]), torch.cat([mc[keep], lay.pre_col]),
+                                     torch.cat([vals_h[keep], left[lg.pre_rows].to(torch.float32)]), n, n_in, device)
         # send operator: raw rows one-hot; partial sums right(u) on their sources
         raw_src = lg.send_idx[lg.send_raw]
         pre_row = torch.repeat_interleave(lay.send_pre_pos, lg.pre_ptr[1:] - lg.pre_ptr[:-1])
@@ -181,6 +213,25 @@ class SparseAdj:
         return self.propagate(h)
 
 
+def _split_owned(ptr, cols, vals, n: int):
+    """A plain-layout CSR split into the owned block (CSR: the first columns of every row, as
+    columns are sorted and owned ones come first) and the halo entries (COO, by (row, col),
+    halo columns counted from 0)."""
+    import numpy as np
+    own = cols < n
+    if own.all():
+        e = np.zeros(0, dtype=cols.dtype)
+        return ptr, cols, vals, e, e, np.zeros(0, dtype=np.float32)
+    cs = np.zeros(cols.size + 1, dtype=np.int32 if cols.size < 2**31 - 1 else np.int64)
+    np.cumsum(own, out=cs[1:])
+    own_ptr = cs[ptr].astype(np.int64)
+    del cs
+    h = ~own
+    h_rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr) - np.diff(own_ptr))
+    h_cols = (cols[h] - n).astype(np.int64)
+    return own_ptr, cols[own], vals[own], h_rows, h_cols, vals[h]
+
+
 class _SpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, pair):
@@ -204,6 +255,7 @@ class _HaloSpMM(torch.autograd.Function):
         send = adj.send.mm(h) if adj.send is not None else h.index_select(0, ex.send_idx)
         ctx.tag = ex.next_tag()
         pending = ex.post(send, ctx.tag)
+        del send  # the exchange holds it until its rows are out (freed at wait)
         out = adj.own.mm(h)
         recv = pending.wait()
         if adj.halo is not None and recv.shape[0]:
@@ -218,6 +270,7 @@ class _HaloSpMM(torch.autograd.Function):
         g = g.contiguous()
         g_msg = adj.halo.mm_t(g) if adj.halo is not None else g.new_zeros((0, g.shape[1]))
         pending = ex.post_reverse(g_msg, ctx.tag)
+        del g_msg
         g_h = adj.own.mm_t(g)
         back = pending.wait()
         if back.shape[0]:

@@ -16,10 +16,11 @@ class RecConfig:
     """Everything one ``graphdist train-rec`` run needs (the same on every rank)."""
 
     spec: str | None = field(default=None, metadata={"positional": True, "metavar": "SPEC"})
-    """interaction data: ratings:FILE, lightgcn:DIR or rec-synth:... (also with --partition: the test
-    set comes from it)"""
+    """interaction data: ratings:FILE, lightgcn:DIR or rec-synth:... (not needed with --partition; given
+    there too, the artifact must be cut from it)"""
     partition: str | None = field(default=None, metadata={"metavar": "DIR"})
-    """partition artifact of SPEC's user-item graph (each rank reads only its part)"""
+    """recommender partition artifact (`graphdist partition SPEC --parts K --out DIR`): each rank reads
+    only its part and its interactions, never the whole log"""
     parts: int | None = None
     """number of parts K when partitioning in-process (= number of workers; default: --nproc)"""
     method: Literal[METHODS] = "auto"
@@ -40,8 +41,14 @@ class RecConfig:
     """BPR triples per step (global: the same batches at any number of ranks)"""
     epochs: int = 1000
     """training epochs; an epoch draws as many triples as there are training interactions"""
+    steps: int | None = None
+    """stop after N training steps (batches) in all, the last epoch cut short (a fixed amount of work
+    at a large batch; the report and the summary line say so)"""
     topk: int = 20
     """K of recall@K and NDCG@K"""
+    eval_users: int | None = None
+    """evaluate on a fixed random sample of N of the users with test items (the same users at any k;
+    default: all of them)"""
     eval_every: int = 0
     """also evaluate every N epochs (0 = only after the last epoch)"""
     halo: Literal["plain", "mvc"] = "mvc"
@@ -83,9 +90,9 @@ class RecConfig:
     def validate(self) -> None:
         check_choices(self)
         self.nodes.validate()
-        if not self.spec:
-            raise ConfigError("give the interaction data SPEC (ratings:FILE, lightgcn:DIR or rec-synth:...); "
-                              "with --partition DIR it is needed too, for the test interactions")
+        if not self.spec and not self.partition:
+            raise ConfigError("give the interaction data SPEC (ratings:FILE, lightgcn:DIR or rec-synth:...) or "
+                              "--partition DIR (an artifact of `graphdist partition SPEC --parts K --out DIR`)")
         for name, v, lo in (("dim", self.dim, 1), ("layers", self.layers, 0), ("batch-size", self.batch_size, 1),
                             ("epochs", self.epochs, 1), ("topk", self.topk, 1), ("eval-every", self.eval_every, 0),
                             ("checkpoint-every", self.checkpoint_every, 1), ("malloc-mmap-mb", self.malloc_mmap_mb, 0),
@@ -95,7 +102,8 @@ class RecConfig:
         if self.lr <= 0 or self.l2 < 0 or self.init_std <= 0:
             raise ConfigError(f"--lr and --init-std must be > 0 and --l2 >= 0, got {self.lr}, {self.init_std} "
                               f"and {self.l2}")
-        for name, v in (("parts", self.parts), ("nproc", self.nproc)):
+        for name, v in (("parts", self.parts), ("nproc", self.nproc), ("steps", self.steps),
+                        ("eval-users", self.eval_users)):
             if v is not None and v < 1:
                 raise ConfigError(f"--{name} must be >= 1, got {v}")
         if self.resume and not self.checkpoint_dir:

@@ -31,16 +31,22 @@ def run(cfg: RecConfig) -> dict | None:
     from graphdist.runtime import pick_backend
     from graphdist.specs import parse_spec
     cfg.validate()
-    parse_spec(cfg.spec, "ratings")  # a wrong kind or a missing file: one line, before any worker
+    if cfg.spec:
+        parse_spec(cfg.spec, "ratings")  # a wrong kind or a missing file: one line, before any worker
+    elif cfg.partition:
+        from graphdist.rec.artifact import check_rec_artifact
+        check_rec_artifact(cfg.partition)
     cfg.check_outputs()
     _, dev_type = pick_backend(cfg.device)
     return run_job(worker, cfg, workers_for(cfg, dev_type), cfg.nodes)
 
 
 def summary_line(rep: dict, k: int = 20) -> str:
-    return (f"recall@{k} {rep[f'recall@{k}']:.4f}, ndcg@{k} {rep[f'ndcg@{k}']:.4f} "
+    capped = f", {rep['steps']} steps (--steps)" if rep.get("steps_cap") is not None else ""
+    sampled = f" on {rep['eval_users']} sampled users" if rep.get("eval_users_sampled") else ""
+    return (f"recall@{k} {rep[f'recall@{k}']:.4f}, ndcg@{k} {rep[f'ndcg@{k}']:.4f}{sampled} "
             f"(popularity: recall@{k} {rep[f'popularity/recall@{k}']:.4f}), "
-            f"final loss {rep['losses'][-1] if rep['losses'] else float('nan'):.4f}, "
+            f"final loss {rep['losses'][-1] if rep['losses'] else float('nan'):.4f}{capped}, "
             f"{rep['time/epoch_s'] * 1e3 if rep['time/epoch_s'] else float('nan'):.1f} ms/epoch, "
             f"halo {rep['comm/halo_bytes_per_epoch'] / 1e6:.2f} MB/epoch "
             f"({rep.get('comm/halo', 'plain')}, {rep.get('comm/halo_bits', 32)} bit), "

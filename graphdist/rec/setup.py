@@ -33,7 +33,7 @@ def load_local(cfg, rank: int, world_size: int):
     from graphdist.halo.setup import load_local as load_part_of
     if cfg.partition:
         from graphdist.halo.artifact import read_meta
-        if "rec" in read_meta(cfg.partition):
+        if "rec" in read_meta(cfg.partition) or not cfg.spec:  # a graph artifact needs the SPEC
             from graphdist.rec.artifact import load_rec_part
             return load_rec_part(cfg, rank, world_size)
     from graphdist.rec.data import load_ratings

@@ -31,6 +31,7 @@ from graphdist.halo.setup import check_plan
 from graphdist.loop import LoopConfig, Task, run_loop
 from graphdist.rec.config import RecConfig
 from graphdist.rec.data import Ratings
+from graphdist.rec.memory import check_rank_fits
 from graphdist.rec.metrics import RankingEval
 from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency, plan_epoch
 from graphdist.rec.sampling import sample_epoch
@@ -69,14 +70,18 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     halo_eval = halo if cfg.eval_halo_bits == cfg.halo_bits else halo_exchanger(
         lg, dev, cfg.halo, cfg.eval_halo_bits, cfg.seed + 1)
     opt = torch.optim.Adam([model.weight], lr=cfg.lr)
-    evaluator = RankingEval(rd, cfg.topk, dev)
+    evaluator = RankingEval(rd, cfg.topk, dev, eval_users=cfg.eval_users, seed=cfg.seed)
+    need = check_rank_fits(lg, rd, cfg, int(evaluator.users.numel()))  # before any step: one line if not
     popular = evaluator.popularity()
     part_id = _partition_id(rd.owned)
-    task = _RecTask(cfg, model, opt, adj, halo, halo_eval, rd, U, rank, ws, dev, evaluator)
-    lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-rec", checkpoint_dir=cfg.checkpoint_dir,
+    nb = rd.index.num_batches(cfg.batch_size)
+    epochs = cfg.epochs if cfg.steps is None else min(cfg.epochs, -(-cfg.steps // nb))
+    task = _RecTask(cfg, model, opt, adj, halo, halo_eval, rd, U, rank, ws, dev, evaluator, nb)
+    lc = LoopConfig(total=epochs, unit="epoch", desc="train-rec", checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=cfg.resume, progress=cfg.progress and ctx.is_rank0, settings=cfg,
                     identity={"fingerprint": lg.fingerprint, "partition_id": part_id})
+    task.total = epochs
     res = run_loop(task, lc, callbacks)
     hist, epoch = task.history, res.done
     with Timer(dev) as te:
@@ -84,6 +89,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     if not hist["eval"] or hist["eval"][-1][0] != epoch:
         hist["eval"].append([epoch, final["recall"], final["ndcg"]])
     peaks = comm.all_gather_object(peak_memory_bytes(dev))
+    steps = hist.get("steps") or [nb] * len(hist["losses"])
     K = cfg.topk
     mean = lambda xs: int(sum(xs) / len(xs)) if xs else 0  # noqa: E731
     return {
@@ -91,20 +97,28 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         f"ndcg@{K}": final["ndcg"],
         "losses": hist["losses"],
         "time/epoch_s": statistics.median(hist["epoch_s"]) if hist["epoch_s"] else None,
+        "time/step_s": statistics.median([t / n for t, n in zip(hist["epoch_s"], steps) if n]) if any(steps) else None,
+        "steps": sum(steps),
+        "steps_cap": cfg.steps,
         "time/eval_s": te.seconds,
         "comm/halo_bytes_per_epoch": mean(hist["halo_bytes"]),
         "comm/item_bytes_per_epoch": mean(hist["item_bytes"]),
+        "comm/halo_bytes_per_step": sum(hist["halo_bytes"]) / max(sum(steps), 1),
+        "comm/item_bytes_per_step": sum(hist["item_bytes"]) / max(sum(steps), 1),
         "comm/halo": cfg.halo if ws > 1 else "none",
         "comm/halo_bits": cfg.halo_bits,
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "mem/peak_bytes": max(peaks),
         "mem/peak_bytes_per_rank": peaks,
+        "mem/estimate_bytes_per_rank": comm.all_gather_object(need),
         "world_size": ws,
         "partition": pinfo,
         f"popularity/recall@{K}": popular["recall"],
         f"popularity/ndcg@{K}": popular["ndcg"],
         "eval": [{"epoch": e, f"recall@{K}": r, f"ndcg@{K}": n} for e, r, n in hist["eval"]],
         "eval_users": final["users"],
+        "eval_users_sampled": cfg.eval_users is not None,
+        "eval/item_rows_peak": evaluator.stats.get("peak_item_rows"),
         "epochs_run": len(hist["losses"]),
         "data": {"users": U, "items": int(rd.item_owner.size), "train": rd.index.num_samples,
                  "test": sum(comm.all_gather_object(int(rd.test.shape[0])))},
@@ -118,10 +132,11 @@ class _RecTask(Task):
     per batch, then one all-reduce of the batch losses and the traffic; evaluation every
     ``eval_every`` epochs."""
 
-    def __init__(self, cfg, model, opt, adj, halo, halo_eval, rd, num_users, rank, ws, dev, evaluator):
+    def __init__(self, cfg, model, opt, adj, halo, halo_eval, rd, num_users, rank, ws, dev, evaluator, nb):
         self.cfg, self.model, self.opt, self.adj, self.halo, self.halo_eval = cfg, model, opt, adj, halo, halo_eval
         self.rd, self.U, self.rank, self.ws, self.dev, self.evaluator = rd, num_users, rank, ws, dev, evaluator
-        self.history = {"losses": [], "epoch_s": [], "halo_bytes": [], "item_bytes": [], "eval": []}
+        self.nb = nb
+        self.history = {"losses": [], "epoch_s": [], "steps": [], "halo_bytes": [], "item_bytes": [], "eval": []}
         self.rows = CommStats()
 
     def run(self, units):
@@ -131,7 +146,8 @@ class _RecTask(Task):
             halo.set_step(epoch)  # quantisation noise keyed by (seed, epoch, rank, n-th exchange)
             rows.reset()
             with Timer(self.dev) as t:
-                samples = sample_epoch(self.rd.index, cfg.seed, epoch, cfg.batch_size)
+                cap = None if cfg.steps is None else cfg.steps - (epoch - 1) * self.nb
+                samples = sample_epoch(self.rd.index, cfg.seed, epoch, cfg.batch_size, max_batches=cap)
                 plans = plan_epoch(samples, self.rd, self.U, self.rank, self.ws, self.dev, stats=rows)
                 nb = len(plans)
                 m = torch.zeros(nb + 2, dtype=torch.float64, device=self.dev)  # losses, traffic
@@ -141,10 +157,11 @@ class _RecTask(Task):
             comm.all_reduce_sum(m)
             hist["losses"].append(float(m[:nb].mean()) if nb else float("nan"))
             hist["epoch_s"].append(t.seconds)
+            hist["steps"].append(nb)
             hist["halo_bytes"].append(int(m[nb]))
             hist["item_bytes"].append(int(m[nb + 1]))
             post = {"loss": f"{hist['losses'][-1]:.4f}"}
-            if cfg.eval_every and epoch % cfg.eval_every == 0 and epoch != cfg.epochs:
+            if cfg.eval_every and epoch % cfg.eval_every == 0 and epoch != self.total:
                 r = _evaluate(self.model, self.adj, self.halo_eval, self.evaluator)
                 hist["eval"].append([epoch, r["recall"], r["ndcg"]])
                 post[f"recall@{cfg.topk}"] = f"{r['recall']:.4f}"

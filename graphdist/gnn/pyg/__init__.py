@@ -23,9 +23,12 @@ in-neighbours' rows sees exactly what it sees on the whole graph once the halo r
     rules.py   which layers are local and how each is called; register_local
     wrap.py    distribute, DistConv, GlobalBatchNorm1d
     report.py  summary, halo_layers (mode and why per layer), traffic, set_step, rel_error
+    models.py  train-gcn --model: the built-in PyG models, MODULE:CLASS, KeyedDropout
+    net.py     PygNet: a distributed PyG model in train-gcn's epoch
     train.py   sync_grads, cross_entropy, accuracy, all_sum, main
 """
 from graphdist.gnn.models import keyed_dropout
+from graphdist.gnn.pyg.models import KeyedDropout
 from graphdist.gnn.pyg.part import Part, load_part
 from graphdist.gnn.pyg.rules import RULES, LayerRule, register_local
 from graphdist.gnn.pyg.train import accuracy, all_sum, cross_entropy, main, sync_grads
@@ -35,4 +38,4 @@ from graphdist.halo.keyed import key32
 
 __all__ = ["Part", "load_part", "distribute", "DistConv", "GlobalBatchNorm1d", "register_local", "RULES",
            "LayerRule", "sync_grads", "cross_entropy", "accuracy", "all_sum", "summary", "traffic", "set_step",
-           "halo_rows", "halo_layers", "keyed_dropout", "key32", "main"]
+           "halo_rows", "halo_layers", "keyed_dropout", "KeyedDropout", "key32", "main"]

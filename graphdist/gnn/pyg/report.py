@@ -32,7 +32,9 @@ def halo_layers(model: nn.Module) -> list[dict]:
     """``[{"layer": name, "class": class, "halo": "mvc"|"plain", "why": reason}]`` per wrapped
     layer in order: the mode of its last call and why (under ``halo="mvc"`` a layer whose
     aggregation is not a fixed linear map runs plain)."""
-    return [{"layer": n, "class": st.cls.__name__, "halo": st.used, "why": st.why} for n, st in _states(model)]
+    return [{"layer": n, "class": st.cls.__name__, "halo": st.used,
+             "why": "called with edge weights or attributes" if st.linear and st.used == "plain" else st.why}
+            for n, st in _states(model)]
 
 
 def num_layers(model: nn.Module) -> int:

@@ -188,8 +188,6 @@ class DistConv:
             _require_part_edges(ei, part, where, "halo='mvc' aggregates over the part's own edges")
             st.used = "mvc"
             return self._mvc_call(st, base, b, _tagged(ctx.mvc_ex if self.training else ctx.mvc_eval, st.index))
-        if st.linear:
-            st.why = "called with edge weights or attributes"
         st.used = "plain"
         return self._plain_call(st, base, b, where, _tagged(ctx.plain if self.training else ctx.plain_eval, st.index))
 

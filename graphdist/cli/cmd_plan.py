@@ -1,0 +1,53 @@
+"""``graphdist plan (SPEC [--parts K --method M] | --partition DIR | --nodes N --edges E ...)``
+
+Flags from :class:`graphdist.gnn.plan.PlanConfig` (train-gcn's model and exchange flags plus the
+plan's own); the command is :func:`graphdist.gnn.plan.plan`. Prints a per-rank table, or
+``--json`` the keys a ``train-gcn`` report would have for the run it predicts, plus ``fits``.
+"""
+from __future__ import annotations
+
+import json
+
+from graphdist import config
+from graphdist.gnn.plan import PlanConfig
+
+_TRAINING_ONLY = ("nproc", "nodes", "lr", "weight_decay", "weight_decay_all", "epochs", "row_normalize", "patience",
+                  "reorder", "device", "report", "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume",
+                  "timeout_s", "malloc_mmap_mb", "progress", "summary")
+
+
+def _handler(args) -> int:
+    from graphdist.fmt import fmt_bytes as human_bytes
+    from graphdist.gnn.plan import plan
+    cfg = config.from_namespace(PlanConfig, args)
+    out = plan(cfg)
+    if cfg.json:
+        print(json.dumps({k: v for k, v in out.items() if k != "layers"}, indent=1))
+        return 0
+    print(f"plan: {out['source']}, k={out['world_size']}, {cfg.model} {cfg.layers}x{cfg.hidden}, "
+          f"F={out['features']}, C={out['classes']}, halo {cfg.halo} {cfg.halo_bits} bit")
+    print("rank   owned    halo  features adjacency activations optimizer+plan      peak  epoch s (est.)")
+    for r, row in enumerate(out["ranks"]):
+        print(f"{r:4d} {row['owned_rows']:7,d} {row['halo_rows']:7,d} {human_bytes(row['features_bytes']):>9} "
+              f"{human_bytes(row['adjacency_bytes']):>9} {human_bytes(row['activation_bytes']):>11} "
+              f"{human_bytes(row['optimizer_bytes'] + row['plan_bytes']):>14} {human_bytes(row['peak_bytes']):>9} "
+              f"{row['time/epoch_s']:9.2f}")
+    modes = ", ".join(f"{m} {b / 1e6:,.1f} MB" for m, b in out["comm/halo_bytes_per_epoch_by_mode"].items())
+    print(f"halo bytes per epoch (all ranks, {cfg.halo_bits} bit): {modes or 'none (k=1)'}")
+    verdict = "fits" if out["fits"] else "does NOT fit"
+    print(f"peak {human_bytes(out['mem/peak_bytes'])} per rank {verdict} in {human_bytes(out['mem/per_rank_bytes'])}")
+    return 0
+
+
+def register(sub) -> None:
+    import argparse
+
+    from graphdist.specs import kinds_help
+    p = sub.add_parser("plan", epilog=kinds_help("graph"), formatter_class=argparse.RawDescriptionHelpFormatter,
+                       help="predict a train-gcn run's per-rank memory, halo bytes and epoch time",
+                       description="Predict what a train-gcn run needs per rank (owned/halo rows, memory of "
+                                   "features, adjacency, activations and optimizer, halo bytes per epoch, epoch "
+                                   "time) and whether it fits, from a dataset SPEC, a partition DIR, or a graph's "
+                                   "statistics (--nodes, --edges, --features, --classes, --replication, --parts).")
+    config.add_arguments(p, PlanConfig, skip=_TRAINING_ONLY)
+    p.set_defaults(func=_handler)

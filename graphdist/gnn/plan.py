@@ -1,0 +1,370 @@
+"""``graphdist plan``: will a ``train-gcn`` run fit, and what will it cost? Per rank: owned and
+halo rows, the memory of features, activations, adjacency and optimizer state, halo bytes per
+epoch per exchange mode, and an epoch-time estimate; the peak is the largest rank's.
+
+Sizes come from a partition artifact (each part file is mapped, nothing trained), from a dataset
+spec partitioned here, or, for a graph too large to load, from its statistics (nodes, undirected
+edges, features, classes and a replication factor ``1 + halo rows / nodes``).
+
+Halo bytes are exact: every exchange of an epoch (training forward and backward, evaluation
+forward) moves ``M`` message rows (the plan's, summed over ranks: halo rows in ``plain``,
+raw rows plus partial sums in ``mvc``) of ``quant.row_bytes(width, bits)`` bytes, with the
+widths the model's layers choose (:func:`graphdist.gnn.models.layer_widths`), which is what
+``CommStats`` counts. Memory is a sum of the arrays a rank holds (the adjacency as the trainer
+builds it, the part's plan arrays, the kept product of the evaluation's first layer) plus the
+activations live at the peak of an epoch, replayed tensor by tensor (:func:`activation_peak`),
+on top of the process's own footprint (:data:`RUNTIME_BYTES`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from graphdist.errors import ConfigError
+from graphdist.gnn.config import GCNConfig
+
+GiB = 2 ** 30
+RUNTIME_BYTES = 340 * 2 ** 20
+"""A trainer process before its part arrives: Python, torch, the process group (measured
+0.23-0.25 GiB at k = 1 and 4 on this CPU box, rounded up)."""
+ALLOC_SLACK = 1.05
+"""Allocator overhead on the activations (freed blocks not yet returned, page rounding)."""
+
+
+@dataclass
+class PlanConfig(GCNConfig):
+    """``graphdist plan``: the model and exchange fields of :class:`GCNConfig` and what to plan."""
+
+    mem_per_rank: float = 0.0
+    """memory of one rank in GiB for the fits check (0 = this machine's physical memory)"""
+    link_gbps: float = 10.0
+    """bandwidth of the link between ranks in Gbit/s, for the epoch-time estimate"""
+    spmm_rate: float = 0.0
+    """sparse products in entries x columns per second (0 = measure on this machine)"""
+    features: int = 0
+    """stats mode: feature columns F"""
+    classes: int = 0
+    """stats mode: number of classes C"""
+    num_nodes: int = field(default=0, metadata={"flag": "--nodes"})
+    """stats mode (a graph too large to load): number of nodes N"""
+    num_edges: int = field(default=0, metadata={"flag": "--edges"})
+    """stats mode: number of undirected edges (each stored twice)"""
+    replication: float = 0.0
+    """stats mode: replication factor 1 + (halo rows over all ranks) / N at --parts K (graphdist
+    partition reports it as quality.replication_factor)"""
+    cut_fraction: float = 0.1
+    """stats mode: share of stored edges whose source is on another rank"""
+    json: bool = False
+    """print the prediction as JSON (the keys of a train-gcn report)"""
+
+    def validate(self) -> None:
+        from graphdist.config import check_choices
+        check_choices(self)
+        stats = self.num_nodes > 0
+        if not stats and self.spec is None and self.partition is None:
+            raise ConfigError("give a dataset SPEC, --partition DIR, or the statistics --nodes N --edges E "
+                              "--features F --classes C --replication R --parts K")
+        if stats:
+            for name, v in (("edges", self.num_edges), ("features", self.features), ("classes", self.classes),
+                            ("parts", self.parts or 0)):
+                if v < 1:
+                    raise ConfigError(f"--{name} must be >= 1 with --nodes (stats mode), got {v}")
+            if self.replication < 1.0 and (self.parts or 1) > 1:
+                raise ConfigError(f"--replication must be >= 1 with --nodes and --parts > 1, got {self.replication}")
+            if not 0.0 <= self.cut_fraction <= 1.0:
+                raise ConfigError(f"--cut-fraction must be in [0, 1], got {self.cut_fraction}")
+        for name, v, lo in (("layers", self.layers, 1), ("hidden", self.hidden, 1)):
+            if v < lo:
+                raise ConfigError(f"--{name} must be >= {lo}, got {v}")
+        if self.mem_per_rank < 0 or self.link_gbps <= 0 or self.spmm_rate < 0:
+            raise ConfigError("--mem-per-rank and --spmm-rate must be >= 0 and --link-gbps > 0")
+
+
+@dataclass
+class PartStats:
+    """What the memory and traffic of one rank depend on."""
+
+    n: int
+    """owned rows"""
+    halo: int
+    """halo rows (plain)"""
+    edges: int
+    """stored in-edges of the owned rows"""
+    own_edges: int
+    """of which from owned columns"""
+    loops: int
+    """stored self-loops"""
+    symmetric: bool
+    """the owned block's pattern equals its transpose"""
+    send: dict
+    """message rows sent per layer, per halo mode"""
+    recv: dict
+    """message rows received per layer, per halo mode"""
+    halo_entries: dict
+    """entries of the received-rows operator per halo mode"""
+    send_entries: int
+    """entries of the mvc send operator"""
+    plan_bytes: int
+    """the part's arrays other than features and CSR (ids, labels, masks, degrees, plans)"""
+
+
+def part_stats(lg, check_symmetry: bool = True) -> PartStats:
+    """:class:`PartStats` of a :class:`~graphdist.halo.local.LocalGraph` (without
+    ``check_symmetry`` the owned block counts as unsymmetric: an upper bound, and no transpose
+    is built)."""
+    import scipy.sparse as sp
+    n = lg.num_owned
+    ptr, cols = lg.indptr.numpy(), lg.indices.numpy()
+    rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(ptr))
+    loops = int((cols == rows).sum())
+    own = cols < n
+    own_edges, symmetric = int(own.sum()), False
+    if check_symmetry:
+        m = sp.csr_matrix((np.ones(own_edges, dtype=np.int8), (rows[own], cols[own])), shape=(n, n))
+        symmetric = (m != m.T).nnz == 0
+        del m
+    del rows
+    send, recv, hent = {"plain": sum(lg.send_counts)}, {"plain": sum(lg.recv_counts)}, {"plain": int((~own).sum())}
+    send_entries = 0
+    if lg.has_mvc:
+        lay = lg.exchange_layout("mvc")
+        send["mvc"], recv["mvc"] = sum(lay.send_counts), sum(lay.recv_counts)
+        hc = cols[~own].astype(np.int64) - n
+        hent["mvc"] = int(lg.halo_raw.numpy()[hc].sum()) + int(lg.pre_rows.numel())
+        send_entries = int(lg.send_raw.sum()) + int(lg.pre_src.numel())
+    skip = {"x", "indptr", "indices"}
+    plan_bytes = sum(int(t.numel() * t.element_size()) for k, t in lg.to_dict().items()
+                     if k not in skip and hasattr(t, "numel"))
+    return PartStats(n, lg.num_halo, int(cols.size), own_edges, loops, bool(symmetric), send, recv, hent,
+                     send_entries, plan_bytes)
+
+
+def stats_parts(cfg: PlanConfig) -> list[PartStats]:
+    """Even parts of a graph given by its statistics (stats mode)."""
+    k, n_all = int(cfg.parts), int(cfg.num_nodes)
+    e = 2 * int(cfg.num_edges) / k
+    out = []
+    for r in range(k):
+        n = n_all // k + (1 if r < n_all % k else 0)
+        h = int(round((cfg.replication - 1.0) * n)) if k > 1 else 0
+        cut = int(e * cfg.cut_fraction) if k > 1 else 0
+        msg = {"plain": h, "mvc": h}  # mvc moves at most the plain rows
+        out.append(PartStats(n, h, int(e), int(e) - cut, 0, True, dict(msg), dict(msg), {"plain": cut, "mvc": cut},
+                             0, 43 * n + 24 * h))
+    return out
+
+
+def layer_plan(cfg, f_in: int, n_classes: int, active: bool) -> list[dict]:
+    """Per layer: input/output widths and the width it propagates at in training and in
+    evaluation, from the model's own choice (:func:`graphdist.gnn.models.layer_widths`)."""
+    from graphdist.gnn.models import layer_widths
+    return layer_widths(f_in, cfg.hidden, n_classes, cfg.layers, active=active, labels=cfg.label_rate > 0)
+
+
+def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool) -> int:
+    """Largest bytes of activations and gradients live at one time in an epoch (training
+    forward, backward, evaluation), replaying the tensors the layers allocate and free."""
+    n, f4 = ps.n, 4
+    ms, mr = (ps.send.get(mode, 0), ps.recv.get(mode, 0)) if active else (0, 0)
+    live = peak = 0
+
+    def alloc(b):
+        nonlocal live, peak
+        live += b
+        peak = max(peak, live)
+
+    def prop(w):  # send rows and the receive buffer in flight, the owned product; the send
+        alloc((ms + mr) * w * f4)  # rows go at wait(), then the halo product is added and freed
+        alloc(n * w * f4)
+        alloc(-ms * w * f4)
+        if active and mr:
+            alloc(n * w * f4)
+            alloc(-n * w * f4)
+        alloc(-mr * w * f4)
+
+    saved = []
+    inp = 0  # bytes of the current input tensor that the forward owns
+    for i, lay in enumerate(layers):
+        fi, fo, w = lay["f_in"], lay["f_out"], lay["train_width"]
+        if i == 0 and cfg.dropout > 0:
+            alloc(n * fi * f4)  # the dropped-out copy of the features
+            inp = n * fi * f4
+        if lay["train_first"]:
+            prop(fi)
+            alloc(n * fo * f4)  # the linear's output
+            saved.append(n * fi * f4)  # A h, for the weight gradient
+            if i == 0 or not inp:
+                alloc(-inp)
+            else:
+                saved.append(inp)
+        else:
+            alloc(n * fo * f4)  # h W^T
+            prop(fo)
+            alloc(-n * fo * f4)
+            saved.append(inp)  # h, for the weight gradient
+        if cfg.batch_norm and i < len(layers) - 1:
+            alloc(2 * n * fo * f4)
+            saved.append(2 * n * fo * f4)
+        inp = n * fo * f4
+    # backward: the loss gradient, then per layer: the sparse product's gradient (with its
+    # exchange), the linear's, the ReLU/dropout's; each freed once the next one exists
+    g = n * layers[-1]["f_out"] * f4
+    alloc(g)
+    for i in range(len(layers) - 1, -1, -1):
+        lay = layers[i]
+        fi, fo, first = lay["f_in"], lay["f_out"], lay["train_first"]
+        into = lay["needs_input_grad"] or i > 0
+        steps = ([fi] if into else []) + ([fi] if into else []) if first else [fo] + ([fi] if into else [])
+        for j, width in enumerate(steps):
+            sparse = (first and j == 1) or (not first and j == 0)
+            if sparse:  # gradient rows out and back, then the send operator's product added
+                alloc((ms + mr) * width * f4)
+            alloc(n * width * f4)
+            if sparse:
+                alloc(-mr * width * f4)
+                if active and ms:
+                    alloc(n * width * f4)
+                    alloc(-n * width * f4)
+                alloc(-ms * width * f4)
+            alloc(-g)
+            g = n * width * f4
+        if i > 0:  # through the ReLU / dropout before this layer
+            alloc(n * fi * f4)
+            alloc(-g)
+            g = n * fi * f4
+        alloc(-saved.pop() if saved else 0)
+    train_peak = peak
+    # evaluation: nothing saved; a layer's input, its product and its output live at a time
+    live = peak = prev = 0
+    for i, lay in enumerate(layers):
+        fo, w = lay["f_out"], lay["eval_width"]
+        if lay["eval_first"]:
+            kept = i == 0 and lay["eval_reuse"]  # the kept product is counted with the arrays
+            if not kept:
+                prop(w)
+            alloc(n * fo * f4)
+            alloc(0 if kept else -n * w * f4)
+        else:
+            alloc(n * fo * f4)  # h W^T
+            prop(fo)
+            alloc(-n * fo * f4)
+        alloc(-prev)
+        prev = n * fo * f4
+    return int(max(train_peak, peak) * ALLOC_SLACK)
+
+
+def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str) -> dict:
+    """Bytes of one rank, by what holds them."""
+    active = k > 1
+    layers = layer_plan(cfg, f_in, n_classes, active)
+    n = ps.n
+    loops_added = n if cfg.model == "gcn" else 0
+    own_nnz = ps.own_edges - (ps.loops if cfg.model == "gcn" else 0) + loops_added
+    sym = ps.symmetric and cfg.model == "gcn"
+    adj = own_nnz * 8 * (1 if sym else 2) + 4 * (n + 1) * (1 if sym else 2)
+    if active:
+        hn = ps.halo_entries.get(mode, 0)
+        adj += hn * 8 * 2 + 4 * (n + ps.recv.get(mode, 0) + 2)
+        if mode == "mvc":
+            adj += ps.send_entries * 8 * 2 + 4 * (n + ps.send.get(mode, 0) + 2)
+    feats = n * f_in * 4
+    kept = n * f_in * 4 if (not active and layers[0]["eval_reuse"]) else 0
+    widths = [f_in] + [cfg.hidden] * (cfg.layers - 1) + [n_classes]
+    params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
+    optimizer = params * 4 * 3  # gradient and two Adam moments
+    act = activation_peak(ps, layers, cfg, mode, active)
+    total = RUNTIME_BYTES + feats + ps.plan_bytes + adj + kept + params * 4 + optimizer + act
+    return {"owned_rows": n, "halo_rows": ps.halo, "message_rows_in": ps.recv.get(mode, 0) if active else 0,
+            "features_bytes": feats, "adjacency_bytes": adj, "activation_bytes": act + kept,
+            "optimizer_bytes": params * 4 + optimizer, "plan_bytes": ps.plan_bytes, "runtime_bytes": RUNTIME_BYTES,
+            "peak_bytes": int(total)}
+
+
+def halo_bytes_per_epoch(total_rows: int, layers: list[dict], cfg) -> int:
+    """Bytes of halo rows all ranks send in one epoch (training forward and backward at
+    ``--halo-bits``, evaluation forward at ``--eval-halo-bits``), as ``CommStats`` counts them."""
+    from graphdist.halo.quant import row_bytes
+    per_row = 0
+    for lay in layers:
+        w = lay["train_width"]
+        per_row += row_bytes(w, cfg.halo_bits)
+        if lay["needs_input_grad"]:
+            per_row += row_bytes(w, cfg.halo_bits)
+        per_row += row_bytes(lay["eval_width"], cfg.eval_halo_bits)
+    return int(total_rows) * per_row
+
+
+def plan(cfg: PlanConfig) -> dict:
+    """The prediction as a ``train-gcn`` report's keys plus ``fits`` and a per-rank breakdown."""
+    from graphdist.runtime import host_memory_bytes
+    cfg.validate()
+    if cfg.num_nodes > 0:
+        parts, f_in, n_classes, k, source = stats_parts(cfg), cfg.features, cfg.classes, int(cfg.parts), "stats"
+    else:
+        lgs, source = _parts(cfg)
+        k = len(lgs)
+        f_in = int(lgs[0].x.shape[1]) if lgs[0].x is not None else 0
+        n_classes = max(int(p.num_classes) for p in lgs)
+        parts = [part_stats(p) for p in lgs]
+        del lgs
+    active = k > 1
+    layers = layer_plan(cfg, f_in, n_classes, active)
+    from graphdist.gnn.plan_time import epoch_seconds, measured_rates
+    rates = (cfg.spmm_rate, measured_rates()[1]) if cfg.spmm_rate else measured_rates()
+    halo = {m: halo_bytes_per_epoch(sum(p.send.get(m, 0) for p in parts), layers, cfg) if active else 0
+            for m in ("plain", "mvc") if all(m in p.send for p in parts)}
+    ranks = []
+    for ps in parts:
+        row = rank_memory(ps, cfg, f_in, n_classes, k, cfg.halo)
+        share = ps.send.get(cfg.halo, 0) / max(1, sum(p.send.get(cfg.halo, 0) for p in parts))
+        row["halo_bytes_sent_per_epoch"] = int(halo.get(cfg.halo, 0) * share)
+        row["time/epoch_s"] = epoch_seconds(ps, layers, cfg, cfg.halo, active, row["halo_bytes_sent_per_epoch"], rates)
+        ranks.append(row)
+    mem = cfg.mem_per_rank * GiB if cfg.mem_per_rank else host_memory_bytes() / k
+    peaks = [r["peak_bytes"] for r in ranks]
+    return {"mem/peak_bytes": max(peaks), "mem/peak_bytes_per_rank": peaks,
+            "comm/halo_bytes_per_epoch": halo.get(cfg.halo, 0), "comm/halo_bytes_per_epoch_by_mode": halo,
+            "comm/halo": cfg.halo, "comm/halo_bits": cfg.halo_bits, "time/epoch_s": max(r["time/epoch_s"] for r in ranks),
+            "fits": bool(max(peaks) <= mem), "mem/per_rank_bytes": int(mem), "world_size": k, "source": source,
+            "features": f_in, "classes": n_classes, "layers": layers, "ranks": ranks,
+            "rates": {"spmm_entries_cols_per_s": rates[0], "dense_flops_per_s": rates[1]}}
+
+
+def _parts(cfg: PlanConfig):
+    """The LocalGraph of every part: mapped from the artifact, or cut from the spec here."""
+    if cfg.partition:
+        from graphdist.halo.artifact import read_meta
+        from graphdist.halo.parts import load_part
+        k = int(read_meta(cfg.partition)["k"])
+        return [load_part(cfg.partition, r) for r in range(k)], str(cfg.partition)
+    from graphdist.data import load_graph
+    from graphdist.halo.plan import _check_assignment, _Shared, build_plan
+    from graphdist.halo.setup import partition_in_process
+    g = load_graph(cfg.spec)
+    k = int(cfg.parts or 1)
+    a = _check_assignment(g, partition_in_process(g, k, cfg.method, cfg.seed), k)
+    sh = _Shared(g, a, k)
+    return [build_plan(g, a, r, k, _shared=sh) for r in range(k)], f"{cfg.spec} ({cfg.method}, k={k})"
+
+
+def check_fits(cfg, lg, world_size: int) -> None:
+    """Before a rank trains: stop every rank with one line (needed and available GiB) when this
+    machine's ranks would need more memory than it has (``MemAvailable`` plus their own resident
+    sets), instead of being killed half-way. The estimate is :func:`rank_memory` with the owned
+    block taken as unsymmetric (an upper bound)."""
+    import os
+
+    from graphdist import comm
+    from graphdist.halo.budget import available_bytes
+    if lg.x is None:
+        return
+    ps = part_stats(lg, check_symmetry=False)
+    need = rank_memory(ps, cfg, int(lg.x.shape[1]), max(int(lg.num_classes), 1), world_size, cfg.halo)["peak_bytes"]
+    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    seen = comm.all_gather_object([need * local, available_bytes() * local])
+    need_all, have = max(s[0] for s in seen), min(s[1] for s in seen)
+    if need_all > have:
+        raise ConfigError(f"training {cfg.model} {cfg.layers}x{cfg.hidden} on this part needs about "
+                          f"{need_all / GiB:.1f} GiB on this machine ({local} rank(s)), and {have / GiB:.1f} GiB is "
+                          "available; use more parts (ranks), a smaller --hidden, or --halo-bits 8")

@@ -1,0 +1,48 @@
+"""The epoch-time estimate of ``graphdist plan``: sparse products and linears at rates measured
+on this machine, halo bytes over a link of ``--link-gbps``."""
+from __future__ import annotations
+
+from graphdist.gnn.plan import PartStats
+
+
+def measured_rates() -> tuple[float, float]:
+    """``(sparse entries x columns per second, dense flops per second)`` of this machine, from a
+    short CSR product and a matrix product (about a quarter second)."""
+    import time
+
+    import torch
+    gen = torch.Generator().manual_seed(0)
+    n, deg, w = 100_000, 16, 64
+    crow = torch.arange(0, n * deg + 1, deg, dtype=torch.int32)
+    col = torch.randint(0, n, (n * deg,), generator=gen, dtype=torch.int32)
+    a = torch.sparse_csr_tensor(crow, col, torch.rand(n * deg, generator=gen), size=(n, n), check_invariants=False)
+    x, out = torch.rand(n, w, generator=gen), torch.empty(n, w)
+    best_s = best_d = float("inf")
+    m = torch.rand(20_000, 128, generator=gen)
+    wt = torch.rand(128, 128, generator=gen)
+    for _ in range(3):
+        t = time.perf_counter()
+        torch.addmm(out, a, x, beta=0, out=out)
+        best_s = min(best_s, time.perf_counter() - t)
+        t = time.perf_counter()
+        m @ wt
+        best_d = min(best_d, time.perf_counter() - t)
+    return n * deg * w / best_s, 2 * 20_000 * 128 * 128 / best_d
+
+
+def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, sent_bytes: float,
+                  rates: tuple[float, float]) -> float:
+    """Sparse products at ``rates[0]``, the linears at ``rates[1]``, the rank's halo bytes over
+    the link (no overlap assumed; elementwise work not counted)."""
+    nnz = ps.own_edges + (ps.n if cfg.model == "gcn" else 0)
+    if active:
+        nnz += ps.halo_entries.get(mode, 0) + (ps.send_entries if mode == "mvc" else 0)
+    sparse = dense = 0.0
+    for i, lay in enumerate(layers):
+        fi, fo = lay["f_in"], lay["f_out"]
+        back = lay["needs_input_grad"]
+        sparse += nnz * lay["train_width"] * (2 if back else 1)
+        if not (i == 0 and lay["eval_reuse"] and not active):
+            sparse += nnz * lay["eval_width"]
+        dense += 2 * ps.n * fi * fo * (3 if i > 0 else 2) + 2 * ps.n * fi * fo
+    return sparse / rates[0] + dense / rates[1] + sent_bytes * 8 / (cfg.link_gbps * 1e9)

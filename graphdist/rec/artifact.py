@@ -1,0 +1,163 @@
+"""Recommender partition artifacts: ``graphdist partition ratings:|lightgcn:|rec-synth:...``
+writes the user-item graph's artifact (:mod:`graphdist.halo.artifact`) plus one interaction
+file per part, and ``train-rec --partition DIR`` (no SPEC needed) reads on each rank
+``meta.json``, its part file and its interaction file only::
+
+    DIR/rec_00000.pt ...   {"train": int64 [n, 2], "test": int64 [m, 2]}: the (user, item)
+                           pairs of the users the part owns, sorted; hashed in meta.json
+    meta.json "rec"        {"users", "items", "train", "test", "valid_users", "files"}
+
+Every file is checked against the SHA-256 that ``meta.json`` recorded, the part's graph
+fingerprint against the artifact's; given a SPEC as well, the artifact must also be cut from it
+(the graph fingerprints agree).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphdist.errors import ArtifactError, ConfigError
+
+__all__ = ["partition_ratings", "load_rec_part", "check_rec_artifact", "RecPart", "is_ratings_spec"]
+
+REC_FILE = "rec_{:05d}.pt"
+
+
+def is_ratings_spec(spec: str) -> bool:
+    """Whether ``spec`` names interaction data (``ratings``, ``lightgcn``, ``rec-synth``)."""
+    from graphdist.specs import KINDS
+    name = spec.split(":", 1)[0].strip().lower() if isinstance(spec, str) else ""
+    return name in KINDS and KINDS[name].domain == "ratings"
+
+
+def _writer(ratings):
+    """The ``extra`` of :func:`graphdist.halo.artifact.write_artifact`: one file per part."""
+    def write(tmp: Path, a: torch.Tensor, k: int):
+        from graphdist.fileio import atomic_torch_save
+        U = ratings.num_users
+        part_of_user = a[:U].numpy()
+        train, test = ratings.train.numpy(), ratings.test.numpy()
+        pt, ps = part_of_user[train[:, 0]], part_of_user[test[:, 0]] if test.size else np.zeros(0, np.int64)
+        files = []
+        for r in range(k):
+            name = REC_FILE.format(r)
+            atomic_torch_save({"train": torch.from_numpy(np.ascontiguousarray(train[pt == r])),
+                               "test": torch.from_numpy(np.ascontiguousarray(test[ps == r]).reshape(-1, 2))},
+                              tmp / name)
+            files.append(name)
+        deg = np.bincount(train[:, 0], minlength=U)
+        value = {"users": U, "items": ratings.num_items, "train": int(train.shape[0]), "test": int(test.shape[0]),
+                 "valid_users": int(((deg > 0) & (deg < ratings.num_items)).sum()), "files": files}
+        return "rec", value, files
+    return write
+
+
+def partition_ratings(cfg) -> dict:
+    """``graphdist partition`` for interaction specs (``cfg``: a
+    :class:`graphdist.halo.tools.PartitionConfig`): load, partition the user-item graph (or read
+    ``--assignment``), write the artifact with the per-part interactions. Returns what
+    :func:`graphdist.halo.tools.partition_to_artifact` returns."""
+    from graphdist.config import check_choices
+    from graphdist.halo.artifact import write_artifact
+    from graphdist.halo.budget import check_fits
+    from graphdist.halo.tools import _check_artifact_out, _check_k, _check_readable, read_assignment
+    from graphdist.rec.data import load_ratings
+    from partitioners import partition, quality
+    check_choices(cfg)
+    _check_artifact_out(cfg.out)
+    if cfg.assignment is None and cfg.parts is None:
+        raise ConfigError("--parts K is required (or give --assignment FILE)")
+    if cfg.assignment is not None:
+        _check_readable(cfg.assignment)
+    ratings = load_ratings(cfg.spec)
+    g = ratings.graph
+    if cfg.assignment is not None:
+        a, k = read_assignment(cfg.assignment, g.num_nodes, cfg.parts)
+        method, seconds = "given", 0.0
+        check_fits(g, method, k)
+        params = {"k": k, "spec": cfg.spec, "assignment": str(cfg.assignment)}
+    else:
+        k, method = int(cfg.parts), cfg.method
+        _check_k(k, g.num_nodes)
+        check_fits(g, method, k)
+        t0 = time.perf_counter()
+        a = (torch.zeros(g.num_nodes, dtype=torch.int64) if k == 1 else
+             partition(g, k, method=method, imbalance=cfg.imbalance, seed=cfg.seed, balance=cfg.balance))
+        seconds = time.perf_counter() - t0
+        params = {"k": k, "imbalance": cfg.imbalance, "seed": cfg.seed,
+                  "balance": cfg.balance or ("both" if method == "auto" else "nodes"), "spec": cfg.spec}
+    q = quality(g, a, k=k)
+    out = write_artifact(cfg.out, g, a, method=method, params=params, quality=q, seconds=seconds, k=k,
+                         extra=_writer(ratings))
+    return {"graph": g, "quality": q, "seconds": seconds, "out": out, "k": k, "method": method}
+
+
+@dataclass
+class RecPart:
+    """One rank's interactions from an artifact and the global sizes."""
+
+    train: np.ndarray
+    test: np.ndarray
+    num_users: int
+    num_items: int
+    num_samples: int
+    num_valid: int
+
+    def rank_data(self, lg):
+        """The rank's :class:`~graphdist.rec.setup.RankData` (collective)."""
+        from graphdist.rec.setup import rank_data_of_part
+        return rank_data_of_part(lg, self.num_users, self.num_items, self.train, self.test,
+                                 self.num_samples, self.num_valid)
+
+
+def check_rec_artifact(directory) -> dict:
+    """``meta.json`` of a recommender artifact (one-line ArtifactError for anything else)."""
+    from graphdist.halo.artifact import read_meta
+    d = Path(directory)
+    meta = read_meta(d)
+    rec = meta.get("rec")
+    if not isinstance(rec, dict) or "files" not in rec:
+        raise ArtifactError(f"{d}: not a recommender artifact (no interactions in meta.json); rebuild it with: "
+                            f"graphdist partition ratings:...|lightgcn:...|rec-synth:... --parts K --out {d}")
+    return meta
+
+
+def load_rec_part(cfg, rank: int, world_size: int):
+    """``(RecPart, LocalGraph, partition info)`` of this rank from ``cfg.partition``: reads
+    ``meta.json``, ``part_<rank>.pt`` and ``rec_<rank>.pt`` only (each hash-checked), plus the
+    SPEC when one is given (to check that the artifact was cut from it)."""
+    from graphdist.halo.artifact import check_hash
+    from graphdist.halo.setup import load_local
+    d = Path(cfg.partition)
+    meta = check_rec_artifact(d)
+    rec = meta["rec"]
+    graph = None
+    if cfg.spec:
+        from graphdist.rec.data import load_ratings
+        graph = load_ratings(cfg.spec).graph
+    lg, info = load_local(cfg, rank, world_size, graph=graph)
+    name = REC_FILE.format(rank)
+    t, problem = None, None
+    try:
+        if name not in rec["files"] or not (d / name).exists():
+            raise ArtifactError(f"{d / name}: interaction file of part {rank} not found (re-run `graphdist partition`)")
+        check_hash(meta, d, name)
+        try:
+            t = torch.load(d / name, map_location="cpu", weights_only=True, mmap=True)
+        except Exception as e:  # noqa: BLE001
+            raise ArtifactError(f"{d / name}: cannot read interaction file: {e}") from e
+    except ArtifactError as e:
+        problem = str(e)
+    # every rank learns of a bad file before the first collective of training (one line, not a
+    # peer's "collective failed")
+    from graphdist import comm
+    bad = [p for p in comm.all_gather_object(problem) if p]
+    if bad:
+        raise ArtifactError(bad[0])
+    part = RecPart(t["train"].numpy(), t["test"].numpy(), int(rec["users"]), int(rec["items"]), int(rec["train"]),
+                   int(rec["valid_users"]))
+    return part, lg, info

@@ -1,0 +1,72 @@
+"""Will a ``train-rec`` rank fit? An estimate of its peak resident memory from its part, checked on
+every rank after loading and before the first step, so a graph that does not fit stops with one
+line naming the memory it needs instead of being killed half-way.
+
+Per rank (``n`` own rows, ``h`` halo rows, ``D`` dim, ``L`` layers, ``m`` own triples per batch,
+``s`` own triples planned per epoch, ``I_own`` own items)::
+
+    need = BASE + part file + 4 D (TABLE_COPIES n + 2 (L + 1) (n + h))      rows, Adam, layers
+           + PER_TRIPLE_DIM * m * D + PER_SAMPLE * s                         batch, epoch plan
+           + 4 D * (I_own + max shard) + 16 * users * K                      evaluation
+
+The coefficients are rounded up from the measured runs in BENCHMARKS.md ("Graph recommender at
+scale"); the local ranks of a node share its memory.
+"""
+from __future__ import annotations
+
+from graphdist import comm
+from graphdist.errors import ConfigError
+
+__all__ = ["estimate_rank_bytes", "check_rank_fits"]
+
+GiB = 2 ** 30
+BASE = 300 * 2 ** 20
+"""Interpreter, torch and graphdist imported (about 235 MiB measured), rounded up."""
+TABLE_COPIES = 5
+"""Rows, gradient, two Adam moments, the layer-mean."""
+PER_TRIPLE_DIM = 120
+"""Bytes per own triple and dimension in a step: [E | E0] rows of user, positive and negative,
+their gradients, the batch table and the received rows (float32)."""
+PER_SAMPLE = 260
+"""Bytes per own planned triple: the epoch's samples, requests and plan arrays (int64) at their peak."""
+
+
+def estimate_rank_bytes(lg, rd, cfg, n_eval_users: int) -> int:
+    """Estimated peak resident bytes of this rank (see the module docstring)."""
+    D, L = int(cfg.dim), int(cfg.layers)
+    n, h = int(lg.num_owned), int(lg.num_halo)
+    idx = rd.index
+    share = idx.users.size / max(idx.num_users, 1)
+    nb = idx.num_batches(cfg.batch_size)
+    m = cfg.batch_size * share
+    s = idx.rate * idx.users.size
+    if cfg.steps is not None:
+        s = min(s, cfg.steps * m)
+    s = min(s, nb * m)
+    items_own = int(rd.item_rows().size)
+    shard = max((x.size for x in getattr(rd, "_shards", [])), default=items_own)
+    need = (BASE + lg.nbytes() + 4 * D * (TABLE_COPIES * n + 2 * (L + 1) * (n + h)) + PER_TRIPLE_DIM * m * D
+            + PER_SAMPLE * s + 4 * D * (items_own + shard) + 16 * n_eval_users * cfg.topk)
+    return int(need)
+
+
+def check_rank_fits(lg, rd, cfg, n_eval_users: int, have: int | None = None) -> int:
+    """Collective: every rank's estimate, summed over the ranks of this node, against the memory
+    available; one line naming the memory needed on every rank when it does not fit."""
+    from graphdist.halo.budget import available_bytes
+    need = estimate_rank_bytes(lg, rd, cfg, n_eval_users)
+    local = comm.all_gather_object((_host(), need, available_bytes() if have is None else int(have)))
+    mine = _host()
+    node = [x for x in local if x[0] == mine]
+    total, avail = sum(x[1] for x in node), max(x[2] for x in node)
+    worst = max(x[1] for x in local)
+    if total > avail:
+        raise ConfigError(f"train-rec needs about {worst / GiB:.2f} GiB per rank ({total / GiB:.2f} GiB for the "
+                          f"{len(node)} rank(s) on this node) but {avail / GiB:.2f} GiB is available; use more parts "
+                          f"(graphdist partition ... --parts K), a smaller --batch-size or a --steps cap")
+    return need
+
+
+def _host() -> str:
+    import socket
+    return socket.gethostname()

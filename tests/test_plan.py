@@ -1,0 +1,84 @@
+"""``graphdist plan`` against measured runs: its halo bytes per epoch are the trainer's count
+exactly, and its per-rank peak is within 15% of the report's ``mem/peak_bytes_per_rank``
+(measured in fresh worker processes; memory, not time, so a loaded machine does not move it)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from graphdist.cli import main
+from graphdist.gnn.plan import PlanConfig, plan
+
+SPEC = "sbm:nodes=40000,classes=8,avg_degree=16,features=128,seed=0"
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory):
+    root = tmp_path_factory.mktemp("plan")
+    for k, method in ((1, "block"), (2, "metis")):
+        assert main(["partition", SPEC, "--parts", str(k), "--method", method, "--out", str(root / f"k{k}")]) == 0
+    return root
+
+
+def _train(tmp_path, art, k: int, flags: list[str]) -> dict:
+    rep = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "graphdist", "train-gcn", "--partition", str(art), "--epochs", "2", "--no-progress",
+           "--report", str(rep), *flags] + (["--nproc", str(k)] if k > 1 else [])
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return json.loads(rep.read_text())
+
+
+CASES = [  # (k, train-gcn flags, the same as PlanConfig fields)
+    (2, ["--layers", "3", "--hidden", "32", "--halo", "mvc", "--halo-bits", "8", "--eval-halo-bits", "16"],
+     {"layers": 3, "hidden": 32, "halo": "mvc", "halo_bits": 8, "eval_halo_bits": 16}),
+    (1, ["--layers", "2", "--hidden", "64"], {"layers": 2, "hidden": 64}),
+]
+
+
+@pytest.mark.parametrize("k,flags,fields", CASES, ids=["k2-mvc-3layers-8bit", "k1"])
+def test_plan_matches_the_measured_run(artifacts, tmp_path, k, flags, fields):
+    art = artifacts / f"k{k}"
+    got = _train(tmp_path, art, k, flags)
+    want = plan(PlanConfig(partition=str(art), spmm_rate=1e9, **fields))
+    assert want["comm/halo_bytes_per_epoch"] == got["comm/halo_bytes_per_epoch"]
+    assert (want["comm/halo_bytes_per_epoch"] > 0) == (k > 1)
+    assert len(want["mem/peak_bytes_per_rank"]) == k
+    for p, m in zip(want["mem/peak_bytes_per_rank"], got["mem/peak_bytes_per_rank"]):
+        assert abs(p / m - 1) <= 0.15, (p, m)
+    assert want["mem/peak_bytes"] == max(want["mem/peak_bytes_per_rank"]) and want["fits"] is True
+
+
+def test_json_keys_stats_mode_and_refusal(artifacts, capsys):
+    assert main(["plan", "--partition", str(artifacts / "k2"), "--hidden", "64", "--spmm-rate", "1e9",
+                 "--mem-per-rank", "0.1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert {"mem/peak_bytes", "mem/peak_bytes_per_rank", "comm/halo_bytes_per_epoch", "fits"} <= set(out)
+    assert out["fits"] is False and len(out["mem/peak_bytes_per_rank"]) == 2  # 0.1 GiB is too little
+    # stats mode: a graph given by its size; twice the nodes and edges, about twice the memory above the runtime
+    base = dict(features=128, classes=8, layers=2, hidden=64, parts=4, replication=1.5, spmm_rate=1e9)
+    small = plan(PlanConfig(num_nodes=10**6, num_edges=10**7, **base))
+    big = plan(PlanConfig(num_nodes=2 * 10**6, num_edges=2 * 10**7, **base))
+    rt = small["ranks"][0]["runtime_bytes"]
+    assert 1.9 < (big["mem/peak_bytes"] - rt) / (small["mem/peak_bytes"] - rt) < 2.1
+    assert big["comm/halo_bytes_per_epoch"] == 2 * small["comm/halo_bytes_per_epoch"] > 0
+    assert main(["plan", "--nodes", "1000"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--edges" in err[0]
+
+
+def test_a_rank_that_cannot_fit_stops_with_one_line(artifacts, monkeypatch):
+    from graphdist.errors import ConfigError
+    from graphdist.gnn.config import GCNConfig
+    from graphdist.gnn.plan import check_fits
+    from graphdist.halo import budget
+    from graphdist.halo.parts import load_part
+    lg = load_part(artifacts / "k1", 0)
+    cfg = GCNConfig(partition=str(artifacts / "k1"), layers=2, hidden=64)
+    check_fits(cfg, lg, 1)  # this machine has room for a 40k-node graph
+    monkeypatch.setattr(budget, "available_bytes", lambda: 2**28)
+    with pytest.raises(ConfigError, match=r"needs about 0\.\d GiB on this machine \(1 rank\(s\)\), and 0\.2 GiB"):
+        check_fits(cfg, lg, 1)

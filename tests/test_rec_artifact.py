@@ -1,0 +1,76 @@
+"""`graphdist partition` of interaction data, then `train-rec --partition DIR` without the source:
+each rank reads its part and its interaction file only, and trains what in-process partitioning
+trains; a changed interaction file or a graph artifact is refused in one line."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from graphdist.cli import main
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+TRAIN = ["--epochs", "2", "--dim", "16", "--batch-size", "256", "--no-progress"]
+
+
+def _run(args, tmp_path, name):
+    rep = tmp_path / f"{name}.json"
+    r = subprocess.run([sys.executable, "-m", "graphdist", "train-rec", *args, *TRAIN, "--report", str(rep)],
+                       capture_output=True, text=True, timeout=240, env=ENV)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(rep.read_text()), r.stdout
+
+
+def test_artifact_trains_with_the_source_moved_away(tmp_path, capfd):
+    from graphdist.rec.synth import rec_synth
+    r = rec_synth(users=300, items=200, avg_items=12, seed=1)
+    log = tmp_path / "log.txt"
+    np.savetxt(log, np.concatenate([r.train.numpy(), r.test.numpy()]), fmt="%d")
+    spec = f"ratings:{log}"
+    art = tmp_path / "art"
+    assert main(["partition", spec, "--parts", "2", "--method", "random", "--out", str(art)]) == 0
+    meta = json.loads((art / "meta.json").read_text())
+    assert meta["rec"]["files"] == ["rec_00000.pt", "rec_00001.pt"] and "rec_00001.pt" in meta["sha256"]
+    inproc, _ = _run([spec, "--parts", "2", "--method", "random"], tmp_path, "inproc")
+    log.rename(tmp_path / "moved.txt")  # the source is gone: only the artifact remains
+    fromart, out = _run(["--partition", str(art)], tmp_path, "art")
+    assert fromart["losses"] == inproc["losses"] and len(fromart["losses"]) == 2
+    assert fromart["recall@20"] == inproc["recall@20"] and fromart["ndcg@20"] == inproc["ndcg@20"]
+    assert fromart["data"] == inproc["data"] and fromart["partition"]["source"] == str(art)
+    assert "world size 2" in out
+    # a changed interaction file is refused, naming it
+    capfd.readouterr()
+    (art / "rec_00001.pt").write_bytes((art / "rec_00001.pt").read_bytes() + b"x")
+    assert main(["train-rec", "--partition", str(art), "--no-progress", "--epochs", "1"]) == 2
+    err = [e for e in capfd.readouterr().err.splitlines() if e.startswith("graphdist:")]
+    assert len(err) == 1 and "rec_00001.pt was changed after partitioning" in err[0], err
+
+
+def test_graph_artifact_without_interactions_is_refused(tmp_path, capfd):
+    art = tmp_path / "g"
+    assert main(["partition", "sbm:nodes=200,classes=2,seed=0", "--parts", "2", "--method", "random",
+                 "--out", str(art)]) == 0
+    capfd.readouterr()
+    assert main(["train-rec", "--partition", str(art), "--no-progress"]) == 2
+    err = [e for e in capfd.readouterr().err.splitlines() if e.startswith("graphdist:")]
+    assert len(err) == 1 and "not a recommender artifact" in err[0], err
+
+
+@pytest.mark.parametrize("spec", ["rec-synth:users=50,items=40,avg_items=5,seed=3"])
+def test_partition_of_a_generated_spec(tmp_path, spec):
+    art = tmp_path / "a"
+    assert main(["partition", spec, "--parts", "3", "--method", "metis", "--out", str(art)]) == 0
+    import torch
+    from graphdist.rec.data import load_ratings
+    r = load_ratings(spec)
+    parts = [torch.load(art / f"rec_{i:05d}.pt", weights_only=True) for i in range(3)]
+    a = np.load(art / "assignment.npy")
+    train = np.concatenate([p["train"].numpy() for p in parts])
+    assert sorted(map(tuple, train.tolist())) == sorted(map(tuple, r.train.numpy().tolist()))
+    for i, p in enumerate(parts):  # a part holds the interactions of the users it owns
+        assert np.all(a[p["train"][:, 0].numpy()] == i) and np.all(a[p["test"][:, 0].numpy()] == i)
+    assert sum(p["test"].shape[0] for p in parts) == r.test.shape[0]

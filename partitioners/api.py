@@ -125,7 +125,7 @@ def _auto(graph, k, imbalance, seed, weights, options) -> np.ndarray:
     # METIS' volume objective is several times slower than the cut objective on large
     # power-law graphs (rmat scale 20: > 6 minutes vs 86 s); big graphs get one cut run
     # (with metis-vol@0.1 and metis-cut@0.3 as well, the SNAP graphs at k = 4, 8, 16 came out the
-    # same but for gnutella k=16, 0.4% fewer rows at 1.7x the time: BENCHMARKS.md)
+    # same but for gnutella k=16: 0.4% fewer rows at 2.6x the time, BENCHMARKS.md)
     default = ("metis-cut@0.3",) if big else ("metis-vol@0.3", "metis-hub@0.3", "hubsplit@0.01")
     initials = options.get("initial", default)
     if isinstance(initials, str):

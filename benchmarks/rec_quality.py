@@ -56,7 +56,10 @@ def pyg_run(spec: str, epochs: int, eval_every: int, seed: int, dim=64, layers=3
     model = LightGCN(N, dim, layers, normalize=False)
     torch.nn.init.normal_(model.embedding.weight, std=0.1)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
-    ev = RankingEval(r, RankData(torch.arange(N), np.ones(U, dtype=bool), np.zeros(I, dtype=np.int64), None), 20)
+    from graphdist.rec.sampling import build_index
+    rd = RankData(torch.arange(N), U, np.zeros(I, dtype=np.int32), build_index(tr, U, I, np.ones(U, dtype=bool)),
+                  r.test.numpy(), np.bincount(tr[:, 1], minlength=I).astype(np.float32))
+    ev = RankingEval(rd, 20)  # one process: every user and item is "own"
 
     def evaluate(epoch):
         with torch.no_grad():

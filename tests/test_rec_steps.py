@@ -13,7 +13,8 @@ from graphdist.testing import run_ranks
 
 def test_bpr_steps_make_no_host_sync(monkeypatch):
     from graphdist.halo import build_plan
-    from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency, plan_epoch
+    from graphdist.rec.model import (LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency,
+                                     plan_epoch)
     from graphdist.rec.sampling import sample_epoch
     from graphdist.rec.setup import rank_data
     g = np.random.default_rng(1)

@@ -139,7 +139,8 @@ class EpochPlan:
 
     def __getitem__(self, b: int) -> BatchPlan:
         lo, hi = self.sample_ptr[b], self.sample_ptr[b + 1]
-        return BatchPlan(self.rows[self.row_ptr[b]:self.row_ptr[b + 1]], self.send[self.send_ptr[b]:self.send_ptr[b + 1]],
+        rows = self.rows[self.row_ptr[b]:self.row_ptr[b + 1]]
+        return BatchPlan(rows, self.send[self.send_ptr[b]:self.send_ptr[b + 1]],
                          self.send_counts[b].tolist(), self.recv_counts[b].tolist(),
                          self.at[:, lo:hi].reshape(-1), self.sizes[b])
 

@@ -6,6 +6,7 @@ against the measured figures where ``plan`` is available.
     python benchmarks/scale_growth.py [--nodes 306128,612257,1224514,2449029] [--avg-degree 50]
         [--features 100] [--classes 47] [--layers 2] [--hidden 64] [--epochs 3] [--ks 1,4]
         [--method metis] [--threads T] [--out runs/growth] [--plot docs/img/scale_growth.png] [--json FILE]
+        [--merge EARLIER.json ...]
 
 Every measurement is a separate command run the way a user runs it (``graphdist partition``,
 ``graphdist train-gcn --partition DIR --nproc K``), one at a time, with the peak RSS of the whole
@@ -181,13 +182,16 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "growth")
     ap.add_argument("--plot", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--merge", type=Path, action="append", default=[],
+                    help="add the rows of an earlier run's JSON (sizes measured before, e.g. one at a time); "
+                         "with --nodes '' nothing new is measured")
     args = ap.parse_args(argv)
     args.ks = [int(k) for k in args.ks.split(",")]
     if args.threads:
         ENV["OMP_NUM_THREADS"] = str(args.threads)  # the launcher passes a set value to every worker
     args.out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for n in sorted(int(x) for x in args.nodes.split(",")):
+    rows = [r for f in args.merge for r in json.loads(f.read_text())["rows"]]
+    for n in sorted(int(x) for x in args.nodes.split(",") if x):
         print(f"== {n:,} nodes", flush=True)
         r = measure(n, args, args.out)
         rows.append(r)
@@ -195,6 +199,7 @@ def main(argv=None) -> int:
         if any(f"k{k}/failed" in r for k in args.ks):
             print("a run failed; larger sizes skipped", flush=True)
             break
+    rows.sort(key=lambda r: r["nodes"])
     ser = series(rows, args.ks)
     print(table(rows, args.ks))
     for k, s in ser.items():

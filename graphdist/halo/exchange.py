@@ -223,6 +223,8 @@ class Pending:
             self.work.wait()
             if self.link is not None:
                 self.link.hold(self.t0, self.nbytes)
-            self.keep = None
+            # the work object holds both buffers: let it go, so the send rows are freed now
+            self.work = self.keep = None
             self._rows = self.out if self.decode is None else self.decode(self.out)
+            self.out = None
         return self._rows

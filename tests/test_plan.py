@@ -82,3 +82,16 @@ def test_a_rank_that_cannot_fit_stops_with_one_line(artifacts, monkeypatch):
     monkeypatch.setattr(budget, "available_bytes", lambda: 2**28)
     with pytest.raises(ConfigError, match=r"needs about 0\.\d GiB on this machine \(1 rank\(s\)\), and 0\.2 GiB"):
         check_fits(cfg, lg, 1)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--model", "gat"], "graphdist's own models only"),
+    (["--model", "nosuch"], "graphdist's own models only"),
+    (["--boundary-rate", "0.5"], "not modelled"),
+    (["--halo-staleness", "1"], "not modelled"),
+])
+def test_what_plan_does_not_model_is_refused(argv, words, capsys):
+    assert main(["plan", "--nodes", "1000", "--edges", "5000", "--features", "8", "--classes", "2",
+                 "--parts", "2", "--replication", "1.2", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0]

@@ -99,7 +99,8 @@ def _compare(args) -> int:
 
 _DESCRIPTIONS = {
     "partition": "Partition a graph into K parts and write an artifact directory (meta.json, assignment.npy, one "
-                 "part file per rank with its halo plans) that `graphdist train-gcn --partition DIR` trains from; "
+                 "part file per rank with its halo plans; for an interaction spec also each part's interactions) that "
+                 "`graphdist train-gcn --partition DIR` (or `train-rec --partition DIR`) trains from; "
                  "each rank then reads only its own part.",
     "quality": "Print the quality of a partition artifact, as measured when it was written: halo volume, rows "
                "moved with pre/post aggregation, edge cut, node and edge balance, and per part its nodes, halo "

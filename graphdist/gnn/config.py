@@ -157,8 +157,9 @@ class GCNConfig:
         models is set."""
         for flag, on in (("--batch-norm", self.batch_norm), ("--label-rate", self.label_rate > 0)):
             if on:
+                hint = "; a MODULE:CLASS model may hold its own BatchNorm1d" if flag == "--batch-norm" else ""
                 raise ConfigError(f"{flag} applies to --model gcn|sage only (graphdist's own layers), not to "
-                                  f"--model {self.model}; a MODULE:CLASS model may hold its own BatchNorm1d")
+                                  f"--model {self.model}{hint}")
         from graphdist.gnn.pyg.models import model_class
         model_class(self.model)
 

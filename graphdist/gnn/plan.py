@@ -74,6 +74,12 @@ class PlanConfig(GCNConfig):
                 raise ConfigError(f"--replication must be >= 1 with --nodes and --parts > 1, got {self.replication}")
             if not 0.0 <= self.cut_fraction <= 1.0:
                 raise ConfigError(f"--cut-fraction must be in [0, 1], got {self.cut_fraction}")
+        from graphdist.gnn.config import BUILTIN_MODELS
+        if self.model not in BUILTIN_MODELS:
+            raise ConfigError(f"--model {self.model}: plan models graphdist's own models only "
+                              f"({', '.join(BUILTIN_MODELS)}); a PyG model's layers are not modelled")
+        if self.boundary_rate < 1.0 or self.halo_staleness:
+            raise ConfigError("plan models exact exchanges only: --boundary-rate and --halo-staleness are not modelled")
         for name, v, lo in (("layers", self.layers, 1), ("hidden", self.hidden, 1)):
             if v < lo:
                 raise ConfigError(f"--{name} must be >= {lo}, got {v}")

@@ -142,8 +142,9 @@ def _exchange_job(rank, ws, variants):
     wait = Pending.wait
 
     def recording_wait(self):
+        wire = self.out  # the bytes received (wait() lets go of them once decoded)
         rows = wait(self)
-        received.append((self.out, rows))
+        received.append((wire, rows))
         return rows
     Pending.wait = recording_wait
     good_unpack, good_decode = quant._unpack_into, quant.decode

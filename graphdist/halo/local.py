@@ -311,21 +311,30 @@ def _positions(block_a: torch.Tensor, block_b: torch.Tensor, k: int):
 def _permuted_csr(indptr, indices, perm, inv, n_cols: int):
     """``(indptr int64, indices)`` of the rows ``perm`` with owned columns renumbered by ``inv``,
     sorted within each row: rows gathered in blocks, columns mapped through an int32 table and
-    sorted in place per row (no E-sized int64 keys; same result as a lexicographic sort)."""
+    sorted in place per row (:func:`gathered_csr`)."""
     import numpy as np
-    import scipy.sparse as sp
-    from partitioners.common import gather_rows
     n = perm.numel()
     it = index_dtype(n_cols)
     nt = np.int32 if it == torch.int32 else np.int64
     col_map = np.concatenate([inv.numpy().astype(nt), np.arange(n, n_cols, dtype=nt)])
-    ptr, src = gather_rows(indptr, indices, perm)
+    return gathered_csr(indptr, indices, perm, col_map, n_cols)
+
+
+def gathered_csr(indptr, indices, rows: torch.Tensor, col_map, n_cols: int):
+    """``(indptr int64, indices)`` of CSR rows ``rows`` with every column ``c`` renamed
+    ``col_map[c]`` (a numpy table of the index dtype) and sorted within each row: rows gathered
+    in blocks, sorted in place per row (no E-sized int64 keys; same as a lexicographic sort)."""
+    import numpy as np
+    import scipy.sparse as sp
+    from partitioners.common import gather_rows
+    nt = col_map.dtype
+    ptr, src = gather_rows(indptr, indices, rows)
     cols = col_map[src]
     del src, col_map
     if cols.size:
         pt = ptr.astype(nt) if ptr[-1] < 2**31 - 1 else ptr
         m = sp.csr_matrix((np.ones(cols.size, dtype=bool), cols.astype(pt.dtype, copy=False), pt),
-                          shape=(n, n_cols), copy=False)
+                          shape=(rows.numel(), n_cols), copy=False)
         m.has_sorted_indices = False
         m.sort_indices()  # in place, row by row
         cols = m.indices.astype(nt, copy=False)

@@ -21,13 +21,12 @@ columns and sorted within each row in place; the shared arrays are sized by the 
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 from graphdist.errors import ArtifactError
-from graphdist.halo.local import HALO_MODES, MODELS, ExchangeLayout, LocalGraph
+from graphdist.halo.local import HALO_MODES, MODELS, ExchangeLayout, LocalGraph, gathered_csr
 from graphdist.sparse import index2ptr, lex_order
-from partitioners.common import gather_rows, self_loops_per_row
+from partitioners.common import self_loops_per_row
 
 __all__ = ["LocalGraph", "ExchangeLayout", "build_plan", "build_plans", "validate_plans", "plan_stats",
            "MODELS", "HALO_MODES"]
@@ -128,18 +127,7 @@ def _local_csr(graph, owned: torch.Tensor, halo: torch.Tensor, n: int):
     col_of = np.full(n, -1, dtype=it)
     col_of[owned.numpy()] = np.arange(n_own, dtype=it)
     col_of[halo.numpy()] = np.arange(n_own, n_cols, dtype=it)
-    ptr, src = gather_rows(graph.indptr, graph.indices, owned)
-    cols = col_of[src]
-    del src, col_of
-    if cols.size:
-        pt = ptr.astype(it) if ptr[-1] < 2**31 - 1 else ptr
-        m = sp.csr_matrix((np.ones(cols.size, dtype=bool), cols.astype(pt.dtype, copy=False), pt),
-                          shape=(n_own, n_cols), copy=False)
-        m.has_sorted_indices = False
-        m.sort_indices()  # in place, row by row
-        cols = m.indices.astype(it, copy=False)
-        del m
-    return torch.from_numpy(ptr), torch.from_numpy(cols)
+    return gathered_csr(graph.indptr, graph.indices, owned, col_of, n_cols)
 
 
 def _fp(graph) -> str:

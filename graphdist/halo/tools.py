@@ -97,6 +97,17 @@ def _check_k(k: int, n: int) -> None:
         raise ConfigError(f"--parts {k} must be between 1 and the number of nodes N={n}")
 
 
+def check_request(cfg: PartitionConfig) -> None:
+    """What ``graphdist partition`` checks before it loads anything: the choices, ``--out``,
+    ``--parts`` or a readable ``--assignment``."""
+    check_choices(cfg)
+    _check_artifact_out(cfg.out)
+    if cfg.assignment is None and cfg.parts is None:
+        raise ConfigError("--parts K is required (or give --assignment FILE)")
+    if cfg.assignment is not None:
+        _check_readable(cfg.assignment)
+
+
 def partition_to_artifact(cfg: PartitionConfig) -> dict:
     """Load, partition (or read ``cfg.assignment``), measure and write the artifact; returns
     ``{graph, quality, seconds, out, k, method}``. Before partitioning, the memory the run needs
@@ -105,12 +116,7 @@ def partition_to_artifact(cfg: PartitionConfig) -> dict:
     from graphdist.halo.artifact import write_artifact
     from graphdist.halo.budget import check_fits
     from partitioners import partition, quality
-    check_choices(cfg)
-    _check_artifact_out(cfg.out)
-    if cfg.assignment is None and cfg.parts is None:
-        raise ConfigError("--parts K is required (or give --assignment FILE)")
-    if cfg.assignment is not None:
-        _check_readable(cfg.assignment)
+    check_request(cfg)
     g = load_graph(cfg.spec)
     if cfg.assignment is not None:
         a, k = read_assignment(cfg.assignment, g.num_nodes, cfg.parts)

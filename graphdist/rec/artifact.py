@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphdist.errors import ArtifactError, ConfigError
+from graphdist.errors import ArtifactError
 
 __all__ = ["partition_ratings", "load_rec_part", "check_rec_artifact", "RecPart", "is_ratings_spec"]
 
@@ -61,18 +61,12 @@ def partition_ratings(cfg) -> dict:
     :class:`graphdist.halo.tools.PartitionConfig`): load, partition the user-item graph (or read
     ``--assignment``), write the artifact with the per-part interactions. Returns what
     :func:`graphdist.halo.tools.partition_to_artifact` returns."""
-    from graphdist.config import check_choices
     from graphdist.halo.artifact import write_artifact
     from graphdist.halo.budget import check_fits
-    from graphdist.halo.tools import _check_artifact_out, _check_k, _check_readable, read_assignment
+    from graphdist.halo.tools import _check_k, check_request, read_assignment
     from graphdist.rec.data import load_ratings
     from partitioners import partition, quality
-    check_choices(cfg)
-    _check_artifact_out(cfg.out)
-    if cfg.assignment is None and cfg.parts is None:
-        raise ConfigError("--parts K is required (or give --assignment FILE)")
-    if cfg.assignment is not None:
-        _check_readable(cfg.assignment)
+    check_request(cfg)
     ratings = load_ratings(cfg.spec)
     g = ratings.graph
     if cfg.assignment is not None:

@@ -29,6 +29,7 @@ import graphdist.gnn.pyg as gd
 from graphdist.data import Graph
 from graphdist.halo import build_plan
 from graphdist.testing import run_ranks
+from tests.test_gcn_parity import assignment  # the same random / METIS parts
 
 N, FEAT, HID, C, EDIM = 240, 8, 16, 4, 3
 METHODS = ("random", "metis")
@@ -147,15 +148,6 @@ def make_graph() -> Graph:
     y = torch.randint(0, C, (N,), generator=g)
     train = torch.rand(N, generator=g) < 0.4
     return Graph.from_edges(src, dst, N, symmetrize=False, self_loops=True, x=x, y=y, train_mask=train)
-
-
-def assignment(graph: Graph, k: int, method: str) -> torch.Tensor:
-    if k == 1:
-        return torch.zeros(graph.num_nodes, dtype=torch.int64)
-    if method == "random":
-        return torch.randint(0, k, (graph.num_nodes,), generator=torch.Generator().manual_seed(k))
-    from graphdist.halo.setup import partition_in_process
-    return partition_in_process(graph, k, "metis", 0)
 
 
 # ------------------------------------------------------------------ one rank

@@ -113,7 +113,8 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
         elastic_launch(lc, sys.executable)("-m", "graphdist.worker", _path(fn), _path(type(cfg)),
                                            config_mod.to_json(cfg))
     except SignalException as e:  # Ctrl-C / SIGTERM: the agent forwarded it to the workers, which
-        return 128 + int(e.sigval)  # stopped at a step boundary and printed where (rank 0)
+        _stop_keep_alive_timers()  # stopped at a step boundary and printed where (rank 0)
+        return 128 + int(e.sigval)
     except RendezvousError as e:  # the node hosting the rendezvous store is gone, or never came
         from graphdist.comm import first_sentences
         first = first_sentences(str(e)) or type(e).__name__
@@ -133,6 +134,21 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
         if env_before is None:
             os.environ.pop("OMP_NUM_THREADS", None)
     return 0
+
+
+def _stop_keep_alive_timers() -> None:
+    """Stop the rendezvous keep-alive timers, here on the main thread. On a signal torch's launcher
+    leaves its rendezvous open (so that a restarted agent could rejoin) and with it the handler's
+    keep-alive thread. When that thread is inside a heartbeat while the main thread lets go of
+    the handler, the thread drops the last reference itself, and the timer's finalizer then
+    joins the thread it runs on: a 'cannot join current thread' traceback printed while the
+    process exits. Cancelling the timers first makes that impossible."""
+    import gc
+
+    from torch.distributed.elastic.rendezvous.utils import _PeriodicTimer
+    for o in gc.get_objects():
+        if type(o) is _PeriodicTimer:  # (isinstance would touch deprecated torch objects, warning)
+            o.cancel()
 
 
 RESULT_ENV = "GRAPHDIST_RESULT_FILE"

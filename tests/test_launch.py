@@ -96,6 +96,18 @@ def test_signal_stops_at_an_epoch_with_one_line_and_resumes(tmp_path, sig, code)
     assert len(json.loads((tmp_path / "r.json").read_text())["losses"]) == done + 3
 
 
+def test_signal_during_a_rendezvous_heartbeat_leaves_no_traceback(tmp_path):
+    """torch's launcher leaves its rendezvous open on a signal; if the keep-alive thread holds the
+    handler when the launcher lets go of it, the thread's own timer finalizer used to fail
+    ('cannot join current thread') and print a traceback as the process exited."""
+    ROOT = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "tests.keepalive_entry", str(tmp_path / "beat")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert (tmp_path / "beat").exists()  # the signal came during a heartbeat
+    assert r.returncode == 130, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr[-3000:]
+
+
 def _node(port: int, ck: Path):
     return _start(TRAIN + ["--epochs", "1000000", "--nnodes", "2", "--nproc", "1", "--rdzv-endpoint",
                            f"127.0.0.1:{port}", "--rdzv-id", "lost-node", "--checkpoint-dir", str(ck),

@@ -131,8 +131,8 @@ def main(argv=None) -> int:
             continue
         pk = max(s.peak(a, b), rss0)
         print(f"{'  ' * depth + name:<34} {b - a:7.1f} {rss0 / gib:10.2f} {pk / gib:9.2f} {(pk - rss0) / gib:9.2f}")
-    import resource
-    print(f"total {t1 - t0:.1f} s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+    from graphdist.runtime import peak_rss_bytes
+    print(f"total {t1 - t0:.1f} s, peak RSS {peak_rss_bytes() / 2**30:.2f} GiB")
     return 0
 
 

@@ -6,7 +6,7 @@
     python benchmarks/partition_quality.py --graphs facebook --methods "metis,auto[seeds=20]"   # options of partition()
 
 Every (graph, method, k) runs in a fresh child process, so its time and peak memory
-(``ru_maxrss``, which includes loading the graph) are its own. Prints a table per graph with the
+(``VmHWM``, which includes loading the graph) are its own. Prints a table per graph with the
 plain halo volume and the rows moved with pre/post aggregation (``moved_rows``, a minimum vertex
 cover per part pair), each over node-balanced METIS's plain volume, and the ``metis / ldg`` time
 ratio; ``--json FILE`` keeps it all. Targets: auto ``moved_rows`` <= 0.6 x METIS k-way
@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -54,7 +53,8 @@ def one(spec: str, method: str, k: int, imbalance: float) -> dict:
     t0 = time.perf_counter()
     q = quality(g, a, feature_dim=128, k=k)
     q_s = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    from graphdist.runtime import peak_rss_bytes
+    rss = peak_rss_bytes()
     return {"spec": spec, "method": method + (f"[{opts}" if opts else ""), "k": k, "nodes": g.num_nodes, "edges": g.num_edges,
             "time_s": sec, "load_s": load_s, "quality_s": q_s, "peak_rss_bytes": rss, **q}
 

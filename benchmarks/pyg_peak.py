@@ -7,14 +7,13 @@ beside ``train-gcn --partition DIR`` (k = 1) on the same graph and model (issue 
 PyG runs the way its docs give for a large graph: ``GCNConv(cached=True)`` on a torch.sparse CSR
 ``adj_t`` (an ``edge_index`` forward would materialise E x hidden messages), ReLU, dropout 0.5,
 Adam 0.01, cross-entropy on the train nodes; an epoch is forward, backward, Adam step and an
-evaluation forward, as train-gcn's. The peak is this process's peak RSS (``ru_maxrss``), which
+evaluation forward, as train-gcn's. The peak is this process's peak RSS (``VmHWM``), which
 includes loading the part, so the figure compares with train-gcn's ``mem/peak_bytes``.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import resource
 import sys
 import time
 from pathlib import Path
@@ -71,7 +70,8 @@ def main(argv=None) -> int:
             acc = float((forward(False).argmax(1) == y).float().mean())
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.detach()))
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    from graphdist.runtime import peak_rss_bytes
+    peak = peak_rss_bytes()
     out = {"nodes": n, "edges": int(adj_t.values().numel()), "layers": args.layers, "hidden": args.hidden,
            "pyg/peak_bytes": peak, "pyg/epoch_s": times, "losses": losses, "acc": acc}
     print(f"PyG GCNConv {args.layers}x{args.hidden} on {n:,} nodes / {out['edges']:,} edges: peak RSS "

@@ -280,13 +280,28 @@ def host_memory_bytes() -> int:
         return 16 * 2**30
 
 
-def peak_memory_bytes(device: torch.device | None = None) -> int:
-    """Peak memory of this process: CUDA max-allocated on GPU, max RSS on CPU."""
-    if device is not None and device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory. On Linux the high-water mark of its own address space
+    (``VmHWM``): ``getrusage``'s ``ru_maxrss`` also counts the RSS of the process that started it
+    (the kernel carries it over fork and exec), so a job started from a large Python process
+    would report that process's size. Elsewhere ``ru_maxrss``."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:  # pragma: no cover - no procfs
+        pass
     import resource
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss * (1 if sys.platform == "darwin" else 1024))
+
+
+def peak_memory_bytes(device: torch.device | None = None) -> int:
+    """Peak memory of this process: CUDA max-allocated on GPU, peak RSS on CPU."""
+    if device is not None and device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    return peak_rss_bytes()
 
 
 def set_mmap_threshold(mb: int) -> None:

@@ -151,3 +151,20 @@ def test_checkpointer_keeps_the_newest_and_is_atomic(tmp_path):
     (tmp_path / "ck" / "latest").write_text("step_00000009\n")
     with pytest.raises(Exception, match="not a complete snapshot"):
         ck.latest()
+
+
+def test_peak_rss_is_this_process_not_the_one_that_started_it():
+    """The kernel carries ``ru_maxrss`` over fork and exec, so a job started from a large process
+    (a pytest run, a notebook) would report that process's size as its own peak."""
+    import json
+    import subprocess
+    import sys
+    big = bytearray(400 * 2**20)
+    big[::4096] = b"\1" * len(big[::4096])  # 400 MiB resident in this process
+    code = ("import json, resource; from graphdist.runtime import peak_rss_bytes; "
+            "print(json.dumps([peak_rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]))")
+    mine, inherited = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                                check=True).stdout)
+    del big
+    assert inherited > 400 * 2**20  # the kernel's figure, as the bug saw it
+    assert mine < 300 * 2**20, mine  # python + torch, without this process's 400 MiB

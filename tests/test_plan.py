@@ -50,6 +50,15 @@ def test_plan_matches_the_measured_run(artifacts, tmp_path, k, flags, fields):
     for p, m in zip(want["mem/peak_bytes_per_rank"], got["mem/peak_bytes_per_rank"]):
         assert abs(p / m - 1) <= 0.15, (p, m)
     assert want["mem/peak_bytes"] == max(want["mem/peak_bytes_per_rank"]) and want["fits"] is True
+    # the table of exchange choices holds the run's own choice, with the bytes the run counted
+    choices = {(c["comm/halo"], c["comm/halo_bits"]): c for c in want["comm/choices"]}
+    assert len(choices) == (10 if k > 1 else 0)
+    if k > 1:
+        mine = choices[(fields["halo"], fields["halo_bits"])]
+        assert mine["comm/halo_bytes_per_epoch"] == got["comm/halo_bytes_per_epoch"]
+        assert mine["time/epoch_s"] == pytest.approx(want["time/epoch_s"]) and not mine["exact"]
+        times = [c["time/epoch_s"] for c in want["comm/choices"]]
+        assert times == sorted(times)
 
 
 def test_json_keys_stats_mode_and_refusal(artifacts, capsys):

@@ -34,6 +34,15 @@ def _handler(args) -> int:
               f"{row['time/epoch_s']:9.2f}")
     modes = ", ".join(f"{m} {b / 1e6:,.1f} MB" for m, b in out["comm/halo_bytes_per_epoch_by_mode"].items())
     print(f"halo bytes per epoch (all ranks, {cfg.halo_bits} bit): {modes or 'none (k=1)'}")
+    if out["comm/choices"]:
+        print(f"exchange choices at {cfg.link_gbps:g} Gbit/s"
+              + (f", {cfg.link_latency_us:g} us per exchange" if cfg.link_latency_us else "") + ", fastest first:")
+        print("  halo  bits  bytes/epoch  epoch s (est.)")
+        for c in out["comm/choices"]:
+            mark = " <- --halo/--halo-bits" if (c["comm/halo"], c["comm/halo_bits"]) == (cfg.halo, cfg.halo_bits) else ""
+            exact = "" if c["exact"] else " (inexact)"
+            print(f"  {c['comm/halo']:<5} {c['comm/halo_bits']:>4} {c['comm/halo_bytes_per_epoch'] / 1e6:9.1f} MB "
+                  f"{c['time/epoch_s']:12.3f}{exact}{mark}")
     verdict = "fits" if out["fits"] else "does NOT fit"
     print(f"peak {human_bytes(out['mem/peak_bytes'])} per rank {verdict} in {human_bytes(out['mem/per_rank_bytes'])}")
     return 0

@@ -1,5 +1,6 @@
 """The epoch-time estimate of ``graphdist plan``: sparse products and linears at rates measured
-on this machine, halo bytes over a link of ``--link-gbps``."""
+on this machine, halo bytes over a link of ``--link-gbps`` (plus ``--link-latency-us`` per
+exchange); and the same estimate for every exchange a run could use (:func:`exchange_choices`)."""
 from __future__ import annotations
 
 from graphdist.gnn.plan import PartStats
@@ -33,7 +34,7 @@ def measured_rates() -> tuple[float, float]:
 def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, sent_bytes: float,
                   rates: tuple[float, float]) -> float:
     """Sparse products at ``rates[0]``, the linears at ``rates[1]``, the rank's halo bytes over
-    the link (no overlap assumed; elementwise work not counted)."""
+    the link and its latency once per exchange (no overlap assumed; elementwise work not counted)."""
     nnz = ps.own_edges + (ps.n if cfg.model == "gcn" else 0)
     if active:
         nnz += ps.halo_entries.get(mode, 0) + (ps.send_entries if mode == "mvc" else 0)
@@ -45,4 +46,39 @@ def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: boo
         if not (i == 0 and lay["eval_reuse"] and not active):
             sparse += nnz * lay["eval_width"]
         dense += 2 * ps.n * fi * fo * (3 if i > 0 else 2) + 2 * ps.n * fi * fo
-    return sparse / rates[0] + dense / rates[1] + sent_bytes * 8 / (cfg.link_gbps * 1e9)
+    wait = exchanges_per_epoch(layers) * cfg.link_latency_us * 1e-6 if active else 0.0
+    return sparse / rates[0] + dense / rates[1] + sent_bytes * 8 / (cfg.link_gbps * 1e9) + wait
+
+
+def exchanges_per_epoch(layers: list[dict]) -> int:
+    """Exchanges of one epoch: per layer the training forward, the backward where the layer's
+    input needs a gradient, and the evaluation forward (as ``halo_bytes_per_epoch`` counts)."""
+    return sum(2 + bool(lay["needs_input_grad"]) for lay in layers)
+
+
+def exchange_choices(parts: list[PartStats], layers: list[dict], cfg, active: bool,
+                     rates: tuple[float, float]) -> list[dict]:
+    """Every exchange the run could use, fastest first: halo mode (``plain``, ``mvc``) x training
+    wire width (``--halo-bits`` 32, 16, 8, 4, 2; evaluation stays at ``--eval-halo-bits``), each
+    with its halo bytes per epoch (all ranks, exact) and the estimated epoch time (slowest rank).
+    Only 32 bits is exact; the error of fewer bits depends on the rows and is not predicted here
+    (``train-gcn`` measures it: ``comm/halo_rel_error``), nor is the time to encode them."""
+    import dataclasses
+
+    from graphdist.gnn.plan import halo_bytes_per_epoch
+    from graphdist.halo.quant import BITS
+    if not active:
+        return []
+    out = []
+    for mode in ("plain", "mvc"):
+        if not all(mode in p.send for p in parts):
+            continue
+        total_rows = sum(p.send[mode] for p in parts)
+        for bits in sorted(BITS, reverse=True):
+            c = dataclasses.replace(cfg, halo=mode, halo_bits=bits)
+            total = halo_bytes_per_epoch(total_rows, layers, c)
+            t = max(epoch_seconds(p, layers, c, mode, True, total * p.send[mode] / max(1, total_rows), rates)
+                    for p in parts)
+            out.append({"comm/halo": mode, "comm/halo_bits": bits, "exact": bits == 32,
+                        "comm/halo_bytes_per_epoch": int(total), "time/epoch_s": t})
+    return sorted(out, key=lambda r: (r["time/epoch_s"], -r["comm/halo_bits"]))

@@ -25,7 +25,7 @@ def _handler(args) -> int:
         print(json.dumps({k: v for k, v in out.items() if k != "layers"}, indent=1))
         return 0
     print(f"plan: {out['source']}, k={out['world_size']}, {cfg.model} {cfg.layers}x{cfg.hidden}, "
-          f"F={out['features']}, C={out['classes']}, halo {cfg.halo} {cfg.halo_bits} bit")
+          f"F={out['features']}, C={out['classes']}, halo {out['comm/halo']}{' (auto)' if cfg.halo == 'auto' else ''} {cfg.halo_bits} bit")
     print("rank   owned    halo  features adjacency activations optimizer+plan      peak  epoch s (est.)")
     for r, row in enumerate(out["ranks"]):
         print(f"{r:4d} {row['owned_rows']:7,d} {row['halo_rows']:7,d} {human_bytes(row['features_bytes']):>9} "
@@ -39,7 +39,7 @@ def _handler(args) -> int:
               + (f", {cfg.link_latency_us:g} us per exchange" if cfg.link_latency_us else "") + ", fastest first:")
         print("  halo  bits  bytes/epoch  epoch s (est.)")
         for c in out["comm/choices"]:
-            mark = " <- --halo/--halo-bits" if (c["comm/halo"], c["comm/halo_bits"]) == (cfg.halo, cfg.halo_bits) else ""
+            mark = " <- --halo/--halo-bits" if (c["comm/halo"], c["comm/halo_bits"]) == (out['comm/halo'], cfg.halo_bits) else ""
             exact = "" if c["exact"] else " (inexact)"
             print(f"  {c['comm/halo']:<5} {c['comm/halo_bits']:>4} {c['comm/halo_bytes_per_epoch'] / 1e6:9.1f} MB "
                   f"{c['time/epoch_s']:12.3f}{exact}{mark}")

@@ -59,9 +59,10 @@ class GCNConfig:
     """divide each feature row by its sum (Kipf's Cora preprocessing)"""
     patience: int = 0
     """early stopping: stop after N epochs without a better validation accuracy (0 = never)"""
-    halo: Literal["plain", "mvc"] = "mvc"
+    halo: Literal["plain", "mvc", "auto"] = "mvc"
     """halo exchange: plain sends every halo row raw; mvc sends, per peer pair, raw rows or
-    pre-aggregated partial sums as a minimum vertex cover of the cut picks (exact, fewer rows)"""
+    pre-aggregated partial sums as a minimum vertex cover of the cut picks (exact, fewer rows);
+    auto picks the one with the lower predicted epoch time (rates and link measured at start-up)"""
     halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value in flight, forward and backward: 32 = float32 (exact); 16, 8, 4, 2 =
     per-row offset and scale, stochastic rounding, packed bytes (fewer bytes, not exact)"""

@@ -316,6 +316,11 @@ def plan(cfg: PlanConfig) -> dict:
     layers = layer_plan(cfg, f_in, n_classes, active)
     from graphdist.gnn.plan_time import epoch_seconds, exchange_choices, measured_rates
     rates = (cfg.spmm_rate, measured_rates()[1]) if cfg.spmm_rate else measured_rates()
+    choices = exchange_choices(parts, layers, cfg, active, rates)
+    if cfg.halo == "auto":  # as train-gcn resolves it: the fastest exact mode at --halo-bits
+        import dataclasses
+        fast = [c["comm/halo"] for c in choices if c["comm/halo_bits"] == cfg.halo_bits]
+        cfg = dataclasses.replace(cfg, halo=fast[0] if fast else "plain")
     halo = {m: halo_bytes_per_epoch(sum(p.send.get(m, 0) for p in parts), layers, cfg) if active else 0
             for m in ("plain", "mvc") if all(m in p.send for p in parts)}
     ranks = []
@@ -332,7 +337,7 @@ def plan(cfg: PlanConfig) -> dict:
             "comm/halo": cfg.halo, "comm/halo_bits": cfg.halo_bits, "time/epoch_s": max(r["time/epoch_s"] for r in ranks),
             "fits": bool(max(peaks) <= mem), "mem/per_rank_bytes": int(mem), "world_size": k, "source": source,
             "features": f_in, "classes": n_classes, "layers": layers, "ranks": ranks,
-            "comm/choices": exchange_choices(parts, layers, cfg, active, rates),
+            "comm/choices": choices,
             "rates": {"spmm_entries_cols_per_s": rates[0], "dense_flops_per_s": rates[1]}}
 
 

@@ -20,6 +20,7 @@ resume with the settings check, early stopping); ``resume`` continues bit-for-bi
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import asdict
 
@@ -56,6 +57,14 @@ def train(cfg: GCNConfig) -> dict:
     return fit(cfg, box, pinfo, ctx)  # fit takes the part out of the box: it holds the only reference
 
 
+def _auto_line(plan: dict) -> str:
+    if "modes" not in plan or not plan["modes"]:
+        return plan.get("why", "")
+    est = ", ".join(f"{m} {d['time/epoch_s']:.3g} s" for m, d in plan["modes"].items())
+    link = plan.get("link", "")
+    return f"predicted epoch {est}; link {plan.get('link_bytes_per_s', 0) * 8 / 1e9:.3g} Gbit/s {link}"
+
+
 def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     """Train on this rank's :class:`~graphdist.halo.plan.LocalGraph`; every rank returns the report.
 
@@ -68,6 +77,13 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         lg = lg.pop()
     ws, dev = ctx.world_size, ctx.device
     check_halo_bits(cfg, ws)
+    halo_auto = None
+    if cfg.halo == "auto":  # resolved before anything is built; the checkpoint records the choice
+        from graphdist.gnn.auto import choose_halo, resumed_choice
+        n_cls = int(comm.all_reduce_max(torch.tensor([lg.num_classes])).item())
+        mode, halo_auto = resumed_choice(cfg) or choose_halo(cfg, lg, n_cls)
+        cfg = dataclasses.replace(cfg, halo=mode)
+        get_logger().info(f"--halo auto: {mode} ({_auto_line(halo_auto)})")
     if dev.type != "cuda" and cfg.model in BUILTIN_MODELS:  # plan models graphdist's own models
         check_fits(cfg, lg, ws)  # host memory: one line instead of an out-of-memory kill
     lg = lg.reordered(cfg.reorder)  # owned rows in locality order; every result is order-free
@@ -131,6 +147,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/halo_bytes_per_epoch": int(stats[1]),
         "comm/halo_rows_per_epoch": int(stats[0]),
         "comm/halo": cfg.halo,
+        "comm/halo_auto": halo_auto,
         "comm/halo_bits": cfg.halo_bits,
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "comm/halo_rel_error": rel_error,

@@ -3,7 +3,7 @@ exchanges against stale halos (PipeGCN) and boundary sampling (BNS-GCN), on a si
 
     OMP_NUM_THREADS=1 python benchmarks/adaptive_comm.py [--root ../shared/datasets/planetoid]
         [--k 4] [--seeds 5] [--epochs 200] [--links 10,1,0.1,0.01] [--time-epochs 100]
-        [--variants plain,mvc,mvc8,stale,bns0.5,bns0.1] [--spec SPEC] [--json out.json]
+        [--variants plain,mvc,mvc8,stale,bns0.5,bns0.1,auto] [--acc-link G] [--spec SPEC] [--json out.json]
 
 Settings: Kipf & Welling's (2 layers, 16 hidden, dropout 0.5, Adam lr 0.01, weight decay 5e-4
 on the first layer, row-normalised features on Cora only, public split, test accuracy at the best
@@ -17,7 +17,10 @@ plus runs with no link; ``--seeds 0`` measures the times only.
 
 Variants: ``plain`` / ``mvc`` exact; ``mvc8`` mvc with 8-bit rows; ``stale`` mvc with
 ``--halo-staleness 1``; ``stale-gf`` the same with ``--staleness-smoothing 0.5``; ``bnsP``
-plain with ``--boundary-rate P``; ``mvc-bnsP`` mvc with it.
+plain with ``--boundary-rate P``; ``mvc-bnsP`` mvc with it; ``mvc4`` 4-bit rows; ``auto``
+``--halo auto`` at the default ``--halo-error 0.01`` (its widths depend on the link: the times
+table gives them, and ``--acc-link G`` runs the accuracy seeds on a G Gbit/s link so that the
+accuracy is that of the widths it picks there).
 """
 from __future__ import annotations
 
@@ -34,8 +37,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 def variant(name: str) -> dict:
     if name in ("plain", "mvc"):
         return {"halo": name}
-    if name == "mvc8":
-        return {"halo": "mvc", "halo_bits": 8}
+    if name in ("mvc8", "mvc4"):
+        return {"halo": "mvc", "halo_bits": int(name[3:])}
+    if name == "auto":
+        return {"halo": "auto"}
     if name == "stale":
         return {"halo": "mvc", "halo_staleness": 1}
     if name == "stale-gf":
@@ -47,7 +52,13 @@ def variant(name: str) -> dict:
     raise SystemExit(f"unknown variant {name!r}")
 
 
-def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs, row_normalize=True, repeats=1):
+def _bits(r) -> str:
+    b = (r.get("comm/halo_auto") or {}).get("bits")
+    return f"{r['comm/halo']} {'/'.join(map(str, b['forward']))} fwd {'/'.join(map(str, b['backward']))} bwd" if b else ""
+
+
+def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs, row_normalize=True, repeats=1,
+         acc_link=0.0):
     from graphdist.data import load_graph
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.halo import build_plan
@@ -66,8 +77,8 @@ def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs,
     acc = {v: [] for v in variants}
     for s in seeds:
         for v in variants:
-            r = run(v, s, epochs)
-            acc[v].append({"seed": s, "test_acc": r["test_acc"], "bytes": r["comm/halo_bytes_per_epoch"],
+            r = run(v, s, epochs, acc_link)
+            acc[v].append({"seed": s, "test_acc": r["test_acc"], "bytes": r["comm/halo_bytes_per_epoch"], "auto": _bits(r),
                            "rows": r["comm/halo_rows_per_epoch"], "epoch_s": r["time/epoch_s"]})
     times = {v: {} for v in variants}
     for _ in range(repeats):  # the fastest of the repeats: the least disturbed by other jobs
@@ -75,7 +86,7 @@ def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs,
             for v in variants:
                 r = run(v, 0, time_epochs, link)
                 t = {"epoch_s": r["time/epoch_s"], "link_wait_s": r["time/link_wait_s_per_epoch"],
-                     "bytes": r["comm/halo_bytes_per_epoch"]}
+                     "bytes": r["comm/halo_bytes_per_epoch"], "auto": _bits(r)}
                 old = times[v].get(str(link))
                 times[v][str(link)] = t if old is None or t["epoch_s"] < old["epoch_s"] else old
     return {"acc": acc, "times": times, "partition": lg.world_size}
@@ -93,6 +104,7 @@ def main(argv=None) -> int:
     p.add_argument("--time-repeats", type=int, default=1, help="time runs per variant and link; the fastest is kept")
     p.add_argument("--links", default="10,1,0.1,0.01", help="simulated link speeds in Gbit/s")
     p.add_argument("--variants", default="plain,mvc,mvc8,stale,bns0.5,bns0.1")
+    p.add_argument("--acc-link", type=float, default=0.0, help="simulated link (Gbit/s) of the accuracy runs (0 = none)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     from graphdist.testing import run_ranks
@@ -103,7 +115,8 @@ def main(argv=None) -> int:
     links = [float(x) for x in args.links.split(",") if x.strip()]
     t0 = time.perf_counter()
     res = run_ranks(_job, args.k, args=(spec, args.method, list(range(args.seeds)), args.epochs, variants, links,
-                                        args.time_epochs, args.spec is None, args.time_repeats), timeout=14400)[0]
+                                        args.time_epochs, args.spec is None, args.time_repeats, args.acc_link),
+                     timeout=14400)[0]
     print(f"{spec}, k={args.k} {args.method}, {args.seeds} seeds x {args.epochs} epochs; times: {args.time_epochs} "
           f"epochs, seed 0; {time.perf_counter() - t0:.0f} s in all")
     mean = lambda runs: statistics.mean(r["test_acc"] for r in runs) if runs else float("nan")  # noqa: E731
@@ -119,6 +132,9 @@ def main(argv=None) -> int:
         cells = " | ".join(f"{1e3 * t[str(x)]['epoch_s']:.1f} ({1e3 * t[str(x)]['link_wait_s']:.1f})" for x in links)
         print(f"| {v} | {100 * m:.2f} ± {100 * sd:.2f} | {100 * (m - base):+.2f} | {t['0.0']['bytes']:,.0f} | "
               f"{1e3 * t['0.0']['epoch_s']:.1f} | {cells} |")
+        picked = "; ".join(f"{x:g}: {t[str(x)]['auto']}" for x in [0.0, *links] if t[str(x)].get("auto"))
+        if picked:
+            print(f"|   {v} picked | {picked} |")
         rows.append({"variant": v, "config": variant(v), "mean": m, "std": sd, "runs": res["acc"][v], "times": t})
     if args.json:
         Path(args.json).write_text(json.dumps({"spec": spec, "k": args.k, "method": args.method, "results": rows},

@@ -2,10 +2,12 @@
 through gloo, and the flags that cannot work."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from graphdist.cli import main
+from graphdist.halo import quant
 from graphdist.halo.quant import decode, encode, row_bytes
 from graphdist.testing import run_ranks
 
@@ -69,6 +71,26 @@ def test_stochastic_rounding_is_unbiased(bits):
     row = torch.tensor([[0.0, 0.3, 3.0]])
     mean = torch.stack([decode(encode(row, 2, key=i), 2, 3) for i in range(draws)]).double().mean(0)
     assert abs(float(mean[0, 1]) - 0.3) < 5 * (0.3 * 0.7 / draws) ** 0.5
+
+
+@pytest.mark.parametrize("bits", [16, 8, 4, 2])
+def test_expected_square_error_is_the_mean_over_rounding_noise(bits):
+    # --halo auto's error prediction: the mean over 64 noise keys of the real codec's squared error
+    gen = torch.Generator().manual_seed(3)
+    x = torch.relu(torch.randn(700, 19, generator=gen)) * torch.rand(700, 1, generator=gen) * 10
+    x[5] = 2.5  # a constant row: no error
+    want = quant.expected_sq_error(x, bits)
+    got = sum(float(((quant.decode(quant.encode(x, bits, key=k), bits, 19) - x) ** 2).sum()) for k in range(64)) / 64
+    assert got == pytest.approx(want, rel=0.05)
+    # a brute-force NumPy count of the same sum on the offsets and scales the codec sends
+    buf = quant.encode(x, bits)
+    zs = buf[:, -4:].contiguous().view(torch.bfloat16).float().numpy()
+    t = (x.numpy().astype(np.float64) - zs[:, :1]) / zs[:, 1:]
+    p = t - np.floor(t)
+    assert want == pytest.approx(float((p * (1 - p) * zs[:, 1:].astype(np.float64) ** 2).sum()), rel=1e-4)
+    assert quant.expected_sq_error(x[:0], bits) == 0.0
+    # blocks change nothing
+    assert quant.expected_sq_error(x, bits, block=64) == pytest.approx(want, rel=1e-9)
 
 
 @pytest.mark.parametrize("bits", QBITS)

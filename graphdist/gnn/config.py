@@ -66,6 +66,11 @@ class GCNConfig:
     halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value in flight, forward and backward: 32 = float32 (exact); 16, 8, 4, 2 =
     per-row offset and scale, stochastic rounding, packed bytes (fewer bytes, not exact)"""
+    halo_error: float = 0.01
+    """error budget of --halo auto (with --halo-bits 32, graphdist's own models): after the first
+    epoch (exact, which measures the rows), each layer's forward and backward exchange travels at
+    the width (32, 16, 8, 4, 2 bits) of the lowest predicted time whose expected relative error
+    ||x_hat - x|| / ||x|| (comm/halo_rel_error) is at most E; 0 = exact rows only"""
     eval_halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value in the evaluation pass (32 = exact float32 rows, whatever --halo-bits
     training uses, so test accuracy has no rounding noise of its own)"""
@@ -134,6 +139,8 @@ class GCNConfig:
         for name, v in (("link-gbps", self.link_gbps), ("link-latency-us", self.link_latency_us)):
             if not v >= 0:
                 raise ConfigError(f"--{name} must be >= 0, got {v}")
+        if not 0.0 <= self.halo_error < 1.0:
+            raise ConfigError(f"--halo-error must be in [0, 1), got {self.halo_error}")
         if not 0.0 <= self.staleness_smoothing < 1.0:
             raise ConfigError(f"--staleness-smoothing must be in [0, 1), got {self.staleness_smoothing}")
         if self.staleness_smoothing > 0 and self.halo_staleness == 0:

@@ -42,5 +42,14 @@ def summary_line(rep: dict) -> str:
     return (f"test_acc {rep['test_acc']:.4f} (best val {rep['best_val_acc']:.4f} at epoch {rep['best_epoch']}), "
             f"final loss {rep['losses'][-1]:.4f}, {rep['time/epoch_s'] * 1e3:.1f} ms/epoch, "
             f"halo {rep['comm/halo_rows_per_epoch']:,} rows = {mb:.2f} MB/epoch "
-            f"({rep.get('comm/halo', 'plain')}, {rep.get('comm/halo_bits', 32)} bit), "
+            f"({rep.get('comm/halo', 'plain')}, {_bits(rep)}), "
             f"peak mem {rep['mem/peak_bytes'] / 2**20:.0f} MiB/rank, world size {rep['world_size']}")
+
+
+def _bits(rep: dict) -> str:
+    """``32 bit``, or ``--halo auto``'s widths per layer: ``bits 8/4 forward, 8/8 backward``."""
+    chosen = (rep.get("comm/halo_auto") or {}).get("bits")
+    if not chosen:
+        return f"{rep.get('comm/halo_bits', 32)} bit"
+    return f"bits {'/'.join(map(str, chosen['forward']))} forward, {'/'.join(map(str, chosen['backward']))} backward"
+

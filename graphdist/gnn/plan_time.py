@@ -31,6 +31,26 @@ def measured_rates() -> tuple[float, float]:
     return n * deg * w / best_s, 2 * 20_000 * 128 * 128 / best_d
 
 
+def codec_rates() -> dict[int, float]:
+    """``{bits: values per second}`` one process encodes and decodes (:mod:`graphdist.halo.quant`)
+    at each quantised width, from a 32768 x 64 block (best of three)."""
+    import time
+
+    import torch
+
+    from graphdist.halo import quant
+    x = torch.randn(32768, 64, generator=torch.Generator().manual_seed(0))
+    out = {}
+    for bits in quant.BITS[1:]:
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            quant.decode(quant.encode(x, bits), bits, x.shape[1])
+            best = min(best, time.perf_counter() - t)
+        out[bits] = x.numel() / best
+    return out
+
+
 def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, sent_bytes: float,
                   rates: tuple[float, float]) -> float:
     """Sparse products at ``rates[0]``, the linears at ``rates[1]``, the rank's halo bytes over

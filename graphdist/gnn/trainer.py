@@ -77,11 +77,16 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         lg = lg.pop()
     ws, dev = ctx.world_size, ctx.device
     check_halo_bits(cfg, ws)
-    halo_auto = None
+    halo_auto = auto_bits = None
     if cfg.halo == "auto":  # resolved before anything is built; the checkpoint records the choice
-        from graphdist.gnn.auto import choose_halo, resumed_choice
+        from graphdist.gnn.auto import AutoBits, choose_halo, resumed_choice
         n_cls = int(comm.all_reduce_max(torch.tensor([lg.num_classes])).item())
         mode, halo_auto = resumed_choice(cfg) or choose_halo(cfg, lg, n_cls)
+        if cfg.halo_bits == 32 and cfg.halo_error > 0 and ws > 1 and cfg.model in BUILTIN_MODELS and \
+                comm.backend() in ("gloo", "nccl"):  # and a width per layer after the first epoch
+            link = (halo_auto["link_bytes_per_s"], halo_auto["rates"]["codec_values_per_s"]) \
+                if "rates" in halo_auto else None
+            auto_bits = AutoBits(cfg.halo_error, cfg.layers, link)
         cfg = dataclasses.replace(cfg, halo=mode)
         get_logger().info(f"--halo auto: {mode} ({_auto_line(halo_auto)})")
     if dev.type != "cuda" and cfg.model in BUILTIN_MODELS:  # plan models graphdist's own models
@@ -104,7 +109,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     if n_train == 0:
         raise ConfigError("the graph has no training nodes (train_mask is empty)")
     if cfg.model in BUILTIN_MODELS:
-        net = BuiltinNet(cfg, lg, x, ids, n_classes, dev)
+        net = BuiltinNet(cfg, lg, x, ids, n_classes, dev, separate_eval=auto_bits is not None)
     else:
         if cfg.halo_staleness or cfg.link_gbps > 0 or cfg.boundary_rate < 1.0:
             raise ConfigError(f"--model {cfg.model}: --halo-staleness, --boundary-rate and --link-gbps work with the built-in "
@@ -113,7 +118,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         net = PygNet(cfg, lg, x, n_classes, dev)
     lg = lg.without_edges()  # the adjacency and the exchangers hold what training needs
     opt = torch.optim.Adam(net.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
-    task = GCNTask(cfg, net, opt, y, ids, masks, counts, dev)
+    task = GCNTask(cfg, net, opt, y, ids, masks, counts, dev, auto_bits)
     lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=cfg.resume, progress=cfg.progress and ctx.is_rank0, settings=cfg,
@@ -137,7 +142,11 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         stats = [rows / max(n, 1), nbytes / max(n, 1)]
     peaks = comm.all_gather_object(peak_memory_bytes(dev))
     best = _best(hist["val_acc"])
-    rel_error = _rel_error(*net.error_sources(), dev) if cfg.halo_bits < 32 else None
+    chosen = hist.get("halo_auto_bits")
+    if chosen is not None:
+        halo_auto = {**(halo_auto or {}), "bits": chosen}
+    quantised = cfg.halo_bits < 32 or (chosen is not None and min(chosen["forward"] + chosen["backward"]) < 32)
+    rel_error = _rel_error(*net.error_sources(), dev) if quantised else None
     return {
         "test_acc": hist["test_acc"][best] if hist["test_acc"] else None,
         "best_val_acc": hist["val_acc"][best] if hist["val_acc"] else None,
@@ -173,7 +182,7 @@ class BuiltinNet:
     """graphdist's own GCN / SAGE (:class:`~graphdist.gnn.models.GNN`) with its adjacency and
     exchangers: what :class:`GCNTask` calls (``gnn/pyg/net.py`` gives a PyG model the same face)."""
 
-    def __init__(self, cfg, lg, x, ids, n_classes: int, dev):
+    def __init__(self, cfg, lg, x, ids, n_classes: int, dev, separate_eval: bool = False):
         self.cfg, self.x, self.ids = cfg, x, ids
         self.adj = SparseAdj.for_model(lg, cfg.model, dev, halo=cfg.halo)
         link = Link(cfg.link_gbps, cfg.link_latency_us)
@@ -181,7 +190,8 @@ class BuiltinNet:
         self.ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed,
                                                  link=self.link)
         # evaluation is exact (32-bit, fresh rows) unless --eval-halo-bits says otherwise
-        self.ex_eval = self.ex if cfg.eval_halo_bits == cfg.halo_bits and not cfg.halo_staleness else \
+        same = cfg.eval_halo_bits == cfg.halo_bits and not cfg.halo_staleness and not separate_eval
+        self.ex_eval = self.ex if same else \
             HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1,
                                            link=self.link)
         torch.manual_seed(cfg.seed)
@@ -240,8 +250,10 @@ class GCNTask(Task):
     pass; one all-reduce of (loss, correct train/val/test). ``net``: :class:`BuiltinNet` or
     :class:`graphdist.gnn.pyg.net.PygNet`."""
 
-    def __init__(self, cfg, net, opt, y, ids, masks, counts, dev):
+    def __init__(self, cfg, net, opt, y, ids, masks, counts, dev, auto_bits=None):
         self.cfg, self.net, self.model, self.opt, self.y, self.ids = cfg, net, net.model, opt, y, ids
+        self.auto_bits = auto_bits
+        """:class:`graphdist.gnn.auto.AutoBits` (``--halo auto`` choosing widths) or None."""
         self.masks, self.counts, self.dev = masks, counts, dev
         self.n_train = float(counts[0])
         self.first = 0
@@ -254,6 +266,9 @@ class GCNTask(Task):
                 e.stats.reset()
                 e.set_step(epoch)
             self.first = self.first or epoch
+            calibrating = self.auto_bits is not None and self.auto_bits.before_epoch(hist, net.error_sources()[0])
+            if calibrating:
+                self.first = epoch + 1  # the error of the chosen widths is measured in the next epoch
             net.measure(epoch == self.first or epoch % 10 == 0)  # quantisation error, now and then
             with Timer(self.dev) as t:
                 model.train()
@@ -280,6 +295,10 @@ class GCNTask(Task):
             if sampled:
                 old = hist.get("halo_rows_bytes_sum", [0, 0, 0])
                 hist["halo_rows_bytes_sum"] = [old[0] + int(tot[0]), old[1] + int(tot[1]), old[2] + 1]
+            if calibrating:
+                choice = self.auto_bits.after_epoch(hist, net.error_sources()[0])
+                get_logger().info(f"--halo auto: bits forward {choice['forward']}, backward {choice['backward']} "
+                                  f"(expected relative error <= --halo-error {choice['budget']:g})")
             counts = self.counts
             accs = [float(m[i + 1] / counts[i]) if counts[i] > 0 else float("nan") for i in range(3)]
             hist["losses"].append(float(m[0]) / self.n_train)

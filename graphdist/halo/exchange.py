@@ -45,6 +45,12 @@ class CommStats:
         self.bytes = 0
         self.errors: dict = {}
         """``{(direction, tag): [squared error, squared norm]}`` of quantised rows sent."""
+        self.calib: dict = {}
+        """``{(direction, tag): [rows sent, rows received, width, squared norm, expected squared
+        error at 16, 8, 4, 2 bits, seconds to encode and decode them at 16, 8, 4, 2 bits, seconds
+        of compute between post and wait]}`` of the rows sent while ``calibrate`` is on (``--halo
+        auto``: what the rows would lose and cost at each width, and how much transfer the
+        layer's compute hides)."""
 
     def reset(self):
         self.rows = 0
@@ -113,6 +119,11 @@ class HaloExchanger:
         self._step, self._calls = 0, 0
         self.link = link
         """:class:`~graphdist.halo.link.Link` that delays each exchange (None: no delay)."""
+        self.layer_bits: dict = {}
+        """``{(direction, tag): bits}``: the wire width of one layer's exchange in one direction
+        where it differs from ``bits`` (``--halo auto``'s choice, :mod:`graphdist.gnn.auto`)."""
+        self.calibrate = False
+        """True: record in ``stats.calib`` what each tagged exchange would cost and err at every width."""
         self.stale = None
         """:class:`~graphdist.halo.stale.StaleHalos` (``--halo-staleness 1``) or None."""
         if bits < 32 and self.active and comm.backend(group) not in ("gloo", "nccl"):
@@ -186,12 +197,14 @@ class HaloExchanger:
     def _start(self, rows, in_counts, out_counts, n_out, direction, tag) -> "Pending":
         rows = rows.contiguous()
         decode = None
-        if self.bits == 32:
+        bits = self.bits if tag is None else self.layer_bits.get((direction, int(tag)), self.bits)
+        on_wait = self._calibrate(rows, n_out, direction, int(tag)) if self.calibrate and tag is not None else None
+        if bits == 32:
             buf = rows
         else:
             self._calls += 1
-            buf = quant.encode(rows, self.bits, key32(self.seed, self._step, comm.world(self.group)[0], self._calls))
-            width, dtype, bits = rows.shape[1], rows.dtype, self.bits
+            buf = quant.encode(rows, bits, key32(self.seed, self._step, comm.world(self.group)[0], self._calls))
+            width, dtype = rows.shape[1], rows.dtype
             decode = lambda out: quant.decode(out, bits, width, dtype)  # noqa: E731
             if self.measure and tag is not None and rows.numel():
                 err = decode(buf) - rows
@@ -200,7 +213,26 @@ class HaloExchanger:
         self.stats.add(buf)
         t0 = time.perf_counter()
         work = comm.all_to_all_rows(out, buf, out_counts, in_counts, self.group, async_op=True)
-        return Pending(work, out, buf, decode, self.link, t0, max(_nbytes(buf), _nbytes(out)))
+        return Pending(work, out, buf, decode, self.link, t0, max(_nbytes(buf), _nbytes(out)), on_wait)
+
+
+    def _calibrate(self, rows: torch.Tensor, n_out: int, direction: str, tag: int):
+        """Record ``rows``' costs at every width; returns what the exchange's ``wait()`` calls
+        with the seconds of compute since it was posted."""
+        c = self.stats.calib.setdefault((direction, tag), [0, 0, int(rows.shape[1])] + [0.0] * 10)
+        c[0] += int(rows.shape[0])
+        c[1] += int(n_out)
+        if rows.numel():
+            c[3] += sum(float(b.double().square().sum()) for b in rows.split(1 << 15))
+            for i, b in enumerate((16, 8, 4, 2)):
+                c[4 + i] += quant.expected_sq_error(rows, b)
+                t0 = time.perf_counter()
+                quant.decode(quant.encode(rows, b), b, rows.shape[1], rows.dtype)
+                c[8 + i] += time.perf_counter() - t0
+
+        def hidden(seconds: float) -> None:
+            c[12] += seconds
+        return hidden
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -209,17 +241,20 @@ def _nbytes(t: torch.Tensor) -> int:
 
 class Pending:
     """An exchange in flight; keeps its send buffer alive until ``wait()``, then decodes. With
-    a ``link`` it returns no earlier than the simulated arrival of ``nbytes`` posted at ``t0``.
+    a ``link`` it returns no earlier than the simulated arrival of ``nbytes`` posted at ``t0``;
+    ``on_wait(seconds since t0)`` is called when ``wait()`` is first called.
     ``wait()`` may be called again: it returns the same rows."""
 
     def __init__(self, work, out: torch.Tensor, keep: torch.Tensor, decode=None, link=None,
-                 t0: float = 0.0, nbytes: int = 0):
+                 t0: float = 0.0, nbytes: int = 0, on_wait=None):
         self.work, self.out, self.keep, self.decode = work, out, keep, decode
-        self.link, self.t0, self.nbytes = link, t0, nbytes
+        self.link, self.t0, self.nbytes, self.on_wait = link, t0, nbytes, on_wait
         self._rows = None
 
     def wait(self) -> torch.Tensor:
         if self._rows is None:
+            if self.on_wait is not None:  # calibration: the compute the transfer had to hide behind
+                self.on_wait(time.perf_counter() - self.t0)
             self.work.wait()
             if self.link is not None:
                 self.link.hold(self.t0, self.nbytes)

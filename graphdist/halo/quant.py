@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from graphdist.halo.keyed import blocks, centred_into, key32, position_hashes
 
-__all__ = ["BITS", "row_bytes", "encode", "decode"]
+__all__ = ["BITS", "row_bytes", "encode", "decode", "expected_sq_error"]
 
 BITS = (32, 16, 8, 4, 2)
 """Bit widths of halo rows: 32 = float32 as is, the others quantised."""
@@ -111,6 +111,29 @@ def encode(x: torch.Tensor, bits: int, key: int = 0) -> torch.Tensor:
         _pack_into(out[r0:r1], t.view(torch.int32), d, bits)
     _store_params(out, z, s)
     return out
+
+
+def expected_sq_error(x: torch.Tensor, bits: int, block: int = 1 << 15) -> float:
+    """``E ||decode(encode(x, bits)) - x||^2`` over the rounding noise, for the offset and scale
+    :func:`encode` would use: a value ``t = (x - z) / s`` rounds to ``floor(t)`` or ``ceil(t)``,
+    off by ``s^2 p (1 - p)`` in expectation (``p = t - floor(t)``). Exact for the rows given, no
+    noise drawn: what ``--halo auto`` compares against ``--halo-error`` before it picks a width
+    (rows in blocks of ``block``, so no temporary as large as ``x``)."""
+    if bits not in BITS or bits == 32:
+        raise ValueError(f"bits must be one of 16, 8, 4, 2, got {bits}")
+    levels = (1 << bits) - 1
+    total = torch.zeros((), dtype=torch.float64, device=x.device)
+    for r0 in range(0, x.shape[0], block):
+        xb = x[r0:r0 + block].float()
+        if xb.numel() == 0:
+            continue
+        lo, hi = _row_min_max(xb.contiguous())
+        z = _bf16_down(lo)
+        s = _bf16_up((hi - z) / levels).clamp_min_(2.0 ** -126)
+        t = (xb - z[:, None]).div_(s[:, None])
+        p = t.sub_(t.floor())
+        total += (p.mul_(1 - p).sum(1, dtype=torch.float64) * s.double().square()).sum()
+    return float(total)
 
 
 def _store_params(out: torch.Tensor, z: torch.Tensor, s: torch.Tensor) -> None:

@@ -249,6 +249,7 @@ def test_quantised_exchange_through_gloo():
 @pytest.mark.parametrize("argv, match", [
     (["train-gcn", "sbm:nodes=300", "--halo-bits", "3"], "invalid choice: 3"),
     (["train-gcn", "sbm:nodes=300", "--halo", "fast"], "invalid choice: 'fast'"),
+    (["train-gcn", "sbm:nodes=300", "--halo", "auto", "--halo-error", "1.5"], "--halo-error must be in [0, 1), got 1.5"),
     (["train-gcn", "sbm:nodes=300", "--halo-bits", "8"], "--halo-bits 8 quantises the halo exchange, but a "
                                                          "1-part job has none"),
 ])

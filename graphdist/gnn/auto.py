@@ -151,10 +151,10 @@ def _seconds(m: list, i: int, bits: int, width: int, link_bytes_per_s: float, co
     its calibration record ``m``: the transfer its compute did not hide, plus encode and decode
     (the timed encode and decode of its sent rows, scaled to what it sends and receives)."""
     wire = max(m[0], m[1]) * row_bytes(width, bits) / link_bytes_per_s
-    visible = max(0.0, wire - (m[12] if len(m) > 12 else 0.0))
+    visible = max(0.0, wire - m[12])
     if bits == 32:
         return visible
-    timed = m[7 + i] if len(m) > 12 else 0.0
+    timed = m[7 + i]
     code = timed * (m[0] + m[1]) / (2 * m[0]) if m[0] > 0 and timed > 0 else (m[0] + m[1]) * width / codec[bits]
     return visible + code
 

@@ -215,7 +215,6 @@ class HaloExchanger:
         work = comm.all_to_all_rows(out, buf, out_counts, in_counts, self.group, async_op=True)
         return Pending(work, out, buf, decode, self.link, t0, max(_nbytes(buf), _nbytes(out)), on_wait)
 
-
     def _calibrate(self, rows: torch.Tensor, n_out: int, direction: str, tag: int):
         """Record ``rows``' costs at every width; returns what the exchange's ``wait()`` calls
         with the seconds of compute since it was posted."""
@@ -224,7 +223,7 @@ class HaloExchanger:
         c[1] += int(n_out)
         if rows.numel():
             c[3] += sum(float(b.double().square().sum()) for b in rows.split(1 << 15))
-            for i, b in enumerate((16, 8, 4, 2)):
+            for i, b in enumerate(BITS[1:]):  # 16, 8, 4, 2
                 c[4 + i] += quant.expected_sq_error(rows, b)
                 t0 = time.perf_counter()
                 quant.decode(quant.encode(rows, b), b, rows.shape[1], rows.dtype)

@@ -9,15 +9,20 @@ into the partial sum of its destination (which must then be in ``C``). Rows move
 for the pair = ``|C|``, at best the maximum matching size (König), never more than
 ``min(|U|, |V|)``; the plain halo moves ``|U|``.
 
-All ordered pairs are solved at once: rows of one bipartite matrix are the distinct
-``(source, receiving part)`` pairs (= the plain halo rows), columns the distinct
-``(destination, sending part)`` pairs; it is block diagonal by part pair, so one
-``scipy.sparse.csgraph.maximum_bipartite_matching`` gives every pair's matching, and one
-alternating BFS from the unmatched rows gives König's cover::
+Rows of the bipartite matrix are the distinct ``(source, receiving part)`` pairs (= the plain
+halo rows), columns the distinct ``(destination, sending part)`` pairs; it is block diagonal by
+receiving part (a column's destination lies in the part its row's edge goes to). Each receiving
+part's block is solved on its own by :func:`part_cover`: ``scipy.sparse.csgraph.
+maximum_bipartite_matching``, then one alternating BFS from the unmatched rows gives König's
+cover::
 
     Z = unmatched rows + everything reachable by alternating paths (row -> any edge -> column,
         column -> its matched row)
     cover = (rows not in Z) + (columns in Z)          |cover| = |matching|
+
+A part's block depends only on the cut edges into that part, in canonical order (rows by
+source id, columns by (destination, sending part)), so the rank that holds those edges computes
+the very same cover (:mod:`graphdist.halo.build`, the artifact built by k ranks together).
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from partitioners.common import as_numpy, in_csr, row_blocks
 
-__all__ = ["HaloCover", "halo_cover", "matching_size"]
+__all__ = ["HaloCover", "halo_cover", "matching_size", "part_cover"]
 
 
 @dataclass
@@ -139,10 +144,10 @@ def matching_size(graph, assignment, k: int) -> tuple[int, np.ndarray]:
     return int(hit.sum()), np.bincount(rkey[hit] % k, minlength=k)
 
 
-def halo_cover(graph, assignment, k: int) -> HaloCover:
-    """The König cover of every ordered part pair (see the module docstring)."""
-    a = as_numpy(assignment).astype(np.int64, copy=False)
-    src, dst, row, col, rkey, ckey, b = _bipartite(graph, a, k)
+def part_cover(b: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, int]:
+    """König cover of one receiving part's block ``b`` (canonical CSR: rows its distinct cut
+    sources ascending, columns its distinct ``(destination, sending part)`` pairs ascending):
+    ``(rows in the cover, columns in the cover, matching size)``."""
     n_rows, n_cols = b.shape
     mu = _matching(b)
     mv = np.full(n_cols, -1, dtype=np.int64)
@@ -163,9 +168,32 @@ def halo_cover(graph, assignment, k: int) -> HaloCover:
         rows = np.unique(rows[~vis_r[rows]])
         vis_r[rows] = True
         frontier = rows
-    cover = HaloCover(src=src, dst=dst, row=row, col=col, raw_node=rkey // k, raw_part=rkey % k,
-                      raw_cover=~vis_r, pre_node=ckey // k, pre_part=ckey % k, pre_cover=vis_c)
-    if cover.moved_rows != matched.size or (cover.raw_cover[row] | cover.pre_cover[col]).sum() != row.size:
+    return ~vis_r, vis_c, int(matched.size)
+
+
+def halo_cover(graph, assignment, k: int) -> HaloCover:
+    """The König cover of every ordered part pair (see the module docstring): one
+    :func:`part_cover` per receiving part."""
+    a = as_numpy(assignment).astype(np.int64, copy=False)
+    src, dst, row, col, rkey, ckey, b = _bipartite(graph, a, k)
+    n_rows, n_cols = b.shape
+    raw, pre, matched = np.zeros(n_rows, dtype=bool), np.zeros(n_cols, dtype=bool), 0
+    rpart, cpart = rkey % k, a[ckey // k]
+    rord, cord = np.argsort(rpart, kind="stable"), np.argsort(cpart, kind="stable")
+    rb, cb = np.searchsorted(rpart[rord], np.arange(k + 1)), np.searchsorted(cpart[cord], np.arange(k + 1))
+    colmap = np.full(n_cols, -1, dtype=b.indices.dtype)
+    for r in range(k):
+        rs, cs = rord[rb[r]:rb[r + 1]], cord[cb[r]:cb[r + 1]]  # ascending: the canonical order
+        if rs.size == 0:
+            continue
+        colmap[cs] = np.arange(cs.size, dtype=colmap.dtype)
+        sub = b[rs]
+        blk = sp.csr_matrix((sub.data, colmap[sub.indices], sub.indptr), shape=(rs.size, cs.size))
+        raw[rs], pre[cs], m = part_cover(blk)
+        matched += m
+    cover = HaloCover(src=src, dst=dst, row=row, col=col, raw_node=rkey // k, raw_part=rpart,
+                      raw_cover=raw, pre_node=ckey // k, pre_part=ckey % k, pre_cover=pre)
+    if cover.moved_rows != matched or (cover.raw_cover[row] | cover.pre_cover[col]).sum() != row.size:
         raise RuntimeError(f"König cover of {cover.moved_rows} rows does not match the matching of "
-                           f"{matched.size} or leaves an edge uncovered")  # a bug, never user input
+                           f"{matched} or leaves an edge uncovered")  # a bug, never user input
     return cover

@@ -52,6 +52,33 @@ def _np_ids(a, bound: int) -> np.ndarray:
 
 
 _HASH_BLOCK = 1 << 22
+FINGERPRINT_FIELDS = ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask")
+"""The arrays :attr:`Graph.fingerprint` hashes, in this order."""
+
+
+class Fingerprint:
+    """The streaming hash behind :attr:`Graph.fingerprint`: ``field(name, shape)`` for every
+    name of :data:`FINGERPRINT_FIELDS` in order (``shape`` None when the graph lacks it), each
+    followed by its values in any blocks (``update``). A graph built by several ranks
+    (:mod:`graphdist.halo.build`) is hashed by streaming its rows in order, never held whole."""
+
+    def __init__(self, num_nodes: int):
+        self._h = hashlib.blake2b(digest_size=8)
+        self._h.update(np.int64(num_nodes).tobytes())
+
+    def field(self, name: str, shape: tuple | None) -> None:
+        self._h.update(name.encode())
+        if shape is not None:
+            self._h.update(str(tuple(shape)).encode())
+
+    def update(self, name: str, block: np.ndarray) -> None:
+        """Values of field ``name`` in order; ids (indptr, indices) as int64 whatever their width."""
+        if name in ("indptr", "indices") and block.dtype.kind in "iu" and block.dtype != np.int64:
+            block = block.astype(np.int64)
+        self._h.update(np.ascontiguousarray(block))
+
+    def hexdigest(self) -> str:
+        return self._h.hexdigest()
 
 
 @dataclass(eq=False)
@@ -172,19 +199,15 @@ class Graph:
         """Content hash of structure and node data (16 hex digits); equal graphs, equal prints.
 
         Ids are hashed as int64 whatever their stored width (so a graph's print does not depend
-        on it), block by block: no copy of a whole array is made."""
-        h = hashlib.blake2b(digest_size=8)
-        h.update(np.int64(self.num_nodes).tobytes())
-        for k in ("indptr", "indices", "x", "y", "train_mask", "val_mask", "test_mask"):
+        on it), block by block: no copy of a whole array is made (:class:`Fingerprint`)."""
+        h = Fingerprint(self.num_nodes)
+        for k in FINGERPRINT_FIELDS:
             v = getattr(self, k)
-            h.update(k.encode())
+            h.field(k, None if v is None else tuple(v.shape))
             if v is not None:
-                h.update(str(tuple(v.shape)).encode())
                 a = v.contiguous().numpy().reshape(-1)
-                wide = a.dtype.kind in "iu" and a.dtype != np.int64 and k in ("indptr", "indices")
                 for i in range(0, a.size, _HASH_BLOCK):
-                    block = a[i:i + _HASH_BLOCK]
-                    h.update(block.astype(np.int64) if wide else block)
+                    h.update(k, a[i:i + _HASH_BLOCK])
         return h.hexdigest()
 
     def to_scipy(self):

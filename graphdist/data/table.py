@@ -25,7 +25,7 @@ import numpy as np
 
 from graphdist.errors import DataFormatError, MissingFileError
 
-__all__ = ["Table", "read_table", "BLOCK"]
+__all__ = ["Table", "read_table", "shard", "BLOCK"]
 
 BLOCK = 1 << 24
 """Bytes per block (whole lines): bounds the temporary arrays of one block."""
@@ -64,17 +64,23 @@ def _open(path: Path):
         raise MissingFileError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
-def _blocks(path: Path):
-    """The file in blocks of whole lines (about ``BLOCK`` bytes each)."""
+def _blocks(path: Path, start: int = 0, end: int | None = None):
+    """The file (or its bytes ``[start, end)``, whole lines) in blocks of whole lines (about
+    ``BLOCK`` bytes each)."""
     rest = b""
+    left = None if end is None else end - start
     with _open(path) as fh:
-        while True:
+        if start:
+            fh.seek(start)
+        while left is None or left > 0:
             try:
-                chunk = fh.read(BLOCK)
+                chunk = fh.read(BLOCK if left is None else min(BLOCK, left))
             except OSError as e:
                 raise DataFormatError(path, f"cannot read ({e.strerror or e})") from None
             if not chunk:
                 break
+            if left is not None:
+                left -= len(chunk)
             chunk = rest + chunk
             cut = chunk.rfind(b"\n")
             if cut < 0:
@@ -84,6 +90,32 @@ def _blocks(path: Path):
             rest = chunk[cut + 1:]
     if rest:
         yield rest + b"\n"
+
+
+def shard(path, rank: int, shards: int) -> tuple[int, int, int]:
+    """``(start, end, lines)``: the bytes of shard ``rank`` of ``shards`` of an uncompressed
+    text file, in whole lines (a line belongs to the shard its first byte falls in), and the
+    number of lines that start in it; the shards cover the file exactly once."""
+    path = Path(path)
+    size = path.stat().st_size
+
+    def line_start(pos: int) -> int:  # the first line start at or after pos
+        if pos <= 0 or pos >= size:
+            return min(max(pos, 0), size)
+        with _open(path) as fh:
+            fh.seek(pos - 1)
+            while True:
+                chunk = fh.read(1 << 16)
+                if not chunk:
+                    return size
+                i = chunk.find(b"\n")
+                if i >= 0:
+                    return pos + i
+                pos += len(chunk)
+
+    start, end = line_start(size * rank // shards), line_start(size * (rank + 1) // shards)
+    lines = sum(b.count(b"\n") for b in _blocks(path, start, end)) if end > start else 0
+    return start, end, lines
 
 
 def _slow_line(path, text: bytes, lineno: int, ncols: int, dtype, what: str):
@@ -168,12 +200,15 @@ def _parse_block(path: Path, first: int, block: bytes, ncols: int, dtype, what: 
     return values, rows, int(nl.size)
 
 
-def read_table(path, ncols: int, *, dtype=np.int64, what: str = "node id") -> Table:
-    """Read the first ``ncols`` columns of every data line of ``path`` (see the module doc)."""
+def read_table(path, ncols: int, *, dtype=np.int64, what: str = "node id",
+               byte_range: tuple[int, int] | None = None, first_line: int = 1) -> Table:
+    """Read the first ``ncols`` columns of every data line of ``path`` (see the module doc);
+    with ``byte_range`` only the whole lines of those bytes (:func:`shard`), whose first line
+    is line ``first_line`` of the file (for error messages)."""
     path = Path(path)
     parts, firsts, lines = [], [], []
-    first = 1
-    for block in _blocks(path):
+    first = first_line
+    for block in _blocks(path, *(byte_range or (0, None))):
         v, rows, n_lines = _parse_block(path, first, block, ncols, dtype, what)
         parts.append(v)
         firsts.append(first)

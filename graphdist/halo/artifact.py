@@ -40,8 +40,8 @@ partition given with ``--assignment``."""
 META = "meta.json"
 ASSIGNMENT = "assignment.npy"
 
-__all__ = ["write_artifact", "read_artifact", "read_meta", "check_artifact", "check_hash", "Artifact",
-           "FORMAT_VERSION"]
+__all__ = ["write_artifact", "begin_artifact", "artifact_meta", "finish_artifact", "read_artifact", "read_meta",
+           "check_artifact", "check_hash", "Artifact", "FORMAT_VERSION"]
 
 
 class Artifact(tuple):
@@ -89,52 +89,75 @@ def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, qua
     if k is None:
         k = int(params.get("k", int(a.max()) + 1 if a.numel() else 1))
     _check_assignment(a, n, k, out)
-    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / META).exists())):
-        raise ArtifactError(f"{out} exists and is not a partition artifact (no {META}); "
-                            "choose another --out or remove it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    tmp = begin_artifact(out)
     try:
         np.save(tmp / ASSIGNMENT, a.numpy())
         from graphdist.halo.parts import write_parts
         parts = write_parts(tmp, graph, a, k)
-        meta = {
-            "format_version": FORMAT_VERSION,
-            "fingerprint": graph.fingerprint,
-            "graph": getattr(graph, "name", "") or "",
-            "num_nodes": n,
-            "num_edges": int(graph.num_edges),
-            "k": int(k),
-            "method": method,
-            "params": params,
-            "quality": quality,
-            "time": {"partition_s": float(seconds),
-                     "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-        }
-        meta["parts"] = parts
+        meta = artifact_meta(fingerprint=graph.fingerprint, graph=getattr(graph, "name", "") or "", num_nodes=n,
+                             num_edges=int(graph.num_edges), k=int(k), method=method, params=params,
+                             quality=quality, seconds=seconds, parts=parts)
         files = [ASSIGNMENT] + parts["files"]
         if extra is not None:
             key, value, more = extra(tmp, a, int(k))
             meta[key] = value
             files += list(more)
-        meta["sha256"] = {name: file_sha256(tmp / name) for name in files}
-        with open(tmp / META, "w") as f:  # written last: its presence marks completeness
-            json.dump(meta, f, indent=2, sort_keys=False, default=_json_default)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        old = None
-        if out.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-            os.rmdir(old)
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        finish_artifact(tmp, out, meta, files)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def begin_artifact(out: Path) -> Path:
+    """The temporary sibling directory an artifact for ``out`` is written into (after checking
+    that ``out`` is absent, empty or an artifact, which it may replace)."""
+    out = Path(out)
+    if out.exists() and (not out.is_dir() or (any(out.iterdir()) and not (out / META).exists())):
+        raise ArtifactError(f"{out} exists and is not a partition artifact (no {META}); "
+                            "choose another --out or remove it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+
+
+def artifact_meta(*, fingerprint: str, graph: str, num_nodes: int, num_edges: int, k: int, method: str,
+                  params: dict, quality: dict, seconds: float, parts: dict) -> dict:
+    """``meta.json``'s content, less the hashes (:func:`finish_artifact` adds them)."""
+    return {
+        "format_version": FORMAT_VERSION,
+        "fingerprint": fingerprint,
+        "graph": graph,
+        "num_nodes": int(num_nodes),
+        "num_edges": int(num_edges),
+        "k": int(k),
+        "method": method,
+        "params": params,
+        "quality": quality,
+        "time": {"partition_s": float(seconds),
+                 "written_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        "parts": parts,
+    }
+
+
+def finish_artifact(tmp: Path, out: Path, meta: dict, files: list[str]) -> None:
+    """Hash ``files`` of ``tmp`` into ``meta``, write ``meta.json`` last (fsynced: its presence
+    marks a complete artifact), then swap ``tmp`` into ``out`` (an old artifact is moved aside
+    first and removed after the swap)."""
+    tmp, out = Path(tmp), Path(out)
+    meta["sha256"] = {name: file_sha256(tmp / name) for name in files}
+    with open(tmp / META, "w") as f:
+        json.dump(meta, f, indent=2, sort_keys=False, default=_json_default)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.rmdir(old)
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def file_sha256(path) -> str:

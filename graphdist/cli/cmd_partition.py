@@ -3,6 +3,7 @@
     graphdist partition SPEC --parts K [--method M] [--imbalance 0.03] [--seed S]
                              [--balance nodes|edges|both] --out DIR
     graphdist partition SPEC --assignment FILE [--parts K] --out DIR
+    graphdist partition edgelist:FILE --assignment FILE --nproc K --out DIR   (K workers, none holds the graph)
     graphdist partition ratings:FILE|lightgcn:DIR|rec-synth:... --parts K --out DIR   (train-rec --partition DIR)
     graphdist quality DIR [--json] [--feature-dim F]
     graphdist compare SPEC --parts 4,16 --methods auto,metis,ldg [--json FILE] [--plot FILE.png]
@@ -10,9 +11,11 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from graphdist import config
+from graphdist.errors import ConfigError
 from graphdist.fmt import fmt_bytes, text_table
 from graphdist.halo.tools import CompareConfig, PartitionConfig, QualityConfig
 
@@ -44,8 +47,11 @@ def _print_quality(q: dict, extra: list[tuple[str, str]] = ()) -> None:
 
 def _partition(args) -> int:
     from graphdist.halo.tools import partition_to_artifact
+    from graphdist.launch import under_launcher
     from graphdist.rec.artifact import is_ratings_spec, partition_ratings
     cfg = config.from_namespace(PartitionConfig, args)
+    if cfg.nproc is not None or cfg.nodes.nnodes > 1 or (under_launcher() and int(os.environ["WORLD_SIZE"]) > 1):
+        return _build(cfg)
     # interaction data: the user-item graph, with each part's interactions beside its part file
     r = partition_ratings(cfg) if is_ratings_spec(cfg.spec) else partition_to_artifact(cfg)
     g = r["graph"]
@@ -53,6 +59,28 @@ def _partition(args) -> int:
            else f"{cfg.method} (k={r['k']}, imbalance<={cfg.imbalance:.0%})")
     _print_quality(r["quality"], [("graph", f"{cfg.spec} ({g.num_nodes:,} nodes, {g.num_edges:,} edges)"),
                                   ("method", how), ("time", f"{r['seconds']:.2f} s"), ("artifact", str(r["out"]))])
+    return 0
+
+
+def _build(cfg) -> int:
+    """``--nproc K``: K workers build the artifact of a given partition together."""
+    from graphdist.halo.build import build_worker, check_build_request
+    from graphdist.halo.tools import check_request
+    from graphdist.launch import run_job
+    from graphdist.runtime import env_world
+    check_build_request(cfg)  # first: its --assignment hint is the one a --nproc user needs
+    check_request(cfg)
+    cfg.nodes.validate()
+    nproc = cfg.nproc if cfg.nproc is not None else 1
+    if nproc < 1:
+        raise ConfigError(f"--nproc must be >= 1, got {nproc}")
+    r = run_job(build_worker, cfg, nproc, cfg.nodes)
+    if r is None or env_world()[0] != 0:  # another node of the job, or a rank under torchrun
+        return 0
+    _print_quality(r["quality"], [("graph", f"{cfg.spec} ({r['nodes']:,} nodes, {r['edges']:,} edges)"),
+                                  ("method", f"given by {cfg.assignment} (k={r['k']})"),
+                                  ("build", f"{r['build_s']:.2f} s on {r['k']} workers"),
+                                  ("artifact", str(r["out"]))])
     return 0
 
 

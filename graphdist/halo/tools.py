@@ -17,6 +17,7 @@ from typing import Literal
 from graphdist.config import check_choices
 from graphdist.errors import ConfigError
 from graphdist.fmt import text_table
+from graphdist.launch import Nodes
 from partitioners import BALANCES, METHODS
 
 __all__ = ["PartitionConfig", "QualityConfig", "CompareConfig", "partition_to_artifact",
@@ -44,6 +45,12 @@ class PartitionConfig:
     assignment: str | None = field(default=None, metadata={"metavar": "FILE"})
     """build the artifact from this partition instead of partitioning: .npy or text, one part
     id per node in the loader's node order (e.g. from dKaMinPar or ParMETIS run elsewhere)"""
+    nproc: int | None = None
+    """build the artifact of an edgelist: SPEC with N local workers together (needs --assignment;
+    world size = k): each reads a shard of the file and writes its own part, none holds the graph
+    whole (the artifact is the one one process writes); ignored under torchrun"""
+    nodes: Nodes = field(default_factory=Nodes)
+    """multi-node builds (--out on a file system every node mounts)"""
 
 
 @dataclass

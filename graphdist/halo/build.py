@@ -1,0 +1,341 @@
+"""A partition artifact built by k ranks together, so that no rank holds the whole graph.
+
+    graphdist partition edgelist:FILE[,features=X.npy,labels=Y.npy] --assignment A.npy --nproc K --out DIR
+
+Given the same assignment, the result is byte for byte the artifact one process writes
+(``graphdist partition SPEC --assignment A.npy --out DIR``, :mod:`graphdist.halo.artifact`):
+``assignment.npy`` and every part file are equal, and so is ``meta.json`` but for the time it
+was written. Rank ``r`` of ``k``:
+
+1. reads its shard of the edge list: bytes ``[r S/k, (r+1) S/k)`` in whole lines
+   (:func:`graphdist.data.table.shard`); error messages name the file's own line numbers;
+2. learns the node ids: the distinct ids of every shard, merged (ascending original id, as the
+   one-process loader numbers them);
+3. sends every edge ``u -> v`` (and ``v -> u`` unless ``directed``) to the owner of ``v``: one
+   all-to-all; the owner drops repeats and sorts its rows, which are then exactly the rows of
+   the one-process CSR;
+4. solves the cover of the cut into its part (:func:`partitioners.cover.part_cover`, the block
+   the one-process cover solves for it) and tells each peer which of that peer's rows it needs
+   (``[u, raw]``) and which partial sums it wants (``[v, u]`` for every edge summed): one
+   all-to-all each; the replies make each rank's send plans;
+5. writes its own part file into the artifact's temporary directory (rank 0 makes it; on
+   several nodes ``--out`` must be on a file system they all mount). Rank 0 writes
+   ``assignment.npy`` and ``meta.json`` and renames the directory into place.
+
+The graph's fingerprint is hashed on rank 0 by streaming the rows from their owners in blocks of
+:data:`BLOCK_EDGES` edges (:class:`graphdist.data.graph.Fingerprint`), never the whole CSR.
+
+Memory per rank: its shard, its in-edges (about E/k plus the cut), and a few node-sized arrays
+(the id table, the assignment, the global degrees): O(E/k + N). Node data is read from ``.npy``
+files memory-mapped, only the owned rows (rank 0 streams them for the fingerprint).
+``features=degree`` works; ``random:`` node data cannot be split (one N x F random stream) and
+is refused with a one-line error.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphdist import comm
+from graphdist.errors import ConfigError, DataFormatError, GraphdistError
+
+__all__ = ["build_worker", "build_artifact", "check_build_request", "BLOCK_EDGES"]
+
+BLOCK_EDGES = 1 << 24
+"""Edges per block when rank 0 streams the rows for the fingerprint."""
+
+
+def check_build_request(cfg) -> None:
+    """What a k-rank build needs, checked before any worker starts: an uncompressed edge list and
+    ``--assignment``, node data from files or the degrees."""
+    from graphdist.specs import parse_spec
+    if cfg.assignment is None:
+        raise ConfigError("--nproc builds the artifact from a given partition: add --assignment FILE "
+                          "(e.g. from dKaMinPar, ParMETIS or `graphdist partition ... --parts K` on a smaller box)")
+    spec = parse_spec(cfg.spec, "graph")
+    if spec.kind.name != "edgelist":
+        raise ConfigError(f"--nproc reads an edge list in shards; {cfg.spec!r} is a {spec.kind.name} spec "
+                          "(use edgelist:FILE, or partition without --nproc)")
+    if spec.path.suffix == ".gz":
+        raise ConfigError(f"{spec.path}: a gzip file cannot be read in shards; gunzip it first")
+    for key in ("features", "labels"):
+        if str(spec.options[key]).startswith("random:"):
+            raise ConfigError(f"{key}={spec.options[key]} draws one random stream over all nodes, which ranks "
+                              f"cannot split; give {key}=FILE.npy" + (" or features=degree" if key == "features" else ""))
+
+
+def build_worker(cfg) -> dict:
+    """This rank's share of the build (the process group comes from the environment); returns,
+    on every rank, the summary the CLI prints (rank 0 also leaves it for the launcher)."""
+    import os
+
+    from graphdist.launch import RESULT_ENV
+    from graphdist.fileio import atomic_write_json
+    from graphdist.runtime import init_distributed, shutdown
+    try:
+        init_distributed("cpu")
+        out = build_artifact(cfg)
+    except BaseException as e:
+        comm.publish_failure(e)
+        raise
+    finally:
+        shutdown()
+    if out["rank"] == 0 and os.environ.get(RESULT_ENV):
+        atomic_write_json(os.environ[RESULT_ENV], out)
+    return out
+
+
+def _log(rank: int, msg: str) -> None:
+    if rank == 0:
+        from graphdist.runtime import get_logger
+        get_logger().info(msg)
+
+
+def build_artifact(cfg) -> dict:
+    """This rank's share of the build in an existing process group of k ranks (k = the
+    assignment's parts); returns the summary on every rank."""
+    from graphdist.halo.tools import read_assignment
+    from graphdist.specs import parse_spec
+    t0 = time.perf_counter()
+    rank, k = comm.world()
+    spec = parse_spec(cfg.spec, "graph")
+    opts = spec.options
+    src, dst, n = _read_edges(spec.path, rank, k)
+    a, k_given = read_assignment(cfg.assignment, n, cfg.parts)
+    if k_given != k:
+        raise ConfigError(f"--assignment {cfg.assignment} has k={k_given} parts but {k} workers build it "
+                          f"(world size must equal k)")
+    _log(rank, f"build: {n:,} nodes; shards read ({time.perf_counter() - t0:.1f} s)")
+    owned, indptr, cols = _own_rows(src, dst, a, rank, k, n, directed=bool(opts["directed"]),
+                                    self_loops=bool(opts["self_loops"]))
+    del src, dst
+    indeg, loops, outdeg = _degrees(owned, indptr, cols, n, need_out=opts["features"] == "degree")
+    x, y, num_classes = _node_data(opts, owned, n, indeg, outdeg, spec.path)
+    fp = _fingerprint(n, a, owned, indptr, cols, indeg, opts, outdeg)
+    _log(rank, f"build: rows shuffled, fingerprint {fp} ({time.perf_counter() - t0:.1f} s)")
+    from graphdist.halo.rank_plan import local_part
+    lg, stats = local_part(rank, k, n, a, owned, indptr, cols, indeg - loops, x, y, num_classes, fp)
+    del indptr, cols, x, y
+    quality = _quality(a, k, n, indeg, stats)
+    return _write(cfg, lg, stats, quality, a, n, fp, spec, time.perf_counter() - t0)
+
+
+def _read_edges(path: Path, rank: int, k: int):
+    """This rank's edges ``(src, dst)`` renumbered to 0..N-1 by ascending original id, and N."""
+    from graphdist.data.graph import _np_ids
+    from graphdist.data.table import read_table, shard
+    start, end, lines = shard(path, rank, k)
+    first = 1 + sum(comm.all_gather_object(lines)[:rank])
+    tab, err, neg = None, None, None
+    try:
+        tab = read_table(path, 2, byte_range=(start, end), first_line=first)
+    except GraphdistError as e:  # every rank must learn of it, not only this one
+        err = str(e)
+    arr = tab.values if tab is not None else np.zeros((0, 2), dtype=np.int64)
+    if arr.size and arr.min() < 0:
+        row = int(np.flatnonzero((arr < 0).any(axis=1))[0])
+        neg = str(DataFormatError(path, f"negative node id {int(arr[row].min())}", tab.line_of(row)))
+    every = comm.all_gather_object((int(arr.shape[0]), err or neg))
+    first_error = next((e for _, e in every if e is not None), None)
+    if first_error is not None:  # the earliest line's error, raised alike on every rank
+        raise GraphdistError(first_error)
+    if sum(m for m, _ in every) == 0:
+        raise DataFormatError(path, "no edges found")
+    del tab
+    ids = torch.from_numpy(np.unique(arr))
+    ids = np.unique(comm.all_gather_rows(ids).numpy())
+    n = int(ids.size)
+    inv = _np_ids(np.searchsorted(ids, arr), max(n, 1))
+    del arr, ids
+    return np.ascontiguousarray(inv[:, 0]), np.ascontiguousarray(inv[:, 1]), n
+
+
+def _own_rows(src, dst, a, rank: int, k: int, n: int, *, directed: bool, self_loops: bool):
+    """Every edge goes to the owner of its destination; returns this rank's ``(owned ids int64,
+    indptr int64, sources in global ids)``: its rows of the one-process CSR, exactly."""
+    from graphdist.data.graph import _np_ids, csr_from_coo
+    if not self_loops:
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+    rows, cols = (dst, src) if directed else (np.concatenate([dst, src]), np.concatenate([src, dst]))
+    del src, dst
+    to = a[rows]
+    order = np.argsort(to, kind="stable")
+    send = torch.from_numpy(np.stack([rows[order], cols[order]], 1).astype(np.int64))
+    del rows, cols, order
+    got, _ = comm.all_to_all_varied(send, np.bincount(to, minlength=k).tolist())
+    del send, to
+    got = got.numpy()
+    owned = np.flatnonzero(a == rank).astype(np.int64)
+    local_row = np.searchsorted(owned, got[:, 0])
+    indptr, cols = csr_from_coo(local_row, _np_ids(got[:, 1], max(n, 1)), owned.size, n)
+    return owned, indptr.numpy(), cols.numpy()
+
+
+def _degrees(owned, indptr, cols, n: int, *, need_out: bool):
+    """Global ``(in-degree, self-loops, out-degree or None)`` of every node (int64 [N] each,
+    summed over ranks)."""
+    deg = np.diff(indptr)
+    rows = np.repeat(np.arange(owned.size), deg)
+    loop_rows = rows[cols == owned[rows]]
+    del rows
+    vec = torch.zeros(2 if not need_out else 3, n, dtype=torch.int64)
+    vec[0, owned] = torch.from_numpy(deg)
+    vec[1, owned] = torch.from_numpy(np.bincount(loop_rows, minlength=owned.size))
+    if need_out:
+        vec[2] = torch.from_numpy(np.bincount(cols, minlength=n))
+    comm.all_reduce_sum(vec)
+    v = vec.numpy()
+    return v[0], v[1], (v[2] if need_out else None)
+
+
+def _node_data(opts, owned, n: int, indeg, outdeg, path):
+    """``(x [n_own, F] float32 | None, y [n_own] int64 | None, classes)`` as the loader makes them."""
+    from graphdist.data.files import _load_npy
+    from graphdist.specs import resolve_path
+    x = y = None
+    if opts["features"] == "degree":
+        deg = torch.stack([torch.from_numpy(indeg[owned]), torch.from_numpy(outdeg[owned])], 1)
+        x = torch.log1p(deg.to(torch.float32))
+    elif opts["features"]:
+        xm = _npy_rows(resolve_path(opts["features"], what="features file"), n, path, "rows")
+        x = torch.from_numpy(np.asarray(xm[owned], dtype=np.float32))
+        if x.dim() == 1:
+            x = x[:, None]
+    classes = 0
+    if opts["labels"]:
+        ym = _load_npy(resolve_path(opts["labels"], what="labels file")).reshape(-1)
+        if ym.shape[0] != n:
+            raise DataFormatError(opts["labels"], f"has {ym.shape[0]} labels but {path.name} has {n} distinct nodes")
+        y = torch.from_numpy(ym[owned].astype(np.int64))
+        classes = int(ym.max()) + 1 if ym.size else 0
+    return x, y, classes
+
+
+def _npy_rows(p: Path, n: int, path: Path, what: str):
+    try:
+        m = np.load(p, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as e:
+        raise DataFormatError(p, f"not a readable .npy array ({e})") from None
+    if m.ndim not in (1, 2) or m.shape[0] != n:
+        raise DataFormatError(str(p), f"has {m.shape[0] if m.ndim else 0} {what} but {path.name} has {n} distinct nodes")
+    return m
+
+
+def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg) -> str:
+    """:attr:`Graph.fingerprint` of the whole graph, hashed on rank 0 from the rows every rank
+    streams to it in blocks of :data:`BLOCK_EDGES` (every rank takes part; all get the print)."""
+    from graphdist.data.files import _load_npy
+    from graphdist.data.graph import FINGERPRINT_FIELDS, Fingerprint
+    from graphdist.specs import resolve_path
+    rank, k = comm.world()
+    gptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(indeg, out=gptr[1:])
+    h = Fingerprint(n) if rank == 0 else None
+    if h is not None:
+        h.field("indptr", (n + 1,))
+        h.update("indptr", gptr)
+        h.field("indices", (int(gptr[-1]),))
+    b0 = 0
+    while b0 < n:
+        b1 = int(np.searchsorted(gptr, gptr[b0] + BLOCK_EDGES, side="right")) - 1
+        b1 = min(max(b1, b0 + 1), n)
+        lo, hi = np.searchsorted(owned, [b0, b1])
+        mine = torch.from_numpy(cols[indptr[lo]:indptr[hi]].astype(np.int64))
+        got, _ = comm.all_to_all_varied(mine, [mine.numel()] + [0] * (k - 1))
+        if h is not None:  # interleave the owners' rows back into row order
+            rows = b0 + np.argsort(a[b0:b1], kind="stable")
+            ln = indeg[rows]
+            src_off = np.zeros(rows.size, dtype=np.int64)
+            np.cumsum(ln[:-1], out=src_off[1:])
+            pos = np.repeat(gptr[rows] - gptr[b0] - src_off, ln) + np.arange(int(ln.sum()))
+            block = np.empty(int(ln.sum()), dtype=np.int64)
+            block[pos] = got.numpy()
+            h.update("indices", block)
+        b0 = b1
+    if h is not None:
+        for name in FINGERPRINT_FIELDS[2:]:
+            v = None
+            if name == "x" and opts["features"] == "degree":
+                v = torch.log1p(torch.from_numpy(np.stack([indeg, outdeg], 1)).to(torch.float32)).numpy()
+            elif name == "x" and opts["features"]:
+                v = np.load(resolve_path(opts["features"], what="features file"), mmap_mode="r")
+            elif name == "y" and opts["labels"]:
+                v = _load_npy(resolve_path(opts["labels"], what="labels file")).reshape(-1)
+            shape = None if v is None else ((n, 1) if (name == "x" and v.ndim == 1) else tuple(v.shape))
+            h.field(name, shape)
+            if v is None:
+                continue
+            flat = v.reshape(n, -1) if name == "x" else v.reshape(-1)
+            step = max(1, (1 << 22) // (flat.shape[1] if flat.ndim == 2 else 1))  # rows per block
+            for i in range(0, n, step):
+                blk = np.asarray(flat[i:i + step], dtype=np.float32 if name == "x" else np.int64)
+                h.update(name, blk.reshape(-1))
+    return comm.all_gather_object(h.hexdigest() if h is not None else None)[0]
+
+
+def _quality(a, k: int, n: int, indeg, stats: list) -> dict:
+    """:func:`partitioners.quality` from every part's counts, with the same values."""
+    from partitioners.quality import _imbalance
+    e = int(indeg.sum())
+    cut = sum(s["cut_edges"] for s in stats)
+    vol = sum(s["halo_rows"] for s in stats)
+    moved = sum(s["moved_rows"] for s in stats)
+    return {
+        "edge_cut": cut,
+        "edge_cut_fraction": cut / e if e else 0.0,
+        "comm_volume": vol,
+        "max_recv": max(s["halo_rows"] for s in stats),
+        "max_send": max(s["sent_rows"] for s in stats),
+        "node_imbalance": _imbalance(None, a, k),
+        "edge_imbalance": _imbalance(indeg.astype(np.float64), a, k),
+        "replication_factor": (n + vol) / n if n else 1.0,
+        "moved_rows": moved,
+        "moved_max_recv": max(s["moved_rows"] for s in stats),
+    }
+
+
+def _write(cfg, lg, stats, quality, a, n: int, fp: str, spec, seconds: float) -> dict:
+    """Every rank writes its part into rank 0's temporary directory; rank 0 finishes the artifact."""
+    import os
+    import shutil
+    import socket
+
+    from graphdist.halo.artifact import (ASSIGNMENT, artifact_meta, begin_artifact, file_sha256,
+                                         finish_artifact)
+    from graphdist.halo.parts import part_path, save_part
+    rank, k = comm.world()
+    out = Path(cfg.out)
+    tmp = begin_artifact(out) if rank == 0 else None
+    tmp = Path(comm.all_gather_object(str(tmp) if tmp else None)[0])
+    try:
+        if not tmp.is_dir():
+            raise ConfigError(f"--out {out}: rank {rank} on {socket.gethostname()} cannot see {tmp}, which rank 0 "
+                              "made; a build on several nodes needs --out on a file system every node mounts")
+        path = part_path(tmp, rank)
+        save_part(lg, path)
+        mine = {"bytes": path.stat().st_size, "sha256": file_sha256(path), **stats[rank]}
+        every = comm.all_gather_object(mine)
+        result = {"rank": rank, "out": str(out), "k": k, "nodes": n, "edges": sum(s["local_edges"] for s in every),
+                  "quality": quality, "seconds": 0.0, "build_s": seconds}
+        if rank == 0:
+            np.save(tmp / ASSIGNMENT, a.astype(np.int64, copy=False))
+            names = [part_path(tmp, r).name for r in range(k)]
+            parts = {"parts": k, "files": names, "bytes": [s["bytes"] for s in every],
+                     "owned_nodes": [s["owned_nodes"] for s in every], "halo_rows": [s["halo_rows"] for s in every],
+                     "local_edges": [s["local_edges"] for s in every],
+                     "halo_rows_total": int(sum(s["halo_rows"] for s in every)),
+                     "moved_rows": [s["moved_rows"] for s in every]}
+            params = {"k": k, "spec": cfg.spec, "assignment": str(cfg.assignment)}
+            meta = artifact_meta(fingerprint=fp, graph=spec.text, num_nodes=n, num_edges=result["edges"], k=k,
+                                 method="given", params=params, quality=quality, seconds=0.0, parts=parts)
+            finish_artifact(tmp, out, meta, [ASSIGNMENT] + names)
+        comm.barrier()
+    except BaseException:
+        if rank == 0 and tmp.is_dir() and os.path.basename(tmp).startswith("."):
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return result

@@ -1,0 +1,175 @@
+"""``graphdist partition edgelist:FILE --assignment A --nproc K``: K ranks build the artifact
+together, and it is byte for byte the one one process writes from the same assignment."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from graphdist.cli import main
+from graphdist.halo.artifact import read_artifact
+from graphdist.halo.parts import load_part
+from graphdist.testing import RankFailure, run_ranks
+
+N_IDS = 10_000
+
+
+def _edge_file(d: Path, seed: int = 0) -> tuple[Path, int]:
+    """An edge list as users have them: comments, blank lines, repeated edges, self-loops, ids
+    with gaps, no newline at the end. Returns the file and its number of distinct nodes."""
+    rng = np.random.default_rng(seed)
+    ids = rng.choice(N_IDS, 240, replace=False)
+    e = rng.integers(0, 240, (1500, 2))
+    e[::50, 1] = e[::50, 0]          # self-loops
+    e = np.concatenate([e, e[:40]])  # repeats
+    lines = ["# an edge list", ""]
+    for i, (u, v) in enumerate(e):
+        lines.append(f"{ids[u]}\t{ids[v]}" if i % 3 else f"{ids[u]} {ids[v]}")
+        if i % 200 == 0:
+            lines.append("# more")
+    path = d / "g.txt"
+    path.write_text("\n".join(lines))
+    return path, int(np.unique(ids[e]).size)
+
+
+@pytest.fixture(scope="module")
+def graph_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("build")
+    path, n = _edge_file(d)
+    rng = np.random.default_rng(1)
+    np.save(d / "x.npy", rng.standard_normal((n, 5)))          # float64: the loader casts it
+    np.save(d / "x1.npy", rng.standard_normal(n).astype(np.float32))  # one feature, 1-D
+    np.save(d / "y.npy", rng.integers(0, 3, n))
+    for k in (2, 3, 4):
+        np.save(d / f"a{k}.npy", rng.integers(0, k, n))
+    return d
+
+
+VARIANTS = [  # (name, spec options)
+    ("files", "features={d}/x.npy,labels={d}/y.npy"),
+    ("degree-directed", "features=degree,labels={d}/y.npy,directed=true"),
+    ("one-feature-loops", "features={d}/x1.npy,self_loops=true"),
+    ("bare", ""),
+]
+
+
+def _spec(d: Path, opts: str) -> str:
+    return f"edgelist:{d / 'g.txt'}" + (f",{opts.format(d=d)}" if opts else "")
+
+
+def _build_all(rank, world, d, jobs):
+    """On every rank: build each job's artifact in this one process group."""
+    from graphdist.halo.build import build_artifact
+    from graphdist.halo.tools import PartitionConfig
+    return [build_artifact(PartitionConfig(spec=spec, assignment=a, out=out, nproc=world)) for spec, a, out in jobs]
+
+
+def _same_artifact(one: Path, many: Path) -> None:
+    names = sorted(p.name for p in one.iterdir())
+    assert names == sorted(p.name for p in many.iterdir())
+    for name in names:
+        if name != "meta.json":
+            assert (one / name).read_bytes() == (many / name).read_bytes(), name
+    m1, m2 = (json.loads((p / "meta.json").read_text()) for p in (one, many))
+    assert m1["time"].pop("written_utc") and m2["time"].pop("written_utc")
+    assert m1 == m2
+    assert list(m1) == list(m2)  # the same keys in the same order
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_k_ranks_write_the_one_process_artifact(graph_dir, tmp_path, k):
+    d = graph_dir
+    jobs, singles = [], []
+    for name, opts in VARIANTS:
+        spec, a = _spec(d, opts), str(d / f"a{k}.npy")
+        one = tmp_path / f"one-{name}"
+        assert main(["partition", spec, "--assignment", a, "--out", str(one)]) == 0
+        singles.append(one)
+        jobs.append((spec, a, str(tmp_path / f"many-{name}")))
+    results = run_ranks(_build_all, k, (d, jobs), timeout=300)
+    for (spec, a, out), one in zip(jobs, singles):
+        _same_artifact(one, Path(out))
+    meta, _ = read_artifact(singles[0])
+    for r in results:  # every rank returns the summary
+        assert [s["nodes"] for s in r] == [read_artifact(o)[0]["num_nodes"] for o in singles]
+        assert r[0]["quality"] == meta["quality"] and r[0]["edges"] == meta["num_edges"]
+
+
+def test_cli_builds_on_three_workers_and_the_artifact_stands_alone(graph_dir, tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name in ("g.txt", "x.npy", "y.npy", "a3.npy"):
+        (src / name).write_bytes((graph_dir / name).read_bytes())
+    spec = f"edgelist:{src / 'g.txt'},features={src / 'x.npy'},labels={src / 'y.npy'}"
+    out, one = tmp_path / "p3", tmp_path / "one"
+    assert main(["partition", spec, "--assignment", str(src / "a3.npy"), "--nproc", "3", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert main(["partition", spec, "--assignment", str(src / "a3.npy"), "--out", str(one)]) == 0
+    _same_artifact(one, out)
+    meta, _ = read_artifact(out)
+    assert f"({meta['num_nodes']:,} nodes, {meta['num_edges']:,} edges)" in text
+    assert "on 3 workers" in text and f"{meta['quality']['comm_volume']:,}" in text
+    x, y = np.load(src / "x.npy"), np.load(src / "y.npy")
+    for p in src.iterdir():  # from now on each rank reads only its part file
+        p.unlink()
+    capsys.readouterr()
+    assert main(["quality", str(out)]) == 0
+    assert f"{meta['quality']['comm_volume']:,}" in capsys.readouterr().out
+    owned = []
+    for r in range(3):
+        lg = load_part(out, r)
+        ids = lg.owned.numpy()
+        np.testing.assert_array_equal(lg.x.numpy(), x[ids].reshape(len(ids), -1).astype(np.float32))
+        np.testing.assert_array_equal(lg.y.numpy(), y[ids])
+        owned.append(ids)
+    np.testing.assert_array_equal(np.sort(np.concatenate(owned)), np.arange(meta["num_nodes"]))
+
+
+def _fails(args, capsys) -> str:
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+def test_requests_a_shard_build_cannot_serve(graph_dir, tmp_path, capsys):
+    d, out = graph_dir, str(tmp_path / "o")
+    base = ["partition", _spec(d, ""), "--nproc", "2", "--out", out]
+    assert "add --assignment FILE" in _fails(base, capsys)
+    assert "is a sbm spec" in _fails(["partition", "sbm:nodes=50", "--assignment", str(d / "a2.npy"),
+                                      "--nproc", "2", "--out", out], capsys)
+    gz = d / "g.txt.gz"
+    gz.write_bytes(b"")
+    assert "cannot be read in shards; gunzip" in _fails(
+        ["partition", f"edgelist:{gz}", "--assignment", str(d / "a2.npy"), "--nproc", "2", "--out", out], capsys)
+    msg = _fails(["partition", _spec(d, "features=random:8"), "--assignment", str(d / "a2.npy"),
+                  "--nproc", "2", "--out", out], capsys)
+    assert msg.startswith("graphdist: error: features=random:8") and "features=degree" in msg
+    assert "--nproc must be >= 1" in _fails(["partition", _spec(d, ""), "--assignment", str(d / "a2.npy"),
+                                             "--nproc", "0", "--out", out], capsys)
+    assert not Path(out).exists()
+
+
+def test_errors_found_by_one_rank_are_reported_by_all(graph_dir, tmp_path, capfd):
+    """A bad line in the last rank's shard, and a partition that does not match the world,
+    are one line each, with the file's own line number (printed by the workers: capfd)."""
+    d = graph_dir
+    lines = (d / "g.txt").read_text().split("\n")
+    for bad, what in (("12 -5", "negative node id -5"), ("12 x5", "'x5' is not an integer node id")):
+        broken = list(lines)
+        broken[len(lines) - 30] = bad
+        f = tmp_path / "bad.txt"
+        f.write_text("\n".join(broken))
+        msg = _fails(["partition", f"edgelist:{f}", "--assignment", str(d / "a3.npy"), "--nproc", "3",
+                      "--out", str(tmp_path / "o")], capfd)
+        assert msg == f"graphdist: error: {f}:{len(lines) - 29}: {what}"
+    msg = _fails(["partition", _spec(d, ""), "--assignment", str(d / "a3.npy"), "--nproc", "2",
+                  "--out", str(tmp_path / "o")], capfd)
+    assert "k=3 parts but 2 workers" in msg
+    short = tmp_path / "short.npy"
+    np.save(short, np.zeros(7, dtype=np.int64))
+    with pytest.raises(RankFailure, match="has 7 part ids but the graph has"):
+        run_ranks(_build_all, 2, (d, [(_spec(d, ""), str(short), str(tmp_path / "o"))]), timeout=120)
+    assert not (tmp_path / "o").exists()

@@ -3,6 +3,7 @@ together, and it is byte for byte the one one process writes from the same assig
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -111,6 +112,8 @@ def test_cli_builds_on_three_workers_and_the_artifact_stands_alone(graph_dir, tm
     meta, _ = read_artifact(out)
     assert f"({meta['num_nodes']:,} nodes, {meta['num_edges']:,} edges)" in text
     assert "on 3 workers" in text and f"{meta['quality']['comm_volume']:,}" in text
+    peak = re.search(r"peak RSS (\d+\.\d\d) GiB per worker \(max\)", text)
+    assert peak and 0.05 < float(peak.group(1)) < 8, text  # a worker holds torch and a tiny graph
     x, y = np.load(src / "x.npy"), np.load(src / "y.npy")
     for p in src.iterdir():  # from now on each rank reads only its part file
         p.unlink()

@@ -79,7 +79,8 @@ def _build(cfg) -> int:
         return 0
     _print_quality(r["quality"], [("graph", f"{cfg.spec} ({r['nodes']:,} nodes, {r['edges']:,} edges)"),
                                   ("method", f"given by {cfg.assignment} (k={r['k']})"),
-                                  ("build", f"{r['build_s']:.2f} s on {r['k']} workers"),
+                                  ("build", f"{r['build_s']:.2f} s on {r['k']} workers, peak RSS "
+                                            f"{max(r['mem/peak_rss_bytes_per_rank']) / 2**30:.2f} GiB per worker (max)"),
                                   ("artifact", str(r["out"]))])
     return 0
 

@@ -317,10 +317,13 @@ def _write(cfg, lg, stats, quality, a, n: int, fp: str, spec, seconds: float) ->
                               "made; a build on several nodes needs --out on a file system every node mounts")
         path = part_path(tmp, rank)
         save_part(lg, path)
-        mine = {"bytes": path.stat().st_size, "sha256": file_sha256(path), **stats[rank]}
+        from graphdist.runtime import peak_rss_bytes
+        mine = {"bytes": path.stat().st_size, "sha256": file_sha256(path), **stats[rank],
+                "peak_rss_bytes": peak_rss_bytes()}  # the build's peak: its part is written
         every = comm.all_gather_object(mine)
         result = {"rank": rank, "out": str(out), "k": k, "nodes": n, "edges": sum(s["local_edges"] for s in every),
-                  "quality": quality, "seconds": 0.0, "build_s": seconds}
+                  "quality": quality, "seconds": 0.0, "build_s": seconds,
+                  "mem/peak_rss_bytes_per_rank": [s["peak_rss_bytes"] for s in every]}
         if rank == 0:
             np.save(tmp / ASSIGNMENT, a.astype(np.int64, copy=False))
             names = [part_path(tmp, r).name for r in range(k)]

@@ -6,8 +6,10 @@ process group's device (NCCL needs CUDA tensors, gloo CPU ones), returning resul
 caller's device. They are no-ops without a process group or at world size 1.
 
 Data movement: :func:`all_to_all_rows` (blocking or asynchronous ``all_to_all_single`` of
-row blocks, the halo exchange's wire, :mod:`graphdist.halo.exchange`) and
-:func:`all_reduce_mean_coalesced` (replica synchronisation of sharded tables).
+row blocks, the halo exchange's wire, :mod:`graphdist.halo.exchange`),
+:func:`all_to_all_varied` (rows whose counts the receivers learn first: edges to the owners of
+their destinations, :mod:`graphdist.halo.build`) and :func:`all_reduce_mean_coalesced` (replica
+synchronisation of sharded tables).
 
 Failures: :func:`is_collective_failure`, :func:`raise_peer_failure` and the published-error
 store keys that let a rank name what happened on a peer.

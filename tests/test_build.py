@@ -61,8 +61,12 @@ def _spec(d: Path, opts: str) -> str:
 
 
 def _build_all(rank, world, d, jobs):
-    """On every rank: build each job's artifact in this one process group."""
+    """On every rank: build each job's artifact in this one process group, with the fingerprint
+    streamed in blocks of 97 edges, so rows of every rank interleave across many blocks (the CLI
+    test builds with the default block, larger than its graph)."""
+    from graphdist.halo import build
     from graphdist.halo.build import build_artifact
+    build.BLOCK_EDGES = 97
     from graphdist.halo.tools import PartitionConfig
     return [build_artifact(PartitionConfig(spec=spec, assignment=a, out=out, nproc=world)) for spec, a, out in jobs]
 

@@ -44,8 +44,10 @@ from graphdist.errors import ConfigError, DataFormatError, GraphdistError
 
 __all__ = ["build_worker", "build_artifact", "check_build_request", "BLOCK_EDGES"]
 
-BLOCK_EDGES = 1 << 24
-"""Edges per block when rank 0 streams the rows for the fingerprint."""
+BLOCK_EDGES = 1 << 21
+"""Edges per block when rank 0 streams the rows for the fingerprint (rank 0 holds about six
+int64 arrays of a block at once: 96 MiB at 2M edges; 1 << 24 cost 0.18 GiB more on rank 0 than
+on the others at 20M edges, `benchmarks/build_memory.py`)."""
 
 
 def check_build_request(cfg) -> None:

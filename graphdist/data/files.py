@@ -104,8 +104,7 @@ def node_data(g: Graph, features: str = "", labels: str = "", seed: int = 0) -> 
     from graphdist.errors import SpecError
     rng = np.random.default_rng(seed)
     if features == "degree":
-        deg = torch.stack([g.in_degree(), g.out_degree()], 1).to(torch.float32)
-        g.x = torch.log1p(deg)
+        g.x = degree_features(g.in_degree(), g.out_degree())
     elif features.startswith("random:"):
         f = _count(features, "features=random:F")
         g.x = torch.from_numpy(rng.standard_normal((g.num_nodes, f), dtype=np.float32))
@@ -133,9 +132,16 @@ def _count(value: str, form: str) -> int:
     return v
 
 
-def _load_npy(path: Path) -> np.ndarray:
+def degree_features(indeg, outdeg) -> torch.Tensor:
+    """``features=degree``: ``[N, 2]`` float32 ``log1p`` of (in-degree, out-degree)."""
+    deg = torch.stack([torch.as_tensor(indeg), torch.as_tensor(outdeg)], 1)
+    return torch.log1p(deg.to(torch.float32))
+
+
+def _load_npy(path: Path, *, mmap: bool = False) -> np.ndarray:
+    """A ``.npy`` array (memory-mapped with ``mmap``), or one line naming the file."""
     try:
-        return np.load(path, allow_pickle=False)
+        return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
     except (OSError, ValueError) as e:
         raise DataFormatError(path, f"not a readable .npy array ({e})") from None
 

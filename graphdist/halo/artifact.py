@@ -139,12 +139,14 @@ def artifact_meta(*, fingerprint: str, graph: str, num_nodes: int, num_edges: in
     }
 
 
-def finish_artifact(tmp: Path, out: Path, meta: dict, files: list[str]) -> None:
-    """Hash ``files`` of ``tmp`` into ``meta``, write ``meta.json`` last (fsynced: its presence
-    marks a complete artifact), then swap ``tmp`` into ``out`` (an old artifact is moved aside
-    first and removed after the swap)."""
+def finish_artifact(tmp: Path, out: Path, meta: dict, files: list[str], known: dict | None = None) -> None:
+    """Hash ``files`` of ``tmp`` into ``meta`` (but those whose hash is ``known``: the k-rank
+    build hashes each part on the rank that wrote it), write ``meta.json`` last (fsynced: its
+    presence marks a complete artifact), then swap ``tmp`` into ``out`` (an old artifact is
+    moved aside first and removed after the swap)."""
     tmp, out = Path(tmp), Path(out)
-    meta["sha256"] = {name: file_sha256(tmp / name) for name in files}
+    known = known or {}
+    meta["sha256"] = {name: known[name] if name in known else file_sha256(tmp / name) for name in files}
     with open(tmp / META, "w") as f:
         json.dump(meta, f, indent=2, sort_keys=False, default=_json_default)
         f.write("\n")

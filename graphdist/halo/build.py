@@ -196,12 +196,11 @@ def _degrees(owned, indptr, cols, n: int, *, need_out: bool):
 
 def _node_data(opts, owned, n: int, indeg, outdeg, path):
     """``(x [n_own, F] float32 | None, y [n_own] int64 | None, classes)`` as the loader makes them."""
-    from graphdist.data.files import _load_npy
+    from graphdist.data.files import _load_npy, degree_features
     from graphdist.specs import resolve_path
     x = y = None
     if opts["features"] == "degree":
-        deg = torch.stack([torch.from_numpy(indeg[owned]), torch.from_numpy(outdeg[owned])], 1)
-        x = torch.log1p(deg.to(torch.float32))
+        x = degree_features(indeg[owned], outdeg[owned])
     elif opts["features"]:
         xm = _npy_rows(resolve_path(opts["features"], what="features file"), n, path, "rows")
         x = torch.from_numpy(np.asarray(xm[owned], dtype=np.float32))
@@ -209,7 +208,7 @@ def _node_data(opts, owned, n: int, indeg, outdeg, path):
             x = x[:, None]
     classes = 0
     if opts["labels"]:
-        ym = _load_npy(resolve_path(opts["labels"], what="labels file")).reshape(-1)
+        ym = _load_npy(resolve_path(opts["labels"], what="labels file"), mmap=True).reshape(-1)
         if ym.shape[0] != n:
             raise DataFormatError(opts["labels"], f"has {ym.shape[0]} labels but {path.name} has {n} distinct nodes")
         y = torch.from_numpy(ym[owned].astype(np.int64))
@@ -218,10 +217,8 @@ def _node_data(opts, owned, n: int, indeg, outdeg, path):
 
 
 def _npy_rows(p: Path, n: int, path: Path, what: str):
-    try:
-        m = np.load(p, mmap_mode="r", allow_pickle=False)
-    except (OSError, ValueError) as e:
-        raise DataFormatError(p, f"not a readable .npy array ({e})") from None
+    from graphdist.data.files import _load_npy
+    m = _load_npy(p, mmap=True)
     if m.ndim not in (1, 2) or m.shape[0] != n:
         raise DataFormatError(str(p), f"has {m.shape[0] if m.ndim else 0} {what} but {path.name} has {n} distinct nodes")
     return m
@@ -230,7 +227,7 @@ def _npy_rows(p: Path, n: int, path: Path, what: str):
 def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg) -> str:
     """:attr:`Graph.fingerprint` of the whole graph, hashed on rank 0 from the rows every rank
     streams to it in blocks of :data:`BLOCK_EDGES` (every rank takes part; all get the print)."""
-    from graphdist.data.files import _load_npy
+    from graphdist.data.files import _load_npy, degree_features
     from graphdist.data.graph import FINGERPRINT_FIELDS, Fingerprint
     from graphdist.specs import resolve_path
     rank, k = comm.world()
@@ -262,11 +259,11 @@ def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg) -> str:
         for name in FINGERPRINT_FIELDS[2:]:
             v = None
             if name == "x" and opts["features"] == "degree":
-                v = torch.log1p(torch.from_numpy(np.stack([indeg, outdeg], 1)).to(torch.float32)).numpy()
+                v = degree_features(indeg, outdeg).numpy()
             elif name == "x" and opts["features"]:
-                v = np.load(resolve_path(opts["features"], what="features file"), mmap_mode="r")
+                v = _load_npy(resolve_path(opts["features"], what="features file"), mmap=True)
             elif name == "y" and opts["labels"]:
-                v = _load_npy(resolve_path(opts["labels"], what="labels file")).reshape(-1)
+                v = _load_npy(resolve_path(opts["labels"], what="labels file"), mmap=True).reshape(-1)
             shape = None if v is None else ((n, 1) if (name == "x" and v.ndim == 1) else tuple(v.shape))
             h.field(name, shape)
             if v is None:
@@ -337,7 +334,8 @@ def _write(cfg, lg, stats, quality, a, n: int, fp: str, spec, seconds: float) ->
             params = {"k": k, "spec": cfg.spec, "assignment": str(cfg.assignment)}
             meta = artifact_meta(fingerprint=fp, graph=spec.text, num_nodes=n, num_edges=result["edges"], k=k,
                                  method="given", params=params, quality=quality, seconds=0.0, parts=parts)
-            finish_artifact(tmp, out, meta, [ASSIGNMENT] + names)
+            finish_artifact(tmp, out, meta, [ASSIGNMENT] + names,
+                            known={nm: s["sha256"] for nm, s in zip(names, every)})
         comm.barrier()
     except BaseException:
         if rank == 0 and tmp.is_dir() and os.path.basename(tmp).startswith("."):

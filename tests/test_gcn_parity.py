@@ -139,14 +139,14 @@ def _dist_case(rank, ws, graph, a, kind, state, halo):
     return lg.owned.numpy(), out.detach().numpy(), {k: p.grad.numpy() for k, p in model.named_parameters()}
 
 
-def _dist_train(rank, ws, graph, a, kind, batch_norm=False, dropout=0.0, halo="mvc", label_rate=0.0):
+def _dist_train(rank, ws, graph, a, kind, batch_norm=False, dropout=0.0, halo="mvc", label_rate=0.0, **extra):
     import torch.distributed as dist
 
     from graphdist.runtime import DistContext, init_distributed
     from graphdist.gnn.trainer import GCNConfig, fit
     lg = build_plan(graph, a, rank, ws)
     cfg = GCNConfig(spec="test", model=kind, layers=2, hidden=HID, dropout=dropout, epochs=20, seed=5,
-                    progress=False, batch_norm=batch_norm, halo=halo, label_rate=label_rate)
+                    progress=False, batch_norm=batch_norm, halo=halo, label_rate=label_rate, **extra)
     ctx = init_distributed("cpu") if dist.is_initialized() else DistContext(0, 1, 0, "none", torch.device("cpu"))
     return fit(cfg, lg, {}, ctx)["losses"]
 

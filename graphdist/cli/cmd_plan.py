@@ -25,7 +25,8 @@ def _handler(args) -> int:
         print(json.dumps({k: v for k, v in out.items() if k != "layers"}, indent=1))
         return 0
     print(f"plan: {out['source']}, k={out['world_size']}, {cfg.model} {cfg.layers}x{cfg.hidden}, "
-          f"F={out['features']}, C={out['classes']}, halo {out['comm/halo']}{' (auto)' if cfg.halo == 'auto' else ''} {cfg.halo_bits} bit")
+          f"F={out['features']}, C={out['classes']}, halo {out['comm/halo']}{' (auto)' if cfg.halo == 'auto' else ''} {cfg.halo_bits} bit"
+          f"{rounds_note(cfg, out)}")
     print("rank   owned    halo  features adjacency activations optimizer+plan      peak  epoch s (est.)")
     for r, row in enumerate(out["ranks"]):
         print(f"{r:4d} {row['owned_rows']:7,d} {row['halo_rows']:7,d} {human_bytes(row['features_bytes']):>9} "
@@ -60,3 +61,11 @@ def register(sub) -> None:
                                    "statistics (--nodes, --edges, --features, --classes, --replication, --parts).")
     config.add_arguments(p, PlanConfig, skip=_TRAINING_ONLY)
     p.set_defaults(func=_handler)
+
+
+def rounds_note(cfg, out: dict) -> str:
+    """``, in R exchange rounds`` (and whether --halo-rounds 0 chose it) when R > 1."""
+    r = out["comm/halo_rounds"]
+    if r <= 1:
+        return ""
+    return f", in {r} exchange rounds" + (" (the fewest that fit)" if cfg.halo_rounds == 0 else "")

@@ -101,17 +101,25 @@ def choose_halo(cfg, lg, n_classes: int) -> tuple[str, dict]:
                               "codec_values_per_s": {str(b): v for b, v in codec.items()}}}
 
 
-def resumed_choice(cfg) -> tuple[str, dict] | None:
-    """On ``--resume``, the mode the checkpointed run chose (its settings record the resolved
-    mode), so a resumed run continues with the same exchange; None otherwise."""
+def recorded_setting(cfg, name: str):
+    """On ``--resume``, the value of setting ``name`` in the latest checkpoint's settings (what
+    the checkpointed run resolved, e.g. ``halo`` or ``halo_rounds``); None otherwise."""
     if not (cfg.resume and cfg.checkpoint_dir):
         return None
     from graphdist.checkpoint import Checkpointer
     ck = Checkpointer(cfg.checkpoint_dir)
     snap = ck.latest()
-    mode = ((ck.read_meta(snap).get("settings") or {}).get("halo")) if snap is not None else None
+    return ((ck.read_meta(snap).get("settings") or {}).get(name)) if snap is not None else None
+
+
+def resumed_choice(cfg) -> tuple[str, dict] | None:
+    """On ``--resume``, the mode the checkpointed run chose (its settings record the resolved
+    mode), so a resumed run continues with the same exchange; None otherwise."""
+    mode = recorded_setting(cfg, "halo")
     if mode not in ("plain", "mvc"):
         return None
+    from graphdist.checkpoint import Checkpointer
+    snap = Checkpointer(cfg.checkpoint_dir).latest()
     return mode, {"chosen": mode, "why": f"resumed: the choice recorded in {snap}", "modes": {}}
 
 

@@ -71,6 +71,12 @@ class GCNConfig:
     epoch (exact, which measures the rows), each layer's forward and backward exchange travels at
     the width (32, 16, 8, 4, 2 bits) of the lowest predicted time whose expected relative error
     ||x_hat - x|| / ||x|| (comm/halo_rel_error) is at most E; 0 = exact rows only"""
+    halo_rounds: int = 0
+    """move each exchange in N all-to-alls, each carrying a slice of every peer's rows that is
+    multiplied in and freed as it arrives, so about 2/N of the exchange's buffers are live at
+    once (SAR's sequential aggregation; gcn and sage). 0 = the fewest of 1, 2, 4, ..., 64 whose
+    predicted peak fits this machine's memory (on CPU; 1 on CUDA). The same sum in another
+    order: exact up to float rounding"""
     eval_halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value in the evaluation pass (32 = exact float32 rows, whatever --halo-bits
     training uses, so test accuracy has no rounding noise of its own)"""
@@ -147,6 +153,11 @@ class GCNConfig:
             raise ConfigError("--staleness-smoothing smooths stale halo rows: it needs --halo-staleness 1")
         if not 0.0 < self.boundary_rate <= 1.0:
             raise ConfigError(f"--boundary-rate must be in (0, 1], got {self.boundary_rate}")
+        if not 0 <= self.halo_rounds <= 64:
+            raise ConfigError(f"--halo-rounds must be in 0..64, got {self.halo_rounds}")
+        if self.halo_rounds > 1 and (self.halo_staleness or self.boundary_rate < 1.0):
+            raise ConfigError("--halo-rounds above 1 cannot be combined with --halo-staleness 1 or --boundary-rate "
+                              "below 1 (their exchanges move whole)")
         if self.boundary_rate < 1.0 and self.halo_staleness:
             raise ConfigError("--boundary-rate below 1 and --halo-staleness 1 cannot be combined (the rows held "
                               "from one epoch would not be the rows the next epoch samples)")
@@ -163,7 +174,8 @@ class GCNConfig:
     def _check_pyg_model(self) -> None:
         """A PyG ``--model``: the name or ``MODULE:CLASS`` resolves, and no flag of graphdist's own
         models is set."""
-        for flag, on in (("--batch-norm", self.batch_norm), ("--label-rate", self.label_rate > 0)):
+        for flag, on in (("--batch-norm", self.batch_norm), ("--label-rate", self.label_rate > 0),
+                         ("--halo-rounds", self.halo_rounds > 1)):
             if on:
                 hint = "; a MODULE:CLASS model may hold its own BatchNorm1d" if flag == "--batch-norm" else ""
                 raise ConfigError(f"{flag} applies to --model gcn|sage only (graphdist's own layers), not to "

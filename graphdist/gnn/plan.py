@@ -25,6 +25,8 @@ from graphdist.errors import ConfigError
 from graphdist.gnn.config import GCNConfig
 
 GiB = 2 ** 30
+ROUNDS = (1, 2, 4, 8, 16, 32, 64)
+"""Exchange rounds ``--halo-rounds 0`` chooses from (the fewest that fit)."""
 RUNTIME_BYTES = 340 * 2 ** 20
 """A trainer process before its part arrives: Python, torch, the process group (measured
 0.23-0.25 GiB at k = 1 and 4 on this CPU box, rounded up)."""
@@ -83,6 +85,8 @@ class PlanConfig(GCNConfig):
         for name, v, lo in (("layers", self.layers, 1), ("hidden", self.hidden, 1)):
             if v < lo:
                 raise ConfigError(f"--{name} must be >= {lo}, got {v}")
+        if not 0 <= self.halo_rounds <= ROUNDS[-1]:
+            raise ConfigError(f"--halo-rounds must be in 0..{ROUNDS[-1]}, got {self.halo_rounds}")
         if self.mem_per_rank < 0 or self.link_gbps <= 0 or self.spmm_rate < 0:
             raise ConfigError("--mem-per-rank and --spmm-rate must be >= 0 and --link-gbps > 0")
 
@@ -168,11 +172,12 @@ def layer_plan(cfg, f_in: int, n_classes: int, active: bool) -> list[dict]:
     return layer_widths(f_in, cfg.hidden, n_classes, cfg.layers, active=active, labels=cfg.label_rate > 0)
 
 
-def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool) -> int:
+def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, k: int = 1) -> int:
     """Largest bytes of activations and gradients live at one time in an epoch (training
     forward, backward, evaluation), replaying the tensors the layers allocate and free."""
     n, f4 = ps.n, 4
     ms, mr = (ps.send.get(mode, 0), ps.recv.get(mode, 0)) if active else (0, 0)
+    rounds = max(1, int(getattr(cfg, "halo_rounds", 1) or 1)) if active else 1
     live = peak = 0
 
     def alloc(b):
@@ -180,13 +185,23 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
         live += b
         peak = max(peak, live)
 
-    def prop(w):  # send rows and the receive buffer (both held by the exchange's work until
-        alloc((ms + mr) * w * f4)  # the product returns), the owned product, the halo product
+    def exchange(w, sent, got):
+        """One product with its exchange in ``rounds`` rounds (``graphdist.halo.spmm``): a
+        round's send rows and receive buffer, the owned product (kept: the output), then per
+        round the next round posted, the send rows let go at the wait, the halo block's product
+        added into the output in place, the received rows let go."""
+        s = -(-sent // rounds) + (k if rounds > 1 and sent else 0)  # a round takes ceil(c/R) of a peer's rows
+        q = -(-got // rounds) + (k if rounds > 1 and got else 0)
+        alloc((s + q) * w * f4)
         alloc(n * w * f4)
-        if active and mr:
-            alloc(n * w * f4)
-            alloc(-n * w * f4)
-        alloc(-(ms + mr) * w * f4)
+        for r in range(rounds):
+            if r + 1 < rounds:
+                alloc((s + q) * w * f4)
+            alloc(-s * w * f4)
+            alloc(-q * w * f4)
+
+    def prop(w):
+        exchange(w, ms, mr)
 
     saved = []
     inp = 0  # bytes of the current input tensor that the forward owns
@@ -223,14 +238,10 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
         steps = ([fi] if into else []) + ([fi] if into else []) if first else [fo] + ([fi] if into else [])
         for j, width in enumerate(steps):
             sparse = (first and j == 1) or (not first and j == 0)
-            if sparse:  # gradient rows out and back, then the send operator's product added
-                alloc((ms + mr) * width * f4)
-            alloc(n * width * f4)
-            if sparse:
-                if active and ms:
-                    alloc(n * width * f4)
-                    alloc(-n * width * f4)
-                alloc(-(ms + mr) * width * f4)
+            if sparse:  # gradient rows out and back, then the send operator's product added (mvc)
+                exchange(width, mr, ms)
+            else:
+                alloc(n * width * f4)
             alloc(-g)
             g = n * width * f4
         if i > 0:  # through the ReLU / dropout before this layer
@@ -259,7 +270,7 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
 
 
 def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str) -> dict:
-    """Bytes of one rank, by what holds them."""
+    """Bytes of one rank, by what holds them (the exchange in ``cfg.halo_rounds`` rounds)."""
     active = k > 1
     layers = layer_plan(cfg, f_in, n_classes, active)
     n = ps.n
@@ -277,7 +288,7 @@ def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str
     widths = [f_in] + [cfg.hidden] * (cfg.layers - 1) + [n_classes]
     params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
     optimizer = params * 4 * 3  # gradient and two Adam moments
-    act = activation_peak(ps, layers, cfg, mode, active)
+    act = activation_peak(ps, layers, cfg, mode, active, k)
     total = RUNTIME_BYTES + feats + ps.plan_bytes + adj + kept + params * 4 + optimizer + act
     return {"owned_rows": n, "halo_rows": ps.halo, "message_rows_in": ps.recv.get(mode, 0) if active else 0,
             "features_bytes": feats, "adjacency_bytes": adj, "activation_bytes": act + kept,
@@ -314,6 +325,8 @@ def plan(cfg: PlanConfig) -> dict:
         del lgs
     active = k > 1
     layers = layer_plan(cfg, f_in, n_classes, active)
+    mem = cfg.mem_per_rank * GiB if cfg.mem_per_rank else host_memory_bytes() / k
+    cfg = fewest_rounds(cfg, parts, f_in, n_classes, k, mem)
     from graphdist.gnn.plan_time import epoch_seconds, exchange_choices, measured_rates
     rates = (cfg.spmm_rate, measured_rates()[1]) if cfg.spmm_rate else measured_rates()
     choices = exchange_choices(parts, layers, cfg, active, rates)
@@ -330,15 +343,27 @@ def plan(cfg: PlanConfig) -> dict:
         row["halo_bytes_sent_per_epoch"] = int(halo.get(cfg.halo, 0) * share)
         row["time/epoch_s"] = epoch_seconds(ps, layers, cfg, cfg.halo, active, row["halo_bytes_sent_per_epoch"], rates)
         ranks.append(row)
-    mem = cfg.mem_per_rank * GiB if cfg.mem_per_rank else host_memory_bytes() / k
     peaks = [r["peak_bytes"] for r in ranks]
     return {"mem/peak_bytes": max(peaks), "mem/peak_bytes_per_rank": peaks,
             "comm/halo_bytes_per_epoch": halo.get(cfg.halo, 0), "comm/halo_bytes_per_epoch_by_mode": halo,
-            "comm/halo": cfg.halo, "comm/halo_bits": cfg.halo_bits, "time/epoch_s": max(r["time/epoch_s"] for r in ranks),
+            "comm/halo": cfg.halo, "comm/halo_bits": cfg.halo_bits, "comm/halo_rounds": cfg.halo_rounds, "time/epoch_s": max(r["time/epoch_s"] for r in ranks),
             "fits": bool(max(peaks) <= mem), "mem/per_rank_bytes": int(mem), "world_size": k, "source": source,
             "features": f_in, "classes": n_classes, "layers": layers, "ranks": ranks,
             "comm/choices": choices,
             "rates": {"spmm_entries_cols_per_s": rates[0], "dense_flops_per_s": rates[1]}}
+
+
+def fewest_rounds(cfg, parts: list[PartStats], f_in: int, n_classes: int, k: int, mem: float, mode=None):
+    """``cfg`` with ``halo_rounds`` resolved: as given, 1 at k = 1, or (0) the fewest of
+    :data:`ROUNDS` whose largest rank fits ``mem`` bytes (the most when none does)."""
+    import dataclasses
+    if k == 1 or cfg.halo_rounds:
+        return dataclasses.replace(cfg, halo_rounds=1 if k == 1 else cfg.halo_rounds)
+    for r in ROUNDS:
+        c = dataclasses.replace(cfg, halo_rounds=r)
+        if max(rank_memory(ps, c, f_in, n_classes, k, mode or cfg.halo)["peak_bytes"] for ps in parts) <= mem:
+            return c
+    return c
 
 
 def _parts(cfg: PlanConfig):
@@ -358,25 +383,38 @@ def _parts(cfg: PlanConfig):
     return [build_plan(g, a, r, k, _shared=sh) for r in range(k)], f"{cfg.spec} ({cfg.method}, k={k})"
 
 
-def check_fits(cfg, lg, world_size: int) -> None:
-    """Before a rank trains: stop every rank with one line (needed and available GiB) when this
-    machine's ranks would need more memory than it has (``MemAvailable`` plus their own resident
-    sets), instead of being killed half-way. The estimate is :func:`rank_memory` with the owned
-    block taken as unsymmetric (an upper bound)."""
+def check_fits(cfg, lg, world_size: int) -> int:
+    """Before a rank trains: the exchange rounds to train in, ``cfg.halo_rounds`` or (0) the
+    fewest of :data:`ROUNDS` with which this machine's ranks fit its memory (``MemAvailable``
+    plus their own resident sets); when none fits, stop every rank with one line (needed and
+    available GiB) instead of being killed half-way. The estimate is :func:`rank_memory` with
+    the owned block taken as unsymmetric (an upper bound). Every rank decides from the same
+    gathered figures."""
+    import dataclasses
     import os
 
     from graphdist import comm
     from graphdist.halo.budget import available_bytes
+    if world_size == 1:
+        cands = [1]
+    else:
+        cands = [cfg.halo_rounds] if cfg.halo_rounds else list(ROUNDS)
     if lg.x is None:
-        return
+        return cands[0]
     ps = part_stats(lg, check_symmetry=False)
-    need = rank_memory(ps, cfg, int(lg.x.shape[1]), max(int(lg.num_classes), 1), world_size, cfg.halo)["peak_bytes"]
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    f_in, n_cls = int(lg.x.shape[1]), max(int(lg.num_classes), 1)
+    needs = [rank_memory(ps, dataclasses.replace(cfg, halo_rounds=r), f_in, n_cls, world_size, cfg.halo)["peak_bytes"]
+             * local for r in cands]
     with open("/proc/self/statm") as f:  # the machine's free memory is shared by its ranks
         rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    seen = comm.all_gather_object([need * local, available_bytes() + (local - 1) * rss])
-    need_all, have = max(s[0] for s in seen), min(s[1] for s in seen)
-    if need_all > have:
-        raise ConfigError(f"training {cfg.model} {cfg.layers}x{cfg.hidden} on this part needs about "
-                          f"{need_all / GiB:.1f} GiB on this machine ({local} rank(s)), and {have / GiB:.1f} GiB is "
-                          "available; use more parts (ranks), a smaller --hidden, or --halo-bits 8")
+    seen = comm.all_gather_object([needs, available_bytes() + (local - 1) * rss])
+    have = min(s[1] for s in seen)
+    for i, r in enumerate(cands):
+        need_all = max(s[0][i] for s in seen)
+        if need_all <= have:
+            return r
+    rounds = f" in {cands[-1]} halo rounds" if cands[-1] > 1 else ""
+    raise ConfigError(f"training {cfg.model} {cfg.layers}x{cfg.hidden} on this part needs about "
+                      f"{need_all / GiB:.1f} GiB on this machine ({local} rank(s)){rounds}, and {have / GiB:.1f} GiB "
+                      "is available; use more parts (ranks), a smaller --hidden, or --halo-bits 8")

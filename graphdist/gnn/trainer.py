@@ -89,8 +89,15 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
             auto_bits = AutoBits(cfg.halo_error, cfg.layers, link)
         cfg = dataclasses.replace(cfg, halo=mode)
         get_logger().info(f"--halo auto: {mode} ({_auto_line(halo_auto)})")
+    if cfg.halo_rounds == 0 and cfg.resume:  # the rounds the checkpointed run chose
+        from graphdist.gnn.auto import recorded_setting
+        cfg = dataclasses.replace(cfg, halo_rounds=int(recorded_setting(cfg, "halo_rounds") or 0))
+    rounds = 1 if ws == 1 else (cfg.halo_rounds or 1)
     if dev.type != "cuda" and cfg.model in BUILTIN_MODELS:  # plan models graphdist's own models
-        check_fits(cfg, lg, ws)  # host memory: one line instead of an out-of-memory kill
+        rounds = check_fits(cfg, lg, ws)  # host memory: one line instead of an out-of-memory kill
+    cfg = dataclasses.replace(cfg, halo_rounds=rounds)
+    if rounds > 1:
+        get_logger().info(f"halo exchange in {rounds} rounds (--halo-rounds)")
     lg = lg.reordered(cfg.reorder)  # owned rows in locality order; every result is order-free
     x = lg.x
     if x is None or lg.y is None or lg.train_mask is None:
@@ -158,6 +165,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/halo": cfg.halo,
         "comm/halo_auto": halo_auto,
         "comm/halo_bits": cfg.halo_bits,
+        "comm/halo_rounds": cfg.halo_rounds,
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "comm/halo_rel_error": rel_error,
         "halo/layers": layers,
@@ -194,6 +202,10 @@ class BuiltinNet:
         self.ex_eval = self.ex if same else \
             HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1,
                                            link=self.link)
+        if cfg.halo_rounds > 1 and self.ex.active:  # --halo-rounds: the exchange's buffers in slices
+            for e in {id(self.ex): self.ex, id(self.ex_eval): self.ex_eval}.values():
+                e.in_rounds(cfg.halo_rounds)
+            self.adj.in_rounds(cfg.halo_rounds, self.ex.send_counts, self.ex.recv_counts)
         torch.manual_seed(cfg.seed)
         self.model = GNN(cfg.model, x.shape[1], cfg.hidden, n_classes, cfg.layers, cfg.dropout, cfg.batch_norm,
                          seed=cfg.seed, label_classes=n_classes if cfg.label_rate > 0 else 0).to(dev)

@@ -126,6 +126,11 @@ class HaloExchanger:
         """True: record in ``stats.calib`` what each tagged exchange would cost and err at every width."""
         self.stale = None
         """:class:`~graphdist.halo.stale.StaleHalos` (``--halo-staleness 1``) or None."""
+        self.rounds = 1
+        """All-to-alls per exchange (:meth:`in_rounds`, :mod:`graphdist.halo.rounds`)."""
+        self._round_counts = [(self.send_counts, self.recv_counts)]
+        self._round_idx = [self.send_idx]
+        self._arrival = 0.0  # simulated arrival of the last round posted (a round queues behind it)
         if bits < 32 and self.active and comm.backend(group) not in ("gloo", "nccl"):
             raise ConfigError(f"--halo-bits {bits}: the {comm.backend(group)} backend cannot carry "
                               "quantised halo rows (gloo or nccl needed); use --halo-bits 32")
@@ -143,11 +148,44 @@ class HaloExchanger:
     def restricted(self, send_idx: torch.Tensor, send_counts: list[int], recv_counts: list[int]) -> "HaloExchanger":
         """A plain exchanger of a subset of this one's rows (boundary sampling,
         :mod:`graphdist.halo.boundary`) that shares its counters, link and rounding keys."""
+        if self.rounds != 1:
+            raise ConfigError("--halo-rounds above 1 cannot be combined with --boundary-rate below 1")
         sub = copy.copy(self)
         sub.send_idx, sub.send_counts, sub.recv_counts = send_idx, [int(c) for c in send_counts], \
             [int(c) for c in recv_counts]
         sub.n_send, sub.n_recv, sub.stale = sum(sub.send_counts), sum(sub.recv_counts), None
+        sub._round_counts, sub._round_idx = [(sub.send_counts, sub.recv_counts)], [send_idx]
         return sub
+
+    def in_rounds(self, rounds: int) -> "HaloExchanger":
+        """This exchanger moving each exchange in ``rounds`` all-to-alls of a slice of every
+        peer's rows (:mod:`graphdist.halo.rounds`; pair it with ``SparseAdj.in_rounds``). Not
+        with stale halos or a restricted (sampled) exchanger."""
+        from graphdist.halo.rounds import round_of
+        rounds = int(rounds)
+        if rounds <= 1 or rounds == self.rounds:
+            return self
+        if self.stale is not None:
+            raise ConfigError("--halo-rounds above 1 cannot be combined with --halo-staleness 1")
+        s_rnd, s_per = round_of(self.send_counts, rounds)
+        _, r_per = round_of(self.recv_counts, rounds)
+        self._round_counts = list(zip(s_per, r_per))
+        if self.send_idx is not None:
+            s_rnd = s_rnd.to(self.send_idx.device)
+            self._round_idx = [self.send_idx[s_rnd == r] for r in range(rounds)]
+        else:
+            self._round_idx = [None] * rounds
+        self.rounds = rounds
+        return self
+
+    def round_counts(self, rnd: int) -> tuple[int, int]:
+        """``(message rows sent, received)`` by this rank in round ``rnd``."""
+        s, r = self._round_counts[rnd]
+        return sum(s), sum(r)
+
+    def round_send_idx(self, rnd: int) -> torch.Tensor:
+        """Plain mode: the owned rows sent in round ``rnd``, peer by peer."""
+        return self.send_idx if self.rounds == 1 else self._round_idx[rnd]
 
     def set_step(self, step: int) -> None:
         """Rounding noise from now on is keyed by (seed, step, rank, n-th exchange of the step):
@@ -182,19 +220,22 @@ class HaloExchanger:
             raise ValueError("exchanger(h) needs a plain plan (send_idx)")
         return _HaloExchangeFn.apply(h.contiguous(), self)
 
-    def post(self, rows: torch.Tensor, tag: int | None = None) -> "Pending":
-        """Start sending message rows ``[n_send, F]`` (peer order); ``.wait()`` gives the rows
-        received ``[n_recv, F]``. Runs in the background (gloo thread / NCCL stream)."""
-        pending = self._start(rows, self.send_counts, self.recv_counts, self.n_recv, "forward", tag)
+    def post(self, rows: torch.Tensor, tag: int | None = None, rnd: int = 0) -> "Pending":
+        """Start sending message rows ``[n_send, F]`` (peer order; in rounds: round ``rnd``'s
+        rows); ``.wait()`` gives the rows received ``[n_recv, F]``. Runs in the background
+        (gloo thread / NCCL stream)."""
+        send, recv = self._round_counts[rnd]
+        pending = self._start(rows, send, recv, sum(recv), "forward", tag, rnd)
         return pending if self.stale is None else self.stale.swap("forward", tag, pending)
 
-    def post_reverse(self, rows: torch.Tensor, tag: int | None = None) -> "Pending":
+    def post_reverse(self, rows: torch.Tensor, tag: int | None = None, rnd: int = 0) -> "Pending":
         """The reverse direction (gradients of received rows go home): ``[n_recv, F]`` in,
         ``.wait()`` gives ``[n_send, F]``."""
-        pending = self._start(rows, self.recv_counts, self.send_counts, self.n_send, "backward", tag)
+        send, recv = self._round_counts[rnd]
+        pending = self._start(rows, recv, send, sum(send), "backward", tag, rnd)
         return pending if self.stale is None else self.stale.swap("backward", tag, pending)
 
-    def _start(self, rows, in_counts, out_counts, n_out, direction, tag) -> "Pending":
+    def _start(self, rows, in_counts, out_counts, n_out, direction, tag, rnd=0) -> "Pending":
         rows = rows.contiguous()
         decode = None
         bits = self.bits if tag is None else self.layer_bits.get((direction, int(tag)), self.bits)
@@ -213,7 +254,11 @@ class HaloExchanger:
         self.stats.add(buf)
         t0 = time.perf_counter()
         work = comm.all_to_all_rows(out, buf, out_counts, in_counts, self.group, async_op=True)
-        return Pending(work, out, buf, decode, self.link, t0, max(_nbytes(buf), _nbytes(out)), on_wait)
+        nbytes = max(_nbytes(buf), _nbytes(out))
+        if self.link is not None:  # a later round of one exchange queues behind the earlier ones
+            t0 = max(t0, self._arrival) if rnd > 0 else t0
+            self._arrival = t0 + self.link.seconds(nbytes)
+        return Pending(work, out, buf, decode, self.link, t0, nbytes, on_wait)
 
     def _calibrate(self, rows: torch.Tensor, n_out: int, direction: str, tag: int):
         """Record ``rows``' costs at every width; returns what the exchange's ``wait()`` calls

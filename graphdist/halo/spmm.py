@@ -91,6 +91,19 @@ class CSRPair:
     def mm_t(self, g: torch.Tensor) -> torch.Tensor:
         return _product(self.AT, g)
 
+    def mm_add(self, x: torch.Tensor, out: torch.Tensor) -> None:
+        """``out += A @ x`` in place (``addmm`` with beta 1: no product-sized temporary)."""
+        _product_add(self.A, x, out)
+
+    def mm_t_add(self, g: torch.Tensor, out: torch.Tensor) -> None:
+        """``out += A^T @ g`` in place."""
+        _product_add(self.AT, g, out)
+
+
+def _product_add(a: torch.Tensor, x: torch.Tensor, out: torch.Tensor) -> None:
+    if a._nnz() and x.shape[1]:
+        torch.addmm(out, a, x.contiguous(), out=out)
+
 
 def _product(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     if a._nnz() == 0 or x.shape[1] == 0:
@@ -160,6 +173,34 @@ class SparseAdj:
                                      torch.cat([torch.ones(raw_src.numel(), dtype=torch.float64),
                                                 right[lg.pre_src]]), n_out, n, device)
         return self
+
+    rounds = 1
+    """Exchange rounds of a product (:meth:`in_rounds`, :mod:`graphdist.halo.rounds`)."""
+    _blocks = None
+
+    def in_rounds(self, rounds: int, send_counts: list[int], recv_counts: list[int]) -> "SparseAdj":
+        """This adjacency for an exchange in ``rounds`` rounds (:mod:`graphdist.halo.rounds`):
+        its halo block split by columns and its mvc send operator by rows; ``send_counts`` /
+        ``recv_counts`` are the exchanger's message rows per peer. The split blocks replace the
+        whole ones; ``rounds = 1`` leaves it as it is."""
+        from graphdist.halo.rounds import round_of, split_columns, split_rows
+        rounds = int(rounds)
+        if rounds <= 1 or self.rounds == rounds:
+            return self
+        if self.rounds != 1:
+            raise ValueError(f"this adjacency is already split into {self.rounds} rounds")
+        if sum(recv_counts) != self.n_recv or (self.send is not None and sum(send_counts) != self.n_send):
+            raise ValueError("the exchange counts do not match this adjacency's halo")
+        halo = [None] * rounds if self.halo is None else split_columns(self.halo, round_of(recv_counts, rounds)[0],
+                                                                       rounds)
+        send = [None] * rounds if self.send is None else split_rows(self.send, round_of(send_counts, rounds)[0],
+                                                                    rounds)
+        self._blocks, self.rounds = list(zip(halo, send)), rounds
+        return self
+
+    def blocks(self) -> list[tuple]:
+        """``[(A_halo block, T block)]`` per round (None where there is none)."""
+        return self._blocks if self._blocks is not None else [(self.halo, self.send)]
 
     @property
     def n_send(self) -> int | None:
@@ -246,20 +287,29 @@ class _SpMM(torch.autograd.Function):
 
 
 class _HaloSpMM(torch.autograd.Function):
-    """Halo exchange fused with the SpMM so communication overlaps the local product."""
+    """Halo exchange fused with the SpMM so communication overlaps the local product; in
+    ``adj.rounds`` rounds, each round's rows multiplied in as they arrive and then freed
+    (:mod:`graphdist.halo.rounds`)."""
 
     @staticmethod
     def forward(ctx, h, adj, ex):
         ctx.adj, ctx.ex = adj, ex
         h = h.contiguous()
-        send = adj.send.mm(h) if adj.send is not None else h.index_select(0, ex.send_idx)
+        blocks = adj.blocks()
+
+        def send(r):  # held by the exchange from here until its wait()
+            t = blocks[r][1]
+            return t.mm(h) if t is not None else h.index_select(0, ex.round_send_idx(r))
         ctx.tag = ex.next_tag()
-        pending = ex.post(send, ctx.tag)
-        del send  # held by the exchange from here (gloo's work keeps it until the product returns)
+        pending = ex.post(send(0), ctx.tag, 0)
         out = adj.own.mm(h)
-        recv = pending.wait()
-        if adj.halo is not None and recv.shape[0]:
-            out.add_(adj.halo.mm(recv))
+        for r, (halo, _) in enumerate(blocks):
+            nxt = ex.post(send(r + 1), ctx.tag, r + 1) if r + 1 < len(blocks) else None
+            recv = pending.wait()
+            if halo is not None and recv.shape[0]:
+                halo.mm_add(recv, out)
+            recv = None  # this round's rows go now
+            pending = nxt
         return out
 
     @staticmethod
@@ -268,14 +318,21 @@ class _HaloSpMM(torch.autograd.Function):
             return None, None, None
         adj, ex = ctx.adj, ctx.ex
         g = g.contiguous()
-        g_msg = adj.halo.mm_t(g) if adj.halo is not None else g.new_zeros((0, g.shape[1]))
-        pending = ex.post_reverse(g_msg, ctx.tag)
-        del g_msg
+        blocks = adj.blocks()
+
+        def grads(r):
+            halo = blocks[r][0]
+            return halo.mm_t(g) if halo is not None else g.new_zeros((ex.round_counts(r)[1], g.shape[1]))
+        pending = ex.post_reverse(grads(0), ctx.tag, 0)
         g_h = adj.own.mm_t(g)
-        back = pending.wait()
-        if back.shape[0]:
-            if adj.send is not None:
-                g_h.add_(adj.send.mm_t(back))
-            else:
-                g_h.index_add_(0, ex.send_idx, back)
+        for r, (_, t) in enumerate(blocks):
+            nxt = ex.post_reverse(grads(r + 1), ctx.tag, r + 1) if r + 1 < len(blocks) else None
+            back = pending.wait()
+            if back.shape[0]:
+                if t is not None:
+                    t.mm_t_add(back, g_h)
+                else:
+                    g_h.index_add_(0, ex.round_send_idx(r), back)
+            back = None
+            pending = nxt
         return g_h, None, None

@@ -1,0 +1,148 @@
+"""``--halo-rounds R``: the exchange in R all-to-alls of a slice of every peer's rows
+(:mod:`graphdist.halo.rounds`). The slices on paper; on k = 2 and 4 ranks (random parts, so
+peers send uneven counts, and R above some counts, so some rounds are empty for some peers) the
+logits and gradients equal PyG's and the one-round run's, 20 epochs of training give PyG's
+losses, quantised rows cost the one-round bytes, and no more than two rounds are ever in
+flight, each at most ceil(c / R) rows of a peer's c."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from graphdist.halo import build_plan
+from graphdist.halo.rounds import round_of
+from graphdist.gnn.models import GNN
+from graphdist.testing import run_ranks
+from tests.test_gcn_parity import (C, HID, MODELS, _dist_train, _rel_close, assignment, init_state, make_graph,
+                                   pyg_forward, pyg_grads, pyg_model, pyg_train_losses)
+
+HALOS = ("plain", "mvc")
+
+
+def test_round_slices_on_paper():
+    rnd, per = round_of([5, 0, 3], 3)
+    # peer 0: 5 rows -> slices [0:1], [1:3], [3:5]; peer 2: 3 rows -> one a round
+    assert per == [[1, 0, 1], [2, 0, 1], [2, 0, 1]]
+    assert rnd.tolist() == [0, 1, 1, 2, 2, 0, 1, 2]
+    rnd, per = round_of([2], 4)  # more rounds than rows: empty rounds
+    assert per == [[0], [1], [0], [1]] and rnd.tolist() == [1, 3]
+    rnd, per = round_of([4, 7], 1)
+    assert per == [[4, 7]] and rnd.tolist() == [0] * 11
+    for counts, r in (([9, 1, 0, 13], 4), ([0, 0], 5), ([31], 7)):
+        rnd, per = round_of(counts, r)
+        assert [sum(p[i] for p in per) for i in range(len(counts))] == counts
+        assert torch.equal(torch.bincount(rnd, minlength=r), torch.tensor([sum(p) for p in per]))
+        assert bool((rnd[1:] >= rnd[:-1]).all()) if len(counts) == 1 else True
+
+
+def _spy(ex):
+    """Record, on ``ex``, the rows of every round posted and the most rounds in flight at once."""
+    from graphdist.halo import exchange
+    log = {"rows": [], "in_flight": 0, "max_in_flight": 0}
+    start = ex._start
+
+    def counted(rows, *a, **kw):
+        pending = start(rows, *a, **kw)
+        log["rows"].append(int(rows.shape[0]))
+        log["in_flight"] += 1
+        log["max_in_flight"] = max(log["max_in_flight"], log["in_flight"])
+        wait = pending.wait
+
+        def waited():
+            if pending._rows is None:
+                log["in_flight"] -= 1
+            return wait()
+        pending.wait = waited
+        return pending
+    ex._start = counted
+    assert isinstance(ex, exchange.HaloExchanger)
+    return log
+
+
+def _case(rank, ws, graph, a, kind, state, halo, rounds, bits=32):
+    from graphdist import comm
+    from graphdist.halo.exchange import HaloExchanger
+    from graphdist.halo.spmm import SparseAdj
+    lg = build_plan(graph, a, rank, ws).reordered("rcm")
+    model = GNN(kind, graph.x.shape[1], HID, C, 3, dropout=0.0)
+    model.load_state_dict(state)
+    adj = SparseAdj.for_model(lg, kind, halo=halo)
+    ex = HaloExchanger.from_local_graph(lg, halo=halo, bits=bits, seed=3)
+    ex.in_rounds(rounds)
+    adj.in_rounds(rounds, ex.send_counts, ex.recv_counts)
+    log = _spy(ex)
+    ex.set_step(0)
+    out = model(lg.x, adj, ex)
+    n_train = float(graph.train_mask.sum())
+    loss = F.cross_entropy(out[lg.train_mask], lg.y[lg.train_mask], reduction="sum") / n_train
+    loss.backward()
+    comm.all_reduce_grads(model.parameters())
+    peers = [max(ex.send_counts[p], ex.recv_counts[p]) for p in range(ws)]
+    cap = sum(-(-c // rounds) for c in peers)
+    return {"owned": lg.owned.numpy(), "out": out.detach().numpy(),
+            "grads": {k: p.grad.numpy() for k, p in model.named_parameters()}, "bytes": ex.stats.bytes,
+            "posts": len(log["rows"]), "max_in_flight": log["max_in_flight"],
+            "round_rows_ok": all(r <= cap for r in log["rows"]), "sent": ex.n_send}
+
+
+def _rank_job(rank, ws, graph, a, states):
+    res = {}
+    for kind in MODELS:
+        for halo in HALOS:
+            for rounds in (1, 3, 64):
+                res[(kind, halo, rounds)] = _case(rank, ws, graph, a, kind, states[kind], halo, rounds)
+    for rounds in (1, 3):
+        res[("bits", rounds)] = _case(rank, ws, graph, a, "gcn", states["gcn"], "mvc", rounds, bits=8)
+    res["train"] = {halo: _dist_train(rank, ws, graph, a, "gcn", halo=halo, halo_rounds=3) for halo in HALOS}
+    return res
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_rounds_equal_pyg_and_one_round(k):
+    graph = make_graph()
+    a = assignment(graph, k, "random")
+    states = {kind: init_state(kind) for kind in MODELS}
+    results = run_ranks(_rank_job, k, args=(graph, a, states), timeout=240)
+    ei = graph.edge_index
+    for kind in MODELS:
+        convs = pyg_model(kind, states[kind])
+        ref = pyg_forward(convs, graph.x, ei)
+        F.cross_entropy(ref[graph.train_mask], graph.y[graph.train_mask]).backward()
+        ref_grads = pyg_grads(kind, convs)
+        for halo in HALOS:
+            for rounds in (1, 3, 64):
+                logits = torch.zeros_like(ref)
+                for r in range(k):
+                    got = results[r][(kind, halo, rounds)]
+                    one = results[r][(kind, halo, 1)]
+                    logits[torch.from_numpy(got["owned"])] = torch.from_numpy(got["out"])
+                    assert _rel_close(torch.from_numpy(got["out"]), torch.from_numpy(one["out"]), 1e-6)
+                    for name, g in got["grads"].items():
+                        assert _rel_close(torch.from_numpy(g), ref_grads[name]), (kind, halo, rounds, name)
+                    # 3 layers forward, 2 backward (the first layer's input needs no gradient)
+                    assert got["posts"] == 5 * rounds, (kind, halo, rounds, got["posts"])
+                    assert got["max_in_flight"] == min(rounds, 2) and got["round_rows_ok"]
+                    assert got["bytes"] == one["bytes"] > 0
+                assert _rel_close(logits, ref.detach()), (kind, halo, rounds)
+    for r in range(k):  # quantised rows: the same bytes in rounds, and close to the exact logits
+        b1, b3 = results[r][("bits", 1)], results[r][("bits", 3)]
+        assert b3["bytes"] == b1["bytes"] < results[r][("gcn", "mvc", 1)]["bytes"]
+        exact = torch.from_numpy(results[r][("gcn", "mvc", 1)]["out"])
+        assert _rel_close(torch.from_numpy(b3["out"]), exact, 0.05)
+    torch.manual_seed(5)
+    want = pyg_train_losses("gcn", graph, GNN("gcn", graph.x.shape[1], HID, C, 2, dropout=0.0).state_dict())
+    for r in range(k):
+        for halo in HALOS:
+            got = results[r]["train"][halo]
+            assert len(got) == 20 and max(abs(g - w) / abs(w) for g, w in zip(got, want)) <= 1e-5, (halo, got, want)
+
+
+def test_rounds_refused_with_what_moves_whole():
+    from graphdist.errors import ConfigError
+    from graphdist.gnn.config import GCNConfig
+    for kw, words in (({"halo_staleness": 1}, "--halo-staleness"), ({"boundary_rate": 0.5}, "--boundary-rate"),
+                      ({"model": "gat"}, "--halo-rounds applies to --model gcn|sage"), ({}, "0..64")):
+        cfg = GCNConfig(spec="sbm:nodes=100", halo_rounds=65 if not kw else 4, **kw)
+        with pytest.raises(ConfigError, match=words):
+            cfg.validate()

@@ -176,3 +176,45 @@ def test_a_part_file_is_memory_mapped_not_copied(tmp_path):
                 spans.append((lo, hi))
     for t in (lg.indices, lg.x, lg.owned):
         assert any(lo <= t.data_ptr() < hi for lo, hi in spans), "tensor is not a page of the part file"
+
+
+def _file_behind(t: torch.Tensor) -> str:
+    """The file a tensor's memory is mapped from ('' for anonymous memory), from /proc/self/maps."""
+    addr = t.data_ptr()
+    for line in open("/proc/self/maps"):
+        parts = line.split()
+        lo, hi = (int(v, 16) for v in parts[0].split("-"))
+        if lo <= addr < hi:
+            return " ".join(parts[5:])
+    return ""
+
+
+def test_features_wait_on_disk_while_the_partitioner_runs(tmp_path, monkeypatch):
+    """``graphdist partition``: while the partitioner runs the features are a mapped (deleted)
+    file, not anonymous memory, and the artifact is byte for byte the one written without it."""
+    from graphdist.halo import budget
+    from graphdist.halo.tools import PartitionConfig, features_on_disk, partition_to_artifact
+    import partitioners
+
+    behind = {}
+    real = partitioners.partition
+
+    def spy(g, *a, **kw):  # where the features live while the partitioner runs
+        behind["now"] = _file_behind(g.x)
+        return real(g, *a, **kw)
+    monkeypatch.setattr(partitioners, "partition", spy)
+    spec = "sbm:nodes=30000,classes=4,avg_degree=6,features=600,seed=1"  # 72 MB of features
+    files = {}
+    for spill, name in ((10**12, "kept"), (budget.SPILL_BYTES, "spilled")):
+        monkeypatch.setattr(budget, "SPILL_BYTES", spill)
+        partition_to_artifact(PartitionConfig(spec=spec, parts=2, method="fennel", out=str(tmp_path / name)))
+        files[name] = {p.name: p.read_bytes() for p in (tmp_path / name).iterdir() if p.name != "meta.json"}
+        behind[name] = behind.pop("now")
+    assert files["kept"] == files["spilled"] and len(files["kept"]) == 3
+    assert ".graphdist-features-" in behind["spilled"] and "(deleted)" in behind["spilled"], behind
+    assert ".graphdist-features-" not in behind["kept"]
+    g = load_graph(spec)
+    x0 = g.x.clone()
+    with features_on_disk(g, tmp_path):
+        assert torch.equal(g.x, x0) and "(deleted)" in _file_behind(g.x)
+    assert not list(tmp_path.glob(".graphdist-features-*"))  # unlinked at once

@@ -7,13 +7,18 @@ partitioner, the quality metrics, the parts), each linear in the stored edges ``
 ``N``. The coefficients are the ones measured on products-shaped graphs (BENCHMARKS.md,
 "Products size: partitioning"), rounded up::
 
-    need = graph + max(partitioner, write)    partitioner = a * E + b * N * k
+    need = max(graph - spilled + partitioner, graph + write)    partitioner = a * E + b * N * k
+
+where ``spilled`` is the features, which wait on disk while the partitioner runs when they are
+larger than :data:`SPILL_BYTES` (:func:`graphdist.halo.tools.features_on_disk`).
 """
 from __future__ import annotations
 
 from graphdist.errors import ConfigError
 
 GiB = 2 ** 30
+SPILL_BYTES = 64 * 2**20
+"""Features larger than this wait on disk while a partitioner runs."""
 
 PER_EDGE = {  # bytes per stored (directed) edge of the partitioner's working set
     "metis32": 96,   # cmeel-metis: 32-bit ids (57 measured on the SBM, 86 on the power-law R-MAT)
@@ -53,7 +58,10 @@ def estimate(graph, method: str, k: int) -> int:
         key = "metis64" if metis_backend(n, e) == "64-bit" else "metis32"
     part = PER_EDGE.get(key, 96) * e + PER_NODE_PART * n * k
     write = WRITE_PER_EDGE * e + PER_NODE_PART * n * k
-    return graph_bytes(graph) + max(part, write)
+    x = getattr(graph, "x", None)
+    spilled = x.numel() * x.element_size() if x is not None and x.numel() * x.element_size() > SPILL_BYTES else 0
+    g = graph_bytes(graph)
+    return max(g - spilled + part, g + write)
 
 
 def available_bytes() -> int:

@@ -20,6 +20,7 @@ KaMinPar and Mt-KaHyPar balance one weight; for ``balance="both"`` they balance 
 from __future__ import annotations
 
 import importlib
+from contextlib import contextmanager
 import os
 import tempfile
 
@@ -60,9 +61,13 @@ def _threads() -> int:
 
 _OBJ = {"cut": 0, "vol": 1}
 _METIS_NOPTIONS, _OPT_OBJTYPE = 40, 1
-_LAYOUTS = {"5.1": {"seed": 8, "ufactor": 16}, "5.2": {"seed": 9, "ufactor": 18}}
+_LAYOUTS = {"5.1": {"seed": 8, "ufactor": 16}, "5.2": {"seed": 9, "ufactor": 18, "ondisk": 11}}
 """Option indices that moved between METIS 5.1 (pymetis) and 5.2 (cmeel-metis: NIPARTS came in
 before NITER, ONDISK after NO2HOP)."""
+METIS_BYTES_PER_EDGE = {"memory": 96, "ondisk": 24}
+"""METIS's working set per stored edge, rounded up from measurements (32-bit build): coarse
+levels in memory (57 on an SBM, 75-80 on R-MAT) or, with METIS 5.2's ONDISK option, each finer
+level written to a file while the coarser ones are built (16.8 on R-MAT), the same partition."""
 
 
 _METIS: dict = {}
@@ -226,12 +231,56 @@ def metis_kway(s, k: int, vwgt: np.ndarray, *, imbalance: float, seed: int,
     ub = np.full(ncon, 1.0 + imbalance, dtype=np.float32)
     obj, part = np.zeros(1, idx), np.zeros(n, idx)
     ew = None if adjwgt is None else np.ascontiguousarray(np.maximum(adjwgt, 1), dtype=idx)
-    rc = lib.METIS_PartGraphKway(ptr(nv), ptr(nc), ptr(xadj), ptr(adj), ptr(vw), None,
-                                 None if ew is None else ptr(ew),
-                                 ptr(nparts), None, ptr(ub), ptr(opts), ptr(obj), ptr(part))
+    ondisk = "ondisk" in layout and metis_ondisk(s.nnz)
+    if ondisk:
+        opts[layout["ondisk"]] = 1
+    with _ondisk_folder(ondisk):
+        rc = lib.METIS_PartGraphKway(ptr(nv), ptr(nc), ptr(xadj), ptr(adj), ptr(vw), None,
+                                     None if ew is None else ptr(ew),
+                                     ptr(nparts), None, ptr(ub), ptr(opts), ptr(obj), ptr(part))
     if rc != 1:  # METIS_OK
         raise RuntimeError(f"METIS_PartGraphKway failed with status {rc} (n={n}, k={k})")
     return part.astype(np.int64)
+
+
+METIS_MEMORY_SHARE = 0.25
+"""METIS keeps its levels in memory while they take at most this share of the memory available."""
+
+
+def metis_ondisk(nnz: int, available: int | None = None) -> bool:
+    """Whether METIS keeps its finer levels on disk (ONDISK, 5.2 builds): when its in-memory
+    working set would take more than :data:`METIS_MEMORY_SHARE` of the memory available now
+    (Linux ``MemAvailable``; a products-sized graph on a 24 GiB machine). The result is the same
+    partition either way; on disk costs about 1.5x the time of the METIS call and a quarter of
+    its memory."""
+    if available is None:
+        available = _mem_available()
+    return available is not None and METIS_BYTES_PER_EDGE["memory"] * int(nnz) > METIS_MEMORY_SHARE * available
+
+
+def _mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+@contextmanager
+def _ondisk_folder(on: bool):
+    """METIS writes its ONDISK files (``metis<pid>.<level>``) into the working directory: run it
+    in a fresh temporary folder (under ``$TMPDIR``), removed afterwards. The process's working
+    directory is that folder for the length of the call."""
+    if not on:
+        yield
+        return
+    here = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="graphdist-metis-") as tmp:
+        os.chdir(tmp)
+        try:
+            yield
+        finally:
+            os.chdir(here)
 
 
 def metis_partition(graph, k: int, weights: Weights, *, imbalance: float, seed: int,

@@ -235,6 +235,42 @@ def test_metis_32_and_64_bit_builds_cut_alike():
     assert max(cuts.values()) <= 1.15 * min(cuts.values()), cuts
 
 
+@pytest.mark.parametrize("method", ["metis", "auto"])
+def test_metis_on_disk_gives_the_same_partition(monkeypatch, tmp_path, method):
+    """When METIS's in-memory levels would not fit (``MemAvailable`` patched low), the 5.2 build
+    runs with ONDISK, in a temporary folder it leaves removed, the caller's working directory
+    restored, and returns the partition the in-memory run returns."""
+    import ctypes
+    import os
+
+    from partitioners import backends
+    lib, idx = backends._metis_lib()
+    if lib is None or "ondisk" not in backends._metis_libs()[idx][1]:
+        pytest.skip("needs cmeel-metis (METIS 5.2, ONDISK)")
+    at = backends._metis_libs()[idx][1]["ondisk"]
+    seen = []
+    real = lib.METIS_PartGraphKway
+
+    class Spy:  # records the ONDISK option and the working directory of each call
+        def __getattr__(self, name):
+            return getattr(lib, name)
+
+        def METIS_PartGraphKway(self, *a):
+            opts = ctypes.cast(a[10], ctypes.POINTER(ctypes.c_int32 if idx == np.int32 else ctypes.c_int64))
+            seen.append((int(opts[at]), os.getcwd()))
+            return real(*a)
+    monkeypatch.setattr(backends, "_metis_lib", lambda *a: (Spy(), idx))
+    monkeypatch.chdir(tmp_path)
+    g = load_graph("rmat:scale=12,edge_factor=8,seed=3")
+    parts = {}
+    for avail in (10**15, 1):
+        monkeypatch.setattr(backends, "_mem_available", lambda a=avail: a)
+        parts[avail] = partition(g, 4, method=method, seed=0).numpy()
+    assert np.array_equal(parts[1], parts[10**15])
+    assert seen[0][0] <= 0 and seen[0][1] == str(tmp_path) and seen[-1][0] == 1 and "graphdist-metis-" in seen[-1][1]
+    assert not os.path.exists(seen[-1][1]) and os.getcwd() == str(tmp_path)
+
+
 # ------------------------------------------------------------------ rows moved (pre/post aggregation)
 def test_role_bound_is_an_upper_bound_of_moved_rows_and_exact_in_gains():
     from partitioners.moved import moved_pins, roles

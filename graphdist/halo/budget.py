@@ -21,7 +21,8 @@ SPILL_BYTES = 64 * 2**20
 """Features larger than this wait on disk while a partitioner runs."""
 
 PER_EDGE = {  # bytes per stored (directed) edge of the partitioner's working set
-    "metis32": 96,   # cmeel-metis: 32-bit ids (57 measured on the SBM, 86 on the power-law R-MAT)
+    "metis32": 96,   # cmeel-metis: 32-bit ids (57 measured on the SBM, 86 on the power-law R-MAT);
+                     # 24 when METIS keeps its levels on disk (partitioners.backends.metis_ondisk)
     "metis64": 192,  # pymetis' METIS: 64-bit ids
     "kaminpar": 24,
     "mtkahypar": 120,
@@ -53,10 +54,14 @@ def estimate(graph, method: str, k: int) -> int:
     and writing the artifact (the graph included)."""
     e, n = int(graph.num_edges), int(graph.num_nodes)
     key = method
+    per_edge = PER_EDGE.get(key, 96)
     if method == "metis":
-        from partitioners.backends import metis_backend
+        from partitioners.backends import METIS_BYTES_PER_EDGE, metis_backend, metis_ondisk
         key = "metis64" if metis_backend(n, e) == "64-bit" else "metis32"
-    part = PER_EDGE.get(key, 96) * e + PER_NODE_PART * n * k
+        per_edge = PER_EDGE[key]
+        if key == "metis32" and metis_ondisk(e):  # the backend's own choice: coarse levels on disk
+            per_edge = METIS_BYTES_PER_EDGE["ondisk"]
+    part = per_edge * e + PER_NODE_PART * n * k
     write = WRITE_PER_EDGE * e + PER_NODE_PART * n * k
     x = getattr(graph, "x", None)
     spilled = x.numel() * x.element_size() if x is not None and x.numel() * x.element_size() > SPILL_BYTES else 0

@@ -146,3 +146,31 @@ def test_rounds_refused_with_what_moves_whole():
         cfg = GCNConfig(spec="sbm:nodes=100", halo_rounds=65 if not kw else 4, **kw)
         with pytest.raises(ConfigError, match=words):
             cfg.validate()
+
+
+def _resume_job(rank, ws, graph, a, root):
+    from graphdist.errors import ConfigError
+    from graphdist.gnn.trainer import GCNConfig, fit
+    from graphdist.runtime import init_distributed
+    ctx = init_distributed("cpu")
+    lg = build_plan(graph, a, rank, ws)
+    base = dict(spec="t", layers=2, hidden=HID, dropout=0.5, epochs=6, seed=3, progress=False, checkpoint_every=3)
+    full = fit(GCNConfig(**base, halo_rounds=3, checkpoint_dir=f"{root}/full"), lg, {}, ctx)
+    fit(GCNConfig(**base, halo_rounds=3, checkpoint_dir=f"{root}/cut"), lg, {}, ctx,
+        callbacks=[lambda epoch, hist: epoch == 3])
+    resumed = fit(GCNConfig(**base, checkpoint_dir=f"{root}/cut", resume=True), lg, {}, ctx)  # 0: as recorded
+    try:
+        fit(GCNConfig(**base, halo_rounds=1, checkpoint_dir=f"{root}/cut", resume=True), lg, {}, ctx)
+        refused = ""
+    except ConfigError as e:
+        refused = str(e)
+    return full["losses"], full["comm/halo_rounds"], resumed["losses"], resumed["comm/halo_rounds"], refused
+
+
+def test_resume_keeps_the_recorded_rounds(tmp_path):
+    graph = make_graph()
+    out = run_ranks(_resume_job, 2, args=(graph, assignment(graph, 2, "random"), str(tmp_path)), timeout=180)
+    for full, r_full, resumed, r_resumed, refused in out:
+        assert r_full == r_resumed == 3 and len(full) == 6
+        assert resumed == full  # bit for bit: the same rounds, so the same sums
+        assert "--halo-rounds 3 -> 1" in refused, refused

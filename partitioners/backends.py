@@ -196,6 +196,15 @@ def metis_backend(n: int = 0, nnz: int = 0) -> str:
     return "none" if idx is None else f"{idx.itemsize * 8}-bit"
 
 
+def metis_levels(n: int = 0, nnz: int = 0, available: int | None = None) -> str:
+    """Where the METIS serving a graph of this size keeps its coarse levels: ``"ondisk"`` (a 5.2
+    build, and :func:`metis_ondisk` says so), ``"memory"``, or ``"none"`` without METIS."""
+    lib, idx = _metis_lib(n, nnz)
+    if lib is None:
+        return "none"
+    return "ondisk" if "ondisk" in _metis_libs()[idx][1] and metis_ondisk(nnz, available) else "memory"
+
+
 def metis_kway(s, k: int, vwgt: np.ndarray, *, imbalance: float, seed: int,
                objective: str = "cut", adjwgt: np.ndarray | None = None) -> np.ndarray:
     """METIS k-way on symmetric CSR ``s`` with ``vwgt [N, ncon]`` integer weights (several
@@ -231,7 +240,7 @@ def metis_kway(s, k: int, vwgt: np.ndarray, *, imbalance: float, seed: int,
     ub = np.full(ncon, 1.0 + imbalance, dtype=np.float32)
     obj, part = np.zeros(1, idx), np.zeros(n, idx)
     ew = None if adjwgt is None else np.ascontiguousarray(np.maximum(adjwgt, 1), dtype=idx)
-    ondisk = "ondisk" in layout and metis_ondisk(s.nnz)
+    ondisk = metis_levels(n, s.nnz) == "ondisk"
     if ondisk:
         opts[layout["ondisk"]] = 1
     with _ondisk_folder(ondisk):

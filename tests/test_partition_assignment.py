@@ -129,3 +129,21 @@ def test_estimate_grows_with_the_graph_and_the_method():
     for m in ("metis", "kaminpar", "auto", "fennel"):
         assert estimate(big, m, 4) > estimate(small, m, 4)
     assert estimate(big, "auto", 4) > estimate(big, "given", 4) > estimate(small, "given", 4)
+
+
+def test_the_estimate_follows_where_metis_keeps_its_levels(monkeypatch):
+    """METIS (alone or as auto's start) on disk: the estimate takes the on-disk per-edge
+    coefficient, exactly, for the backend's own choice."""
+    from graphdist.halo.budget import PER_EDGE, estimate
+    from partitioners import backends
+    g = load_graph("sbm:nodes=3000,classes=3,avg_degree=6,features=4,seed=1")
+    if backends.metis_levels(g.num_nodes, g.num_edges, available=0) != "ondisk":
+        pytest.skip("no METIS 5.2 build (cmeel-metis) with the ONDISK option")
+    est = {}
+    for on in (False, True):
+        monkeypatch.setattr(backends, "metis_ondisk", lambda nnz, available=None, on=on: on)
+        assert backends.metis_levels(g.num_nodes, g.num_edges) == ("ondisk" if on else "memory")
+        est[on] = {m: estimate(g, m, 4) for m in ("metis", "auto")}
+    e = g.num_edges
+    assert est[False]["metis"] - est[True]["metis"] == (PER_EDGE["metis32"] - backends.METIS_BYTES_PER_EDGE["ondisk"]) * e
+    assert est[False]["auto"] - est[True]["auto"] == (PER_EDGE["auto"] - PER_EDGE["auto_ondisk"]) * e

@@ -26,7 +26,8 @@ PER_EDGE = {  # bytes per stored (directed) edge of the partitioner's working se
     "metis64": 192,  # pymetis' METIS: 64-bit ids
     "kaminpar": 24,
     "mtkahypar": 120,
-    "auto": 96,      # multi-constraint METIS, then two pin matrices of the refinement
+    "auto": 96,      # multi-constraint METIS, then two pin matrices of the refinement (75-83 measured)
+    "auto_ondisk": 64,  # the same with METIS' levels on disk: the refinement's pins (36-45 measured)
     "ldg": 16,
     "fennel": 16,
     "random": 0,
@@ -53,14 +54,16 @@ def estimate(graph, method: str, k: int) -> int:
     """Estimated peak resident bytes of partitioning ``graph`` with ``method`` into ``k`` parts
     and writing the artifact (the graph included)."""
     e, n = int(graph.num_edges), int(graph.num_nodes)
-    key = method
-    per_edge = PER_EDGE.get(key, 96)
-    if method == "metis":
-        from partitioners.backends import METIS_BYTES_PER_EDGE, metis_backend, metis_ondisk
-        key = "metis64" if metis_backend(n, e) == "64-bit" else "metis32"
-        per_edge = PER_EDGE[key]
-        if key == "metis32" and metis_ondisk(e):  # the backend's own choice: coarse levels on disk
+    per_edge = PER_EDGE.get(method, 96)
+    if method in ("metis", "auto"):  # the backend's own choice: METIS' coarse levels on disk or not
+        from partitioners.backends import METIS_BYTES_PER_EDGE, metis_backend, metis_levels
+        ondisk = metis_levels(n, e) == "ondisk"
+        if method == "auto":
+            per_edge = PER_EDGE["auto_ondisk" if ondisk else "auto"]
+        elif ondisk:
             per_edge = METIS_BYTES_PER_EDGE["ondisk"]
+        else:
+            per_edge = PER_EDGE["metis64" if metis_backend(n, e) == "64-bit" else "metis32"]
     part = per_edge * e + PER_NODE_PART * n * k
     write = WRITE_PER_EDGE * e + PER_NODE_PART * n * k
     x = getattr(graph, "x", None)

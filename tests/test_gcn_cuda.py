@@ -9,17 +9,9 @@ import torch.nn.functional as F
 from graphdist.halo import build_plan
 from graphdist.testing import run_ranks
 from tests.conftest import requires_cuda
-from tests.test_gcn_parity import (C, FEAT, HID, METHODS, MODELS, assignment, init_state, make_graph,
-                                   pyg_forward, pyg_grads, pyg_model)
+from tests.test_gcn_parity import C, FEAT, HID, METHODS, MODELS, assignment, init_state, make_graph, pyg_reference
 
 requires_2_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs")
-
-
-def _reference(graph, kind, state):
-    convs = pyg_model(kind, state)
-    ref = pyg_forward(convs, graph.x, graph.edge_index)
-    F.cross_entropy(ref[graph.train_mask], graph.y[graph.train_mask]).backward()
-    return ref.detach(), pyg_grads(kind, convs)
 
 
 def _forward_backward(lg, kind, state, dev, halo, bits=32):
@@ -50,7 +42,7 @@ def test_one_gpu_equals_pyg(kind):
     state = init_state(kind)
     lg = build_plan(graph, torch.zeros(graph.num_nodes, dtype=torch.int64), 0, 1).reordered("rcm")
     owned, out, grads = _forward_backward(lg, kind, state, torch.device("cuda", 0), "mvc")
-    ref, ref_grads = _reference(graph, kind, state)
+    ref, ref_grads = pyg_reference(graph, kind, state)
     logits = torch.zeros_like(ref)
     logits[torch.from_numpy(owned)] = torch.from_numpy(out)
     assert _close(logits, ref)
@@ -79,7 +71,7 @@ def test_two_gpus_equal_pyg():
     states = {kind: init_state(kind) for kind in MODELS}
     results = run_ranks(_two_gpu_job, 2, args=(graph, assignments, states), timeout=300, backend="nccl")
     for kind in MODELS:
-        ref, ref_grads = _reference(graph, kind, states[kind])
+        ref, ref_grads = pyg_reference(graph, kind, states[kind])
         for method in METHODS:
             for halo in ("plain", "mvc"):
                 logits = torch.zeros_like(ref)

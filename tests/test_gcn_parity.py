@@ -85,6 +85,14 @@ def pyg_forward(convs, x, edge_index):
     return h
 
 
+def pyg_reference(graph, kind: str, state: dict):
+    """Single-process PyG logits (detached) and the gradients of the training loss."""
+    convs = pyg_model(kind, state)
+    ref = pyg_forward(convs, graph.x, graph.edge_index)
+    F.cross_entropy(ref[graph.train_mask], graph.y[graph.train_mask]).backward()
+    return ref.detach(), pyg_grads(kind, convs)
+
+
 def pyg_grads(kind, convs):
     out = {}
     for i, conv in enumerate(convs):
@@ -210,12 +218,8 @@ def test_parity_with_pyg(graph, k):
     else:
         results = run_ranks(_rank_job, k, args=(graph, assignments, states, None), timeout=180)
     assert all(r["exchange_ok"] for r in results)
-    ei = graph.edge_index
     for kind in MODELS:
-        convs = pyg_model(kind, states[kind])
-        ref = pyg_forward(convs, graph.x, ei)
-        F.cross_entropy(ref[graph.train_mask], graph.y[graph.train_mask]).backward()
-        ref_grads = pyg_grads(kind, convs)
+        ref, ref_grads = pyg_reference(graph, kind, states[kind])
         for method in METHODS:
             for halo in HALOS:
                 logits = torch.zeros_like(ref)

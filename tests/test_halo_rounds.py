@@ -15,7 +15,7 @@ from graphdist.halo.rounds import round_of
 from graphdist.gnn.models import GNN
 from graphdist.testing import run_ranks
 from tests.test_gcn_parity import (C, HID, MODELS, _dist_train, _rel_close, assignment, init_state, make_graph,
-                                   pyg_forward, pyg_grads, pyg_model, pyg_train_losses)
+                                   pyg_reference, pyg_train_losses)
 
 HALOS = ("plain", "mvc")
 
@@ -104,12 +104,8 @@ def test_rounds_equal_pyg_and_one_round(k):
     a = assignment(graph, k, "random")
     states = {kind: init_state(kind) for kind in MODELS}
     results = run_ranks(_rank_job, k, args=(graph, a, states), timeout=240)
-    ei = graph.edge_index
     for kind in MODELS:
-        convs = pyg_model(kind, states[kind])
-        ref = pyg_forward(convs, graph.x, ei)
-        F.cross_entropy(ref[graph.train_mask], graph.y[graph.train_mask]).backward()
-        ref_grads = pyg_grads(kind, convs)
+        ref, ref_grads = pyg_reference(graph, kind, states[kind])
         for halo in HALOS:
             for rounds in (1, 3, 64):
                 logits = torch.zeros_like(ref)

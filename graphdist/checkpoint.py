@@ -198,13 +198,14 @@ def check_settings(snap, saved: dict | None, cfg, free=RESUME_FREE) -> None:
     """Refuse to resume from ``snap`` (settings ``saved``) with a ``cfg`` that would change the
     result: one :class:`~graphdist.errors.ConfigError` line naming every differing field with its
     old and new value. A field the snapshot has no record of (written before the field existed)
-    must have its default value."""
+    must have the value it had then: ``type(cfg).UNRECORDED[field]`` where the class names one,
+    else its default."""
     from graphdist.config import flag_name
     if saved is None:
         raise ConfigError(f"checkpoint {snap} records no run settings (written by an older graphdist), so "
                           "resuming it cannot be checked; start a new --checkpoint-dir")
     now = run_settings(cfg, free)
-    defaults = _defaults(type(cfg))
+    defaults = {**_defaults(type(cfg)), **getattr(type(cfg), "UNRECORDED", {})}
     names = {f.name: flag_name(f) for f in _all_fields(type(cfg))}
     diffs = []
     for k, v in now.items():

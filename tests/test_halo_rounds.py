@@ -33,7 +33,11 @@ def test_round_slices_on_paper():
         rnd, per = round_of(counts, r)
         assert [sum(p[i] for p in per) for i in range(len(counts))] == counts
         assert torch.equal(torch.bincount(rnd, minlength=r), torch.tensor([sum(p) for p in per]))
-        assert bool((rnd[1:] >= rnd[:-1]).all()) if len(counts) == 1 else True
+        at = 0
+        for c in counts:  # within a peer's rows, rounds follow the row order: contiguous slices
+            seg = rnd[at:at + c]
+            assert bool((seg[1:] >= seg[:-1]).all()), (counts, r, seg)
+            at += c
 
 
 def _spy(ex):
@@ -145,6 +149,10 @@ def test_rounds_refused_with_what_moves_whole():
 
 
 def _resume_job(rank, ws, graph, a, root):
+    import json
+
+    from graphdist import comm
+    from graphdist.checkpoint import Checkpointer
     from graphdist.errors import ConfigError
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.runtime import init_distributed
@@ -160,13 +168,66 @@ def _resume_job(rank, ws, graph, a, root):
         refused = ""
     except ConfigError as e:
         refused = str(e)
-    return full["losses"], full["comm/halo_rounds"], resumed["losses"], resumed["comm/halo_rounds"], refused
+    # a checkpoint written before --halo-rounds existed (no record of it): it ran in one round
+    one = fit(GCNConfig(**base, halo_rounds=1), lg, {}, ctx)
+    fit(GCNConfig(**base, halo_rounds=1, checkpoint_dir=f"{root}/old"), lg, {}, ctx,
+        callbacks=[lambda epoch, hist: epoch == 3])
+    comm.barrier()
+    if rank == 0:
+        ck = Checkpointer(f"{root}/old")
+        meta = ck.read_meta(ck.latest())
+        del meta["settings"]["halo_rounds"]
+        (ck.latest() / "meta.json").write_text(json.dumps(meta))
+    comm.barrier()
+    old = fit(GCNConfig(**base, checkpoint_dir=f"{root}/old", resume=True), lg, {}, ctx)
+    return (full["losses"], full["comm/halo_rounds"], resumed["losses"], resumed["comm/halo_rounds"], refused,
+            one["losses"], old["losses"], old["comm/halo_rounds"])
 
 
 def test_resume_keeps_the_recorded_rounds(tmp_path):
     graph = make_graph()
     out = run_ranks(_resume_job, 2, args=(graph, assignment(graph, 2, "random"), str(tmp_path)), timeout=180)
-    for full, r_full, resumed, r_resumed, refused in out:
+    for full, r_full, resumed, r_resumed, refused, one, old, r_old in out:
         assert r_full == r_resumed == 3 and len(full) == 6
         assert resumed == full  # bit for bit: the same rounds, so the same sums
         assert "--halo-rounds 3 -> 1" in refused, refused
+        assert r_old == 1 and old == one  # resumed in one round, as it was written
+
+
+def test_stale_halos_and_boundary_sampling_take_one_round():
+    """--halo-rounds 0 never picks more than one round for exchanges that move whole, however
+    little memory there is (plan and trainer share round_choices)."""
+    from graphdist.gnn.config import GCNConfig
+    from graphdist.gnn.plan import ROUNDS, fewest_rounds, part_stats, round_choices
+    assert round_choices(GCNConfig(), 4) == list(ROUNDS) and round_choices(GCNConfig(halo_rounds=8), 4) == [8]
+    assert round_choices(GCNConfig(), 1) == [1]
+    graph = make_graph()
+    lg = build_plan(graph, assignment(graph, 2, "random"), 0, 2)
+    ps = [part_stats(lg)]
+    for kw in ({"halo_staleness": 1}, {"boundary_rate": 0.5}):
+        cfg = GCNConfig(layers=2, hidden=HID, **kw)
+        assert round_choices(cfg, 4) == [1]
+        assert fewest_rounds(cfg, ps, lg.x.shape[1], C, 2, mem=1).halo_rounds == 1  # fits nowhere: still 1
+    assert fewest_rounds(GCNConfig(layers=2, hidden=HID), ps, lg.x.shape[1], C, 2, mem=1).halo_rounds == ROUNDS[-1]
+
+
+def test_a_split_adjacency_keeps_no_whole_block():
+    """in_rounds replaces the whole halo and send operators by their rounds' blocks (no second
+    copy), keeps their shapes and entry counts, and a product with an exchanger that is not in
+    the same rounds is refused before anything moves."""
+    from graphdist.halo.exchange import HaloExchanger
+    from graphdist.halo.spmm import CSRPair, SparseAdj
+    graph = make_graph()
+    lg = build_plan(graph, assignment(graph, 2, "random"), 0, 2)
+    adj = SparseAdj.for_model(lg, "gcn", "cpu", halo="mvc")
+    ex = HaloExchanger.from_local_graph(lg, "cpu", halo="mvc")
+    whole = (adj.halo.shape, adj.halo.nnz, adj.send.shape, adj.send.nnz)
+    assert whole[1] > 0 and whole[3] > 0
+    adj.in_rounds(3, ex.send_counts, ex.recv_counts)
+    assert not isinstance(adj.halo, CSRPair) and not isinstance(adj.send, CSRPair)
+    assert (adj.halo.shape, adj.halo.nnz, adj.send.shape, adj.send.nnz) == whole
+    blocks = adj.blocks()
+    assert len(blocks) == 3 and sum(h.nnz for h, _ in blocks) == whole[1] and sum(t.nnz for _, t in blocks) == whole[3]
+    ex.active = True  # as in a process group of 2; the check comes before any collective
+    with pytest.raises(ValueError, match="in 1 round"):
+        adj.propagate(torch.zeros(lg.num_owned, lg.x.shape[1]), ex)

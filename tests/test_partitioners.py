@@ -271,6 +271,24 @@ def test_metis_on_disk_gives_the_same_partition(monkeypatch, tmp_path, method):
     assert not os.path.exists(seen[-1][1]) and os.getcwd() == str(tmp_path)
 
 
+def test_metis_levels_go_to_a_folder_on_disk(monkeypatch, tmp_path):
+    """METIS' on-disk levels need a disk: $TMPDIR, else the working directory when $TMPDIR is
+    memory (tmpfs); with both in memory METIS keeps its levels in memory (on disk would save nothing)."""
+    import tempfile
+
+    from partitioners import backends
+    monkeypatch.chdir(tmp_path)
+    real = backends._fs_type
+    assert backends._fs_type("/proc") == "proc"
+    assert backends.scratch_dir() == tempfile.gettempdir() or real(tempfile.gettempdir()) in backends._MEMORY_FS
+    memory = {tempfile.gettempdir()}
+    monkeypatch.setattr(backends, "_fs_type", lambda p: "tmpfs" if p in memory else real(p))
+    assert backends.scratch_dir() == str(tmp_path)
+    assert backends.metis_ondisk(10**9, available=10**9)
+    memory.add(str(tmp_path))
+    assert backends.scratch_dir() is None and not backends.metis_ondisk(10**9, available=10**9)
+
+
 # ------------------------------------------------------------------ rows moved (pre/post aggregation)
 def test_role_bound_is_an_upper_bound_of_moved_rows_and_exact_in_gains():
     from partitioners.moved import moved_pins, roles

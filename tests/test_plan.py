@@ -136,6 +136,9 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
     assert peak[4] < peak[2]
     got = plan(PlanConfig(mem_per_rank=(peak[2] + peak[4]) / 2 / 2**30, **base))
     assert got["comm/halo_rounds"] == 4 and got["fits"] is True and got["mem/peak_bytes"] == peak[4]
+    # --halo auto: the rounds of the mode it resolves to (stats mode: plain), not of no exchange
+    got = plan(PlanConfig(mem_per_rank=(peak[2] + peak[4]) / 2 / 2**30, **{**base, "halo": "auto"}))
+    assert got["comm/halo"] == "plain" and got["comm/halo_rounds"] == 4 and got["fits"] is True
 
 
 @pytest.mark.parametrize("argv, words", [

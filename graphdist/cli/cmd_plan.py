@@ -68,4 +68,5 @@ def rounds_note(cfg, out: dict) -> str:
     r = out["comm/halo_rounds"]
     if r <= 1:
         return ""
-    return f", in {r} exchange rounds" + (" (the fewest that fit)" if cfg.halo_rounds == 0 else "")
+    chose = "" if cfg.halo_rounds else " (the fewest that fit)" if out["fits"] else " (the most; none fits)"
+    return f", in {r} exchange rounds{chose}"

@@ -101,15 +101,18 @@ def choose_halo(cfg, lg, n_classes: int) -> tuple[str, dict]:
                               "codec_values_per_s": {str(b): v for b, v in codec.items()}}}
 
 
-def recorded_setting(cfg, name: str):
+def recorded_setting(cfg, name: str, unrecorded=None):
     """On ``--resume``, the value of setting ``name`` in the latest checkpoint's settings (what
-    the checkpointed run resolved, e.g. ``halo`` or ``halo_rounds``); None otherwise."""
+    the checkpointed run resolved, e.g. ``halo`` or ``halo_rounds``), ``unrecorded`` when that
+    checkpoint was written before the setting existed; None without a checkpoint."""
     if not (cfg.resume and cfg.checkpoint_dir):
         return None
     from graphdist.checkpoint import Checkpointer
     ck = Checkpointer(cfg.checkpoint_dir)
     snap = ck.latest()
-    return ((ck.read_meta(snap).get("settings") or {}).get(name)) if snap is not None else None
+    if snap is None:
+        return None
+    return (ck.read_meta(snap).get("settings") or {}).get(name, unrecorded)
 
 
 def resumed_choice(cfg) -> tuple[str, dict] | None:

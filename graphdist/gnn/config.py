@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from graphdist.config import check_choices
 from graphdist.errors import ConfigError
@@ -19,6 +19,9 @@ other value is a PyG model (:mod:`graphdist.gnn.pyg.models`)."""
 @dataclass
 class GCNConfig:
     """Everything one ``graphdist train-gcn`` run needs (the same on every rank)."""
+
+    UNRECORDED: ClassVar[dict] = {"halo_rounds": 1}
+    """What a setting was in effect in a checkpoint written before the setting existed."""
 
     spec: str | None = field(default=None, metadata={"positional": True, "metavar": "SPEC"})
     """dataset spec (partitioned in-process); with --partition, the artifact must have been cut from it"""
@@ -75,8 +78,8 @@ class GCNConfig:
     """move each exchange in N all-to-alls, each carrying a slice of every peer's rows that is
     multiplied in and freed as it arrives, so about 2/N of the exchange's buffers are live at
     once (SAR's sequential aggregation; gcn and sage). 0 = the fewest of 1, 2, 4, ..., 64 whose
-    predicted peak fits this machine's memory (on CPU; 1 on CUDA). The same sum in another
-    order: exact up to float rounding"""
+    predicted peak fits this machine's memory (on CPU; 1 on CUDA, at k = 1, with PyG models,
+    stale halos or boundary sampling). The same sum in another order: exact up to float rounding"""
     eval_halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value in the evaluation pass (32 = exact float32 rows, whatever --halo-bits
     training uses, so test accuracy has no rounding noise of its own)"""

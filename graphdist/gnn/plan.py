@@ -27,6 +27,14 @@ from graphdist.gnn.config import GCNConfig
 GiB = 2 ** 30
 ROUNDS = (1, 2, 4, 8, 16, 32, 64)
 """Exchange rounds ``--halo-rounds 0`` chooses from (the fewest that fit)."""
+
+
+def round_choices(cfg, k: int) -> list[int]:
+    """The exchange rounds a run may take, fewest first: ``--halo-rounds`` as given; 1 at k = 1
+    and with stale halos or boundary sampling (their exchanges move whole); else :data:`ROUNDS`."""
+    if k == 1 or cfg.halo_staleness or cfg.boundary_rate < 1.0:
+        return [1]
+    return [cfg.halo_rounds] if cfg.halo_rounds else list(ROUNDS)
 RUNTIME_BYTES = 340 * 2 ** 20
 """A trainer process before its part arrives: Python, torch, the process group (measured
 0.23-0.25 GiB at k = 1 and 4 on this CPU box, rounded up)."""
@@ -326,7 +334,6 @@ def plan(cfg: PlanConfig) -> dict:
     active = k > 1
     layers = layer_plan(cfg, f_in, n_classes, active)
     mem = cfg.mem_per_rank * GiB if cfg.mem_per_rank else host_memory_bytes() / k
-    cfg = fewest_rounds(cfg, parts, f_in, n_classes, k, mem)
     from graphdist.gnn.plan_time import epoch_seconds, exchange_choices, measured_rates
     rates = (cfg.spmm_rate, measured_rates()[1]) if cfg.spmm_rate else measured_rates()
     choices = exchange_choices(parts, layers, cfg, active, rates)
@@ -334,6 +341,7 @@ def plan(cfg: PlanConfig) -> dict:
         import dataclasses
         fast = [c["comm/halo"] for c in choices if c["comm/halo_bits"] == cfg.halo_bits]
         cfg = dataclasses.replace(cfg, halo=fast[0] if fast else "plain")
+    cfg = fewest_rounds(cfg, parts, f_in, n_classes, k, mem)  # for the mode auto chose
     halo = {m: halo_bytes_per_epoch(sum(p.send.get(m, 0) for p in parts), layers, cfg) if active else 0
             for m in ("plain", "mvc") if all(m in p.send for p in parts)}
     ranks = []
@@ -354,12 +362,10 @@ def plan(cfg: PlanConfig) -> dict:
 
 
 def fewest_rounds(cfg, parts: list[PartStats], f_in: int, n_classes: int, k: int, mem: float, mode=None):
-    """``cfg`` with ``halo_rounds`` resolved: as given, 1 at k = 1, or (0) the fewest of
-    :data:`ROUNDS` whose largest rank fits ``mem`` bytes (the most when none does)."""
+    """``cfg`` with ``halo_rounds`` resolved: the fewest of :func:`round_choices` whose largest
+    rank fits ``mem`` bytes (the most when none does)."""
     import dataclasses
-    if k == 1 or cfg.halo_rounds:
-        return dataclasses.replace(cfg, halo_rounds=1 if k == 1 else cfg.halo_rounds)
-    for r in ROUNDS:
+    for r in round_choices(cfg, k):
         c = dataclasses.replace(cfg, halo_rounds=r)
         if max(rank_memory(ps, c, f_in, n_classes, k, mode or cfg.halo)["peak_bytes"] for ps in parts) <= mem:
             return c
@@ -395,10 +401,7 @@ def check_fits(cfg, lg, world_size: int) -> int:
 
     from graphdist import comm
     from graphdist.halo.budget import available_bytes
-    if world_size == 1:
-        cands = [1]
-    else:
-        cands = [cfg.halo_rounds] if cfg.halo_rounds else list(ROUNDS)
+    cands = round_choices(cfg, world_size)
     if lg.x is None:
         return cands[0]
     ps = part_stats(lg, check_symmetry=False)

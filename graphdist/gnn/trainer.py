@@ -91,7 +91,8 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         get_logger().info(f"--halo auto: {mode} ({_auto_line(halo_auto)})")
     if cfg.halo_rounds == 0 and cfg.resume:  # the rounds the checkpointed run chose
         from graphdist.gnn.auto import recorded_setting
-        cfg = dataclasses.replace(cfg, halo_rounds=int(recorded_setting(cfg, "halo_rounds") or 0))
+        cfg = dataclasses.replace(cfg, halo_rounds=int(recorded_setting(
+            cfg, "halo_rounds", GCNConfig.UNRECORDED["halo_rounds"]) or 0))
     rounds = 1 if ws == 1 else (cfg.halo_rounds or 1)
     if dev.type != "cuda" and cfg.model in BUILTIN_MODELS:  # plan models graphdist's own models
         rounds = check_fits(cfg, lg, ws)  # host memory: one line instead of an out-of-memory kill

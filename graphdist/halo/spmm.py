@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import warnings
 import weakref
+from typing import NamedTuple
 
 import torch
 
@@ -196,6 +197,9 @@ class SparseAdj:
         send = [None] * rounds if self.send is None else split_rows(self.send, round_of(send_counts, rounds)[0],
                                                                     rounds)
         self._blocks, self.rounds = list(zip(halo, send)), rounds
+        # the whole blocks go: their shapes and entry counts stay for the checks
+        self.halo = None if self.halo is None else _Whole(self.halo.shape, self.halo.nnz)
+        self.send = None if self.send is None else _Whole(self.send.shape, self.send.nnz)
         return self
 
     def blocks(self) -> list[tuple]:
@@ -230,6 +234,9 @@ class SparseAdj:
             raise ValueError(f"the halo exchanger moves {exchanger.n_send} / {exchanger.n_recv} rows but this "
                              f"adjacency ({self.halo_mode}) expects {self.n_send} / {self.n_recv}: build both "
                              "for the same halo mode")
+        if getattr(exchanger, "rounds", 1) != self.rounds:
+            raise ValueError(f"the halo exchanger moves its rows in {getattr(exchanger, 'rounds', 1)} round(s) but "
+                             f"this adjacency is split into {self.rounds}: call in_rounds on both")
         return _HaloSpMM.apply(h, self, exchanger)
 
     def _kept_product(self, h: torch.Tensor) -> torch.Tensor:
@@ -252,6 +259,13 @@ class SparseAdj:
 
     def __matmul__(self, h: torch.Tensor) -> torch.Tensor:
         return self.propagate(h)
+
+
+class _Whole(NamedTuple):
+    """A halo block split into rounds (:meth:`SparseAdj.in_rounds`): what the whole had."""
+
+    shape: tuple
+    nnz: int
 
 
 def _split_owned(ptr, cols, vals, n: int):

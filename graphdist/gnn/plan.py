@@ -418,6 +418,7 @@ def check_fits(cfg, lg, world_size: int) -> int:
         if need_all <= have:
             return r
     rounds = f" in {cands[-1]} halo rounds" if cands[-1] > 1 else ""
+    more = "more --halo-rounds (0: the fewest that fit), " if cfg.halo_rounds and cands[-1] < ROUNDS[-1] else ""
     raise ConfigError(f"training {cfg.model} {cfg.layers}x{cfg.hidden} on this part needs about "
                       f"{need_all / GiB:.1f} GiB on this machine ({local} rank(s)){rounds}, and {have / GiB:.1f} GiB "
-                      "is available; use more parts (ranks), a smaller --hidden, or --halo-bits 8")
+                      f"is available; use more parts (ranks), a smaller --hidden, {more}or --halo-bits 8")

@@ -54,7 +54,8 @@ def codec_rates() -> dict[int, float]:
 def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, sent_bytes: float,
                   rates: tuple[float, float]) -> float:
     """Sparse products at ``rates[0]``, the linears at ``rates[1]``, the rank's halo bytes over
-    the link and its latency once per exchange (no overlap assumed; elementwise work not counted)."""
+    the link and its latency once per exchange and round (no overlap assumed; elementwise work
+    not counted)."""
     nnz = ps.own_edges + (ps.n if cfg.model == "gcn" else 0)
     if active:
         nnz += ps.halo_entries.get(mode, 0) + (ps.send_entries if mode == "mvc" else 0)
@@ -66,7 +67,8 @@ def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: boo
         if not (i == 0 and lay["eval_reuse"] and not active):
             sparse += nnz * lay["eval_width"]
         dense += 2 * ps.n * fi * fo * (3 if i > 0 else 2) + 2 * ps.n * fi * fo
-    wait = exchanges_per_epoch(layers) * cfg.link_latency_us * 1e-6 if active else 0.0
+    rounds = max(1, int(getattr(cfg, "halo_rounds", 1) or 1))  # the link's latency is paid once a round
+    wait = exchanges_per_epoch(layers) * rounds * cfg.link_latency_us * 1e-6 if active else 0.0
     return sparse / rates[0] + dense / rates[1] + sent_bytes * 8 / (cfg.link_gbps * 1e9) + wait
 
 

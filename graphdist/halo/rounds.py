@@ -46,10 +46,10 @@ def round_of(counts: list[int], rounds: int) -> tuple[torch.Tensor, list[list[in
 
 def _positions(rnd: torch.Tensor, rounds: int) -> torch.Tensor:
     """Position of every message row within its round's buffer (rows keep their order)."""
+    order = torch.argsort(rnd, stable=True)
+    start = torch.cumsum(torch.bincount(rnd, minlength=rounds), 0) - torch.bincount(rnd, minlength=rounds)
     pos = torch.empty_like(rnd)
-    for r in range(rounds):
-        sel = rnd == r
-        pos[sel] = torch.arange(int(sel.sum()), dtype=rnd.dtype, device=rnd.device)
+    pos[order] = torch.arange(rnd.numel(), dtype=rnd.dtype, device=rnd.device) - start[rnd[order]]
     return pos
 
 
@@ -71,10 +71,15 @@ def _split(pair, rnd: torch.Tensor, rounds: int, by_rows: bool) -> list:
     cols, vals = a.col_indices().to(torch.int64), a.values()
     rnd, pos = rnd.to(cols.device), _positions(rnd, rounds).to(cols.device)
     msg = rows if by_rows else cols  # the message-row side of the operator
+    er = rnd[msg]  # every entry's round, grouped by one stable sort (not a pass per round)
+    order = torch.argsort(er, stable=True)
+    ends = torch.cumsum(torch.bincount(er, minlength=rounds), 0).tolist()
+    sizes = torch.bincount(rnd, minlength=rounds).tolist()
+    del er
     out = []
     for r in range(rounds):
-        keep = rnd[msg] == r
-        size = int((rnd == r).sum())
+        keep = order[(ends[r - 1] if r else 0):ends[r]]
+        size = sizes[r]
         # positions grow with the message row within a round: entries stay sorted by (row, col)
         if by_rows:
             out.append(CSRPair(pos[rows[keep]], cols[keep], vals[keep], size, pair.shape[1], a.device))

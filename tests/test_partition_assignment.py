@@ -137,6 +137,7 @@ def test_the_estimate_follows_where_metis_keeps_its_levels(monkeypatch):
     from graphdist.halo.budget import PER_EDGE, PER_NODE_PART, WRITE_PER_EDGE, estimate, graph_bytes
     from partitioners import backends
     g = load_graph("sbm:nodes=3000,classes=3,avg_degree=6,features=4,seed=1")
+    monkeypatch.setattr(backends, "scratch_dir", lambda: "/var/tmp")  # a folder on disk, whatever /tmp is here
     if backends.metis_levels(g.num_nodes, g.num_edges, available=0) != "ondisk":
         pytest.skip("no METIS 5.2 build (cmeel-metis) with the ONDISK option")
     est = {}

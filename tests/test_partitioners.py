@@ -260,6 +260,7 @@ def test_metis_on_disk_gives_the_same_partition(monkeypatch, tmp_path, method):
             seen.append((int(opts[at]), os.getcwd()))
             return real(*a)
     monkeypatch.setattr(backends, "_metis_lib", lambda *a: (Spy(), idx))
+    monkeypatch.setattr(backends, "scratch_dir", lambda: str(tmp_path))  # on disk, whatever /tmp is here
     monkeypatch.chdir(tmp_path)
     g = load_graph("rmat:scale=12,edge_factor=8,seed=3")
     parts = {}
@@ -274,6 +275,7 @@ def test_metis_on_disk_gives_the_same_partition(monkeypatch, tmp_path, method):
 def test_metis_levels_go_to_a_folder_on_disk(monkeypatch, tmp_path):
     """METIS' on-disk levels need a disk: $TMPDIR, else the working directory when $TMPDIR is
     memory (tmpfs); with both in memory METIS keeps its levels in memory (on disk would save nothing)."""
+    import os
     import tempfile
 
     from partitioners import backends
@@ -281,11 +283,11 @@ def test_metis_levels_go_to_a_folder_on_disk(monkeypatch, tmp_path):
     real = backends._fs_type
     assert backends._fs_type("/proc") == "proc"
     assert backends.scratch_dir() == tempfile.gettempdir() or real(tempfile.gettempdir()) in backends._MEMORY_FS
-    memory = {tempfile.gettempdir()}
-    monkeypatch.setattr(backends, "_fs_type", lambda p: "tmpfs" if p in memory else real(p))
-    assert backends.scratch_dir() == str(tmp_path)
+    memory = {tempfile.gettempdir()}  # everything else on disk, whatever this machine mounts
+    monkeypatch.setattr(backends, "_fs_type", lambda p: "tmpfs" if p in memory else "ext4")
+    assert backends.scratch_dir() == os.getcwd()
     assert backends.metis_ondisk(10**9, available=10**9)
-    memory.add(str(tmp_path))
+    memory.add(os.getcwd())
     assert backends.scratch_dir() is None and not backends.metis_ondisk(10**9, available=10**9)
 
 

@@ -264,12 +264,13 @@ def metis_ondisk(nnz: int, available: int | None = None) -> bool:
     partition either way; on disk costs about 1.3x the time of the METIS call (135 vs 104 s on the
     products-sized R-MAT) and a quarter of its memory."""
     if available is None:
-        available = _mem_available()
+        available = mem_available()
     return (available is not None and METIS_BYTES_PER_EDGE["memory"] * int(nnz) > METIS_MEMORY_SHARE * available
             and scratch_dir() is not None)
 
 
-def _mem_available() -> int | None:
+def mem_available() -> int | None:
+    """Linux ``MemAvailable`` in bytes; None where it cannot be read."""
     try:
         with open("/proc/meminfo") as f:
             return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))

@@ -265,7 +265,7 @@ def test_metis_on_disk_gives_the_same_partition(monkeypatch, tmp_path, method):
     g = load_graph("rmat:scale=12,edge_factor=8,seed=3")
     parts = {}
     for avail in (10**15, 1):
-        monkeypatch.setattr(backends, "_mem_available", lambda a=avail: a)
+        monkeypatch.setattr(backends, "mem_available", lambda a=avail: a)
         parts[avail] = partition(g, 4, method=method, seed=0).numpy()
     assert np.array_equal(parts[1], parts[10**15])
     assert seen[0][0] <= 0 and seen[0][1] == str(tmp_path) and seen[-1][0] == 1 and "graphdist-metis-" in seen[-1][1]

@@ -76,16 +76,18 @@ def estimate(graph, method: str, k: int) -> int:
 def available_bytes() -> int:
     """Memory this process may still grow into: ``MemAvailable`` plus its own resident set
     (Linux); else the machine's physical memory."""
+    from partitioners.backends import mem_available
+    avail = mem_available()
     try:
-        with open("/proc/meminfo") as f:
-            avail = next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
         with open("/proc/self/statm") as f:
             import os
             rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-        return avail + rss
-    except (OSError, StopIteration, ValueError):
+    except (OSError, ValueError):
+        avail = None
+    if avail is None:
         from graphdist.runtime import host_memory_bytes
         return host_memory_bytes()
+    return avail + rss
 
 
 def check_fits(graph, method: str, k: int, have: int | None = None) -> int:

@@ -28,6 +28,7 @@ import numpy as np
 
 from partitioners.common import CSR, Weights, in_csr, sym_csr
 from partitioners.errors import MissingBackendError
+from partitioners.sysmem import mem_available, process_headroom, smallest
 
 __all__ = ["metis_partition", "kaminpar_partition", "mtkahypar_partition", "single_weight"]
 
@@ -259,23 +260,15 @@ METIS_MEMORY_SHARE = 0.25
 def metis_ondisk(nnz: int, available: int | None = None) -> bool:
     """Whether METIS keeps its finer levels on disk (ONDISK, 5.2 builds): when its in-memory
     working set would take more than :data:`METIS_MEMORY_SHARE` of the memory available now
-    (Linux ``MemAvailable``; a products-sized graph on a 24 GiB machine), and a folder on disk
+    (:mod:`partitioners.sysmem`: ``MemAvailable``, the memory cgroup's and this process's limits;
+    a products-sized graph on a 24 GiB machine), and a folder on disk
     (not tmpfs) can take the levels (:func:`scratch_dir`). The result is the same
     partition either way; on disk costs about 1.3x the time of the METIS call (135 vs 104 s on the
     products-sized R-MAT) and a quarter of its memory."""
     if available is None:
-        available = mem_available()
+        available = smallest(mem_available(), process_headroom())
     return (available is not None and METIS_BYTES_PER_EDGE["memory"] * int(nnz) > METIS_MEMORY_SHARE * available
             and scratch_dir() is not None)
-
-
-def mem_available() -> int | None:
-    """Linux ``MemAvailable`` in bytes; None where it cannot be read."""
-    try:
-        with open("/proc/meminfo") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:"))
-    except (OSError, StopIteration, ValueError):
-        return None
 
 
 _MEMORY_FS = ("tmpfs", "ramfs")

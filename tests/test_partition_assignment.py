@@ -118,6 +118,11 @@ def test_a_run_that_would_not_fit_stops_before_partitioning(tmp_path, capsys, mo
     err = _one_line(capsys)
     assert f"needs about {need / 2**30:.1f} GiB of memory, and {(need - 1) / 2**30:.1f} GiB is available" in err
     assert "--method metis at k=4" in err and not called and not out.exists()
+    # the machine has room but this process's own limit (ulimit -d / -v) has not
+    monkeypatch.setattr(budget, "available_bytes", lambda: 4 * need)
+    monkeypatch.setattr(budget, "process_ceiling", lambda: need - 1)
+    assert main(["partition", SPEC, "--parts", "4", "--method", "metis", "--out", str(out)]) == 2
+    assert f"and {(need - 1) / 2**30:.1f} GiB is available" in _one_line(capsys) and not called
     monkeypatch.undo()
     monkeypatch.setattr(budget, "available_bytes", lambda: need)  # exactly enough: it runs
     assert main(["partition", SPEC, "--parts", "4", "--method", "metis", "--out", str(out)]) == 0

@@ -129,6 +129,13 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
     monkeypatch.setattr(budget, "available_bytes", lambda: need[64] - 1)
     with pytest.raises(ConfigError, match=r"in 64 halo rounds, and"):
         check_fits(cfg, lg, 4)
+    # the machine has room, but a rank's own limit (ulimit -d / -v) takes rounds, or stops it
+    monkeypatch.setattr(budget, "available_bytes", lambda: 2 * need[1])
+    monkeypatch.setattr(budget, "process_ceiling", lambda: (need[4] + need[8]) // 2)
+    assert check_fits(cfg, lg, 4) == 8
+    monkeypatch.setattr(budget, "process_ceiling", lambda: need[64] - 1)
+    with pytest.raises(ConfigError, match=r"GiB per rank in 64 halo rounds, and a rank may hold only .* ulimit -d"):
+        check_fits(cfg, lg, 4)
     # plan, in stats mode, with a replication that makes the halo three times the rows
     base = dict(num_nodes=10**6, num_edges=10**7, features=64, classes=4, parts=4, replication=4.0,
                 layers=2, hidden=64, halo="plain", spmm_rate=1e9)

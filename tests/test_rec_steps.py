@@ -86,11 +86,17 @@ def _fits_job(rank, ws):
         msg = ""
     except ConfigError as e:
         msg = str(e)
-    return est, msg
+    try:  # the machine has room, but not the rank's own process limit
+        check_rank_fits(lg, rd, small, 10, have=1 << 40, ceiling=100 << 20)
+        capped = ""
+    except ConfigError as e:
+        capped = str(e)
+    return est, msg, capped
 
 
 def test_a_rank_that_does_not_fit_stops_with_one_line_naming_the_memory():
-    for (small, big), msg in run_ranks(_fits_job, 2, timeout=120):
+    for (small, big), msg, capped in run_ranks(_fits_job, 2, timeout=120):
+        assert "\n" not in capped and "GiB per rank but a rank may hold only 0.10 GiB" in capped, capped
         assert 300 << 20 < small < big  # interpreter and torch at least; grows with batch and dim
         assert "\n" not in msg and msg.startswith("train-rec needs about 0.") and "GiB per rank" in msg, msg
         assert "for the 2 rank(s) on this node" in msg and "0.10 GiB is available" in msg

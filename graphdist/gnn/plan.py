@@ -391,8 +391,9 @@ def _parts(cfg: PlanConfig):
 
 def check_fits(cfg, lg, world_size: int) -> int:
     """Before a rank trains: the exchange rounds to train in, ``cfg.halo_rounds`` or (0) the
-    fewest of :data:`ROUNDS` with which this machine's ranks fit its memory (``MemAvailable``
-    plus their own resident sets); when none fits, stop every rank with one line (needed and
+    fewest of :data:`ROUNDS` with which this machine's ranks fit its memory (``MemAvailable``, or
+    their memory cgroup's room, plus their own resident sets) and each rank its own process limit
+    (``ulimit -d`` / ``-v``); when none fits, stop every rank with one line (needed and
     available GiB) instead of being killed half-way. The estimate is :func:`rank_memory` with
     the owned block taken as unsymmetric (an upper bound). Every rank decides from the same
     gathered figures."""
@@ -400,7 +401,7 @@ def check_fits(cfg, lg, world_size: int) -> int:
     import os
 
     from graphdist import comm
-    from graphdist.halo.budget import available_bytes
+    from graphdist.halo.budget import available_bytes, process_ceiling
     cands = round_choices(cfg, world_size)
     if lg.x is None:
         return cands[0]
@@ -408,17 +409,25 @@ def check_fits(cfg, lg, world_size: int) -> int:
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     f_in, n_cls = int(lg.x.shape[1]), max(int(lg.num_classes), 1)
     needs = [rank_memory(ps, dataclasses.replace(cfg, halo_rounds=r), f_in, n_cls, world_size, cfg.halo)["peak_bytes"]
-             * local for r in cands]
+             for r in cands]
     with open("/proc/self/statm") as f:  # the machine's free memory is shared by its ranks
         rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    seen = comm.all_gather_object([needs, available_bytes() + (local - 1) * rss])
+    seen = comm.all_gather_object([needs, available_bytes() + (local - 1) * rss, process_ceiling()])
     have = min(s[1] for s in seen)
+    caps = [s[2] for s in seen if s[2] is not None]
+    cap = min(caps) if caps else None
     for i, r in enumerate(cands):
-        need_all = max(s[0][i] for s in seen)
-        if need_all <= have:
+        per_rank = max(s[0][i] for s in seen)
+        need_all = per_rank * local
+        if need_all <= have and (cap is None or per_rank <= cap):
             return r
     rounds = f" in {cands[-1]} halo rounds" if cands[-1] > 1 else ""
     more = "more --halo-rounds (0: the fewest that fit), " if cfg.halo_rounds and cands[-1] < ROUNDS[-1] else ""
+    if need_all <= have:  # the machine has room; a rank's own limit (ulimit -d / -v) has not
+        raise ConfigError(f"training {cfg.model} {cfg.layers}x{cfg.hidden} on this part needs about "
+                          f"{per_rank / GiB:.1f} GiB per rank{rounds}, and a rank may hold only {cap / GiB:.1f} "
+                          "GiB (its process memory limit, ulimit -d / -v); use more parts (ranks), a smaller --hidden, "
+                          f"{more}or --halo-bits 8")
     raise ConfigError(f"training {cfg.model} {cfg.layers}x{cfg.hidden} on this part needs about "
                       f"{need_all / GiB:.1f} GiB on this machine ({local} rank(s)){rounds}, and {have / GiB:.1f} GiB "
                       f"is available; use more parts (ranks), a smaller --hidden, {more}or --halo-bits 8")

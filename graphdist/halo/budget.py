@@ -74,29 +74,44 @@ def estimate(graph, method: str, k: int) -> int:
 
 
 def available_bytes() -> int:
-    """Memory this process may still grow into: ``MemAvailable`` plus its own resident set
-    (Linux); else the machine's physical memory."""
+    """Memory this process may still grow into on this machine: ``MemAvailable`` (or less where its
+    memory cgroup leaves less, :mod:`partitioners.sysmem`) plus its own resident set (Linux); else
+    the machine's physical memory. The machine's free memory is shared by its processes; a
+    process's own limits are :func:`process_ceiling`."""
     from partitioners.backends import mem_available
     avail = mem_available()
-    try:
-        with open("/proc/self/statm") as f:
-            import os
-            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError):
-        avail = None
-    if avail is None:
+    rss = _rss()
+    if avail is None or rss is None:
         from graphdist.runtime import host_memory_bytes
         return host_memory_bytes()
     return avail + rss
+
+
+def process_ceiling() -> int | None:
+    """The resident size this process may reach under its own limits (``ulimit -d`` / ``-v``, for
+    example a per-rank cap standing in for one device's memory): its resident set plus
+    :func:`partitioners.sysmem.process_headroom`; None when it has no such limit."""
+    from partitioners.sysmem import process_headroom
+    room, rss = process_headroom(), _rss()
+    return None if room is None or rss is None else room + rss
+
+
+def _rss() -> int | None:
+    from partitioners.sysmem import proc_status_bytes
+    return proc_status_bytes("VmRSS").get("VmRSS")
 
 
 def check_fits(graph, method: str, k: int, have: int | None = None) -> int:
     """Raise :class:`ConfigError` (one line: needed and available GiB) when the estimate exceeds
     the memory available; returns the estimate."""
     need = estimate(graph, method, k)
-    have = available_bytes() if have is None else int(have)
+    if have is None:
+        from partitioners.sysmem import smallest
+        have = smallest(available_bytes(), process_ceiling())
+    have = int(have)
     if need > have:
         raise ConfigError(f"partitioning {graph.num_nodes:,} nodes / {graph.num_edges:,} edges with --method {method} "
                           f"at k={k} needs about {need / GiB:.1f} GiB of memory, and {have / GiB:.1f} GiB is available "
-                          "(free memory plus this process); free memory or use --method kaminpar or fennel")
+                          "(free memory plus this process, within its limits); free memory or use --method kaminpar "
+                          "or fennel")
     return need

@@ -50,20 +50,29 @@ def estimate_rank_bytes(lg, rd, cfg, n_eval_users: int) -> int:
     return int(need)
 
 
-def check_rank_fits(lg, rd, cfg, n_eval_users: int, have: int | None = None) -> int:
+def check_rank_fits(lg, rd, cfg, n_eval_users: int, have: int | None = None, ceiling: int | None = None) -> int:
     """Collective: every rank's estimate, summed over the ranks of this node, against the memory
-    available; one line naming the memory needed on every rank when it does not fit."""
-    from graphdist.halo.budget import available_bytes
+    available there, and each rank's against its own process limit (``ulimit -d`` / ``-v``); one
+    line naming the memory needed on every rank when it does not fit. ``have`` and ``ceiling``
+    replace what this machine reports."""
+    from graphdist.halo.budget import available_bytes, process_ceiling
     need = estimate_rank_bytes(lg, rd, cfg, n_eval_users)
-    local = comm.all_gather_object((_host(), need, available_bytes() if have is None else int(have)))
+    have = available_bytes() if have is None else int(have)
+    ceiling = process_ceiling() if ceiling is None else int(ceiling)
+    local = comm.all_gather_object((_host(), need, have, ceiling))
     mine = _host()
     node = [x for x in local if x[0] == mine]
     total, avail = sum(x[1] for x in node), max(x[2] for x in node)
     worst = max(x[1] for x in local)
+    fix = "use more parts (graphdist partition ... --parts K), a smaller --batch-size or a --steps cap"
     if total > avail:
         raise ConfigError(f"train-rec needs about {worst / GiB:.2f} GiB per rank ({total / GiB:.2f} GiB for the "
-                          f"{len(node)} rank(s) on this node) but {avail / GiB:.2f} GiB is available; use more parts "
-                          f"(graphdist partition ... --parts K), a smaller --batch-size or a --steps cap")
+                          f"{len(node)} rank(s) on this node) but {avail / GiB:.2f} GiB is available; {fix}")
+    capped = [x for x in local if x[3] is not None and x[1] > x[3]]
+    if capped:
+        x = max(capped, key=lambda x: x[1] - x[3])
+        raise ConfigError(f"train-rec needs about {x[1] / GiB:.2f} GiB per rank but a rank may hold only "
+                          f"{x[3] / GiB:.2f} GiB (its process memory limit, ulimit -d / -v); {fix}")
     return need
 
 

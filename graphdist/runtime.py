@@ -273,11 +273,15 @@ class Timer:
 
 
 def host_memory_bytes() -> int:
-    """Physical memory of this machine (16 GiB if the OS does not say)."""
+    """Memory this machine gives the job: its physical memory, or its memory cgroup's limit where
+    that is smaller (a container; :func:`partitioners.sysmem.cgroup_limit`); 16 GiB if the OS
+    does not say."""
+    from partitioners.sysmem import cgroup_limit, smallest
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):  # pragma: no cover
-        return 16 * 2**30
+        phys = 16 * 2**30
+    return smallest(phys, cgroup_limit())
 
 
 def peak_rss_bytes() -> int:

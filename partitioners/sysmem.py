@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["mem_available", "cgroup_headroom", "process_headroom", "proc_status_bytes", "smallest"]
+__all__ = ["mem_available", "cgroup_headroom", "cgroup_limit", "process_headroom", "proc_status_bytes", "smallest"]
 
 _UNLIMITED = 1 << 60
 """cgroup v1 writes "no limit" as the largest page count (9223372036854771712 bytes)."""
@@ -49,11 +49,23 @@ def cgroup_headroom(proc_cgroup: str = "/proc/self/cgroup", mount: str = "/sys/f
     inactive page cache, the tightest over the groups); None when no group has a limit or none
     can be read. ``proc_cgroup`` is the ``/proc/<pid>/cgroup`` listing and ``mount`` where the
     hierarchies are mounted."""
+    return smallest(*(_room(d, *names) for d, names in _groups(proc_cgroup, mount)))
+
+
+def cgroup_limit(proc_cgroup: str = "/proc/self/cgroup", mount: str = "/sys/fs/cgroup") -> int | None:
+    """The tightest memory limit of this process's cgroup and the groups above it (the memory a
+    container may hold in all); None when none is set or readable."""
+    return smallest(*(_limit(d, names[0]) for d, names in _groups(proc_cgroup, mount)))
+
+
+def _groups(proc_cgroup: str, mount: str):
+    """(folder, (limit, usage, stat file names)) of every memory cgroup from this process's up to
+    the mount of its hierarchy (inside a container whose cgroup is mounted as the root, the
+    listed path may not exist below it: then the mount alone)."""
     try:
         lines = Path(proc_cgroup).read_text().splitlines()
     except OSError:
-        return None
-    best = None
+        return
     for line in lines:
         parts = line.split(":", 2)
         if len(parts) != 3:
@@ -69,32 +81,26 @@ def cgroup_headroom(proc_cgroup: str = "/proc/self/cgroup", mount: str = "/sys/f
             names = ("memory.limit_in_bytes", "memory.usage_in_bytes", "memory.stat")
         else:
             continue
-        for room in _group_rooms(base, path, names):
-            best = room if best is None else min(best, room)
-    return best
+        leaf = base / path.lstrip("/")
+        d = leaf if leaf.is_dir() else base
+        while True:
+            yield d, names
+            if d == base or base not in d.parents:
+                break
+            d = d.parent
 
 
-def _group_rooms(base: Path, path: str, names: tuple[str, str, str]):
-    """The headroom of every limited group from this process's up to ``base`` (the mount; inside a
-    container whose cgroup is mounted as the root, ``path`` may not exist below it: then ``base``
-    alone)."""
-    leaf = base / path.lstrip("/")
-    d = leaf if leaf.is_dir() else base
-    while True:
-        room = _room(d, *names)
-        if room is not None:
-            yield room
-        if d == base or base not in d.parents:
-            return
-        d = d.parent
-
-
-def _room(d: Path, limit_file: str, usage_file: str, stat_file: str) -> int | None:
+def _limit(d: Path, limit_file: str) -> int | None:
     try:
         raw = (d / limit_file).read_text().strip()
     except OSError:
         return None
-    if raw == "max" or not raw.isdigit() or int(raw) >= _UNLIMITED:
+    return None if raw == "max" or not raw.isdigit() or int(raw) >= _UNLIMITED else int(raw)
+
+
+def _room(d: Path, limit_file: str, usage_file: str, stat_file: str) -> int | None:
+    limit = _limit(d, limit_file)
+    if limit is None:
         return None
     try:
         usage = int((d / usage_file).read_text().strip())
@@ -108,7 +114,7 @@ def _room(d: Path, limit_file: str, usage_file: str, stat_file: str) -> int | No
                 cache = max(cache, int(val))
     except (OSError, ValueError):
         pass
-    return max(0, int(raw) - usage + cache)
+    return max(0, limit - usage + cache)
 
 
 def proc_status_bytes(*keys: str, status: str = "/proc/self/status") -> dict[str, int]:

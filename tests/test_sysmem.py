@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from partitioners.sysmem import cgroup_headroom, process_headroom, smallest
+from partitioners.sysmem import cgroup_headroom, cgroup_limit, process_headroom, smallest
 
 ROOT = Path(__file__).resolve().parents[1]
 MiB = 2 ** 20
@@ -35,8 +35,10 @@ def test_cgroup_v1_takes_the_tightest_group_on_the_way_up(tmp_path):
     cg.write_text("4:memory:/job/step\n3:cpu:/\n")
     # the job's group: 3000 - 1000 + 200 reclaimable cache
     assert cgroup_headroom(str(cg), str(mount)) == 2200 * MiB
+    assert cgroup_limit(str(cg), str(mount)) == 3000 * MiB
     _group(leaf, {"memory.limit_in_bytes": str(1500 * MiB)})  # now the step's own limit is tighter
     assert cgroup_headroom(str(cg), str(mount)) == 800 * MiB
+    assert cgroup_limit(str(cg), str(mount)) == 1500 * MiB
 
 
 def test_cgroup_v2_reads_memory_max_and_a_container_root(tmp_path):
@@ -52,8 +54,9 @@ def test_cgroup_v2_reads_memory_max_and_a_container_root(tmp_path):
     _group(mount, {"memory.max": str(2048 * MiB), "memory.current": str(512 * MiB)})
     assert cgroup_headroom(str(cg), str(mount)) == 1536 * MiB
     # no limit anywhere, or nothing readable: not known
+    assert cgroup_limit(str(cg), str(mount)) == 2048 * MiB
     _group(mount, {"memory.max": "max\n"})
-    assert cgroup_headroom(str(cg), str(mount)) is None
+    assert cgroup_headroom(str(cg), str(mount)) is None and cgroup_limit(str(cg), str(mount)) is None
     assert cgroup_headroom(str(tmp_path / "absent"), str(mount)) is None
     assert smallest(None, 5, 3) == 3 and smallest(None, None) is None
 

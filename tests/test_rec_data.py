@@ -165,6 +165,22 @@ def test_rec_synth_is_seeded_and_planted():
         load_ratings("rec-synth:items=200,avg_items=150")
 
 
+def test_a_large_rec_synth_shows_progress_on_a_terminal(monkeypatch, capsys):
+    """Generating scores users x items (an hour at 1M x 200k here): on a terminal a bar counts the
+    users; the interactions are the same with it."""
+    import sys
+
+    from graphdist.rec import synth
+    quiet = load_ratings("rec-synth:users=300,items=200,avg_items=10,seed=4")
+    assert "rec-synth" not in capsys.readouterr().err  # small, and not a terminal
+    monkeypatch.setattr(synth, "_BAR_CELLS", 1000)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    shown = load_ratings("rec-synth:users=300,items=200,avg_items=10,seed=4")
+    err = capsys.readouterr().err
+    assert "rec-synth" in err and "300/300" in err
+    assert torch.equal(quiet.train, shown.train) and torch.equal(quiet.test, shown.test)
+
+
 def test_data_info_ratings(tmp_path, capsys):
     f = tmp_path / "u.data"
     f.write_text(UDATA)

@@ -289,13 +289,10 @@ def peak_rss_bytes() -> int:
     (``VmHWM``): ``getrusage``'s ``ru_maxrss`` also counts the RSS of the process that started it
     (the kernel carries it over fork and exec), so a job started from a large Python process
     would report that process's size. Elsewhere ``ru_maxrss``."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:  # pragma: no cover - no procfs
-        pass
+    from partitioners.sysmem import proc_status_bytes
+    hwm = proc_status_bytes("VmHWM").get("VmHWM")
+    if hwm is not None:
+        return hwm
     import resource
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(rss * (1 if sys.platform == "darwin" else 1024))

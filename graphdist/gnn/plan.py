@@ -401,7 +401,7 @@ def check_fits(cfg, lg, world_size: int) -> int:
     import os
 
     from graphdist import comm
-    from graphdist.halo.budget import available_bytes, process_ceiling
+    from graphdist.halo.budget import available_bytes, process_ceiling, resident_bytes
     cands = round_choices(cfg, world_size)
     if lg.x is None:
         return cands[0]
@@ -410,8 +410,7 @@ def check_fits(cfg, lg, world_size: int) -> int:
     f_in, n_cls = int(lg.x.shape[1]), max(int(lg.num_classes), 1)
     needs = [rank_memory(ps, dataclasses.replace(cfg, halo_rounds=r), f_in, n_cls, world_size, cfg.halo)["peak_bytes"]
              for r in cands]
-    with open("/proc/self/statm") as f:  # the machine's free memory is shared by its ranks
-        rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    rss = resident_bytes() or 0  # the machine's free memory is shared by its ranks
     seen = comm.all_gather_object([needs, available_bytes() + (local - 1) * rss, process_ceiling()])
     have = min(s[1] for s in seen)
     caps = [s[2] for s in seen if s[2] is not None]

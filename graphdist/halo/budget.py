@@ -78,9 +78,9 @@ def available_bytes() -> int:
     memory cgroup leaves less, :mod:`partitioners.sysmem`) plus its own resident set (Linux); else
     the machine's physical memory. The machine's free memory is shared by its processes; a
     process's own limits are :func:`process_ceiling`."""
-    from partitioners.backends import mem_available
+    from partitioners.sysmem import mem_available
     avail = mem_available()
-    rss = _rss()
+    rss = resident_bytes()
     if avail is None or rss is None:
         from graphdist.runtime import host_memory_bytes
         return host_memory_bytes()
@@ -92,11 +92,12 @@ def process_ceiling() -> int | None:
     example a per-rank cap standing in for one device's memory): its resident set plus
     :func:`partitioners.sysmem.process_headroom`; None when it has no such limit."""
     from partitioners.sysmem import process_headroom
-    room, rss = process_headroom(), _rss()
+    room, rss = process_headroom(), resident_bytes()
     return None if room is None or rss is None else room + rss
 
 
-def _rss() -> int | None:
+def resident_bytes() -> int | None:
+    """This process's resident set (``VmRSS``); None where it cannot be read."""
     from partitioners.sysmem import proc_status_bytes
     return proc_status_bytes("VmRSS").get("VmRSS")
 

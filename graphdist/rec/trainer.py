@@ -29,6 +29,7 @@ from graphdist.halo.exchange import CommStats
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.setup import check_plan
 from graphdist.loop import LoopConfig, Task, run_loop
+from graphdist.rec.adam import TableAdam
 from graphdist.rec.config import RecConfig
 from graphdist.rec.data import Ratings
 from graphdist.rec.memory import check_rank_fits
@@ -69,7 +70,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     # evaluation propagates with 32-bit rows unless --eval-halo-bits says otherwise
     halo_eval = halo if cfg.eval_halo_bits == cfg.halo_bits else halo_exchanger(
         lg, dev, cfg.halo, cfg.eval_halo_bits, cfg.seed + 1)
-    opt = torch.optim.Adam([model.weight], lr=cfg.lr)
+    opt = TableAdam(model.weight, lr=cfg.lr)  # torch.optim.Adam's arithmetic, without torch.optim's imports
     evaluator = RankingEval(rd, cfg.topk, dev, eval_users=cfg.eval_users, seed=cfg.seed)
     need = check_rank_fits(lg, rd, cfg, int(evaluator.users.numel()))  # before any step: one line if not
     popular = evaluator.popularity()

@@ -74,3 +74,34 @@ def test_partition_of_a_generated_spec(tmp_path, spec):
     for i, p in enumerate(parts):  # a part holds the interactions of the users it owns
         assert np.all(a[p["train"][:, 0].numpy()] == i) and np.all(a[p["test"][:, 0].numpy()] == i)
     assert sum(p["test"].shape[0] for p in parts) == r.test.shape[0]
+
+
+def _mapped_job(rank, ws, art):
+    from graphdist.rec.config import RecConfig
+    from graphdist.rec.trainer import fit, load_local
+    from graphdist.runtime import init_distributed
+    ctx = init_distributed("cpu")
+    out = []
+    for halo in ("mvc", "plain"):
+        cfg = RecConfig(partition=art, epochs=2, dim=16, batch_size=256, halo=halo, progress=False)
+        part, lg, info = load_local(cfg, rank, ws)
+        before = art in open("/proc/self/maps").read()
+        boxes = [part], [lg]  # as train() hands them over
+        del part, lg
+        during = []
+        fit(cfg, *boxes, info, ctx, callbacks=[lambda e, h: during.append(art in open("/proc/self/maps").read())])
+        out.append((before, during))
+    return out
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="needs /proc (Linux)")
+def test_a_rank_unmaps_its_part_files_once_training_is_set_up(tmp_path):
+    """A rank maps its part and interaction files; once the adjacency, the exchange and the
+    sampling index are built, nothing refers to the files' pages, so they leave its memory."""
+    art = tmp_path / "art"
+    assert main(["partition", "rec-synth:users=300,items=200,avg_items=12,seed=1", "--parts", "2", "--method",
+                 "metis", "--out", str(art)]) == 0
+    from graphdist.testing import run_ranks
+    for per_rank in run_ranks(_mapped_job, 2, args=(str(art),), timeout=240):
+        for before, during in per_rank:
+            assert before and during == [False, False], (before, during)

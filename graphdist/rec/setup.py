@@ -84,7 +84,7 @@ def rank_data_of_part(lg: LocalGraph, num_users: int, num_items: int, own_train:
     if lg.num_global_nodes != U + I:
         raise ArtifactError(f"the partition has {lg.num_global_nodes} nodes but the data has {U} users + "
                             f"{I} items = {U + I}")
-    owned = lg.owned.cpu()
+    owned = lg.owned.cpu().clone()  # not a view of the mapped part file, which then goes with the part
     n_own = owned.numel()
     items = (owned[owned >= U] - U).numpy()
     counts = comm.all_gather_object(int(items.size))
@@ -95,7 +95,7 @@ def rank_data_of_part(lg: LocalGraph, num_users: int, num_items: int, own_train:
     item_owner[all_items] = np.repeat(np.arange(len(counts), dtype=np.int32), counts)
     del all_items
     index = index_of_pairs(own_train, U, I, num_samples, num_valid)
-    rd = RankData(owned, U, item_owner, index, np.asarray(own_test, dtype=np.int64).reshape(-1, 2),
+    rd = RankData(owned, U, item_owner, index, np.array(own_test, dtype=np.int64).reshape(-1, 2),
                   np.zeros(0, dtype=np.float32))
     deg = lg.col_deg[:n_own].numpy()
     rd.item_pop = deg[rd.item_rows()].astype(np.float32)

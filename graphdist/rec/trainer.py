@@ -51,18 +51,26 @@ def train(cfg: RecConfig) -> dict:
         set_mmap_threshold(cfg.malloc_mmap_mb)
     ctx = init_distributed(cfg.device, cfg.timeout_s)
     ratings, lg, pinfo = load_local(cfg, ctx.rank, ctx.world_size)
-    return fit(cfg, ratings, lg, pinfo, ctx)
+    boxes = [ratings], [lg]
+    del ratings, lg
+    return fit(cfg, *boxes, pinfo, ctx)  # fit takes both out of their boxes: it holds the only references
 
 
 def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     """Train on this rank's part; every rank returns the report.
 
     ``callbacks``: functions ``cb(epoch, history) -> bool`` called on every rank after each epoch;
-    returning True stops training there (checkpointed when ``checkpoint_dir`` is set)."""
+    returning True stops training there (checkpointed when ``checkpoint_dir`` is set).
+    ``ratings`` and ``lg`` may each come in a one-element list, which fit empties: then nothing
+    else holds them, and the interaction part and the part's graph are freed once the sampling
+    index, the adjacency and the exchange are built from them (they are not needed to train)."""
+    ratings = ratings.pop() if isinstance(ratings, list) else ratings
+    lg = lg.pop() if isinstance(lg, list) else lg
     rank, ws, dev = ctx.rank, ctx.world_size, ctx.device
     check_halo_bits(cfg, ws)
     check_plan(lg, cfg.halo)
     rd = rank_data(ratings, lg) if isinstance(ratings, Ratings) else ratings.rank_data(lg)
+    del ratings
     U = rd.num_users
     model = LightGCNShard(init_embeddings(rd.owned, cfg.dim, cfg.init_std, cfg.seed), cfg.layers).to(dev)
     adj = lightgcn_adjacency(lg, dev, cfg.halo)
@@ -73,6 +81,8 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     opt = TableAdam(model.weight, lr=cfg.lr)  # torch.optim.Adam's arithmetic, without torch.optim's imports
     evaluator = RankingEval(rd, cfg.topk, dev, eval_users=cfg.eval_users, seed=cfg.seed)
     need = check_rank_fits(lg, rd, cfg, int(evaluator.users.numel()))  # before any step: one line if not
+    fingerprint = lg.fingerprint
+    del lg  # the adjacency and the exchange hold what training needs of the part
     popular = evaluator.popularity()
     part_id = _partition_id(rd.owned)
     nb = rd.index.num_batches(cfg.batch_size)
@@ -81,7 +91,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     lc = LoopConfig(total=epochs, unit="epoch", desc="train-rec", checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=cfg.resume, progress=cfg.progress and ctx.is_rank0, settings=cfg,
-                    identity={"fingerprint": lg.fingerprint, "partition_id": part_id})
+                    identity={"fingerprint": fingerprint, "partition_id": part_id})
     task.total = epochs
     res = run_loop(task, lc, callbacks)
     hist, epoch = task.history, res.done

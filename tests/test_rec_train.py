@@ -89,12 +89,21 @@ def _modes_job(rank, ws):
     ctx = init_distributed("cpu")
     base = dict(spec=SPEC, method="metis", epochs=2, progress=False, lr=0.01, batch_size=512, dim=16)
     ratings, lg, info = load_local(RecConfig(**base), rank, ws)
-    return [fit(RecConfig(**base, halo=h, halo_bits=b), ratings, lg, info, ctx)
-            for h, b in (("plain", 32), ("mvc", 32), ("mvc", 8))]
+    out = [fit(RecConfig(**base, halo=h, halo_bits=b), ratings, lg, info, ctx)
+           for h, b in (("plain", 32), ("mvc", 32), ("mvc", 8))]
+    boxes = [ratings], [lg]  # as train() hands them over: fit takes them out and frees them
+    del ratings, lg
+    out.append(fit(RecConfig(**base, halo_rounds=3), *boxes, info, ctx))
+    return out + [boxes]
 
 
 def test_halo_modes_mvc_is_exact_and_bits_cut_bytes():
-    plain, mvc, q8 = run_ranks(_modes_job, 2, timeout=300)[0]
+    plain, mvc, q8, rounds, boxes = run_ranks(_modes_job, 2, timeout=300)[0]
+    # --halo-rounds 3: the same exchange in three all-to-alls, the same training up to float rounding
+    assert boxes == ([], []) and rounds["config"]["halo_rounds"] == 3
+    np.testing.assert_allclose(rounds["losses"], mvc["losses"], rtol=1e-6)
+    assert rounds["recall@20"] == pytest.approx(mvc["recall@20"], abs=1e-6)
+    assert rounds["comm/halo_bytes_per_epoch"] == mvc["comm/halo_bytes_per_epoch"]
     assert (plain["comm/halo"], mvc["comm/halo"], q8["comm/halo"], q8["comm/halo_bits"]) == ("plain", "mvc", "mvc", 8)
     np.testing.assert_allclose(mvc["losses"], plain["losses"], rtol=1e-6)  # pre/post-aggregation is exact
     assert mvc["recall@20"] == pytest.approx(plain["recall@20"], abs=1e-6)
@@ -177,7 +186,7 @@ def test_bad_flags_and_outputs_are_one_line(tmp_path, capsys):
              ["train-rec", SPEC, "--report", str(tmp_path / "f" / "r.json")], ["train-rec", "ratings:missing.txt"],
              ["train-rec", SPEC, "--checkpoint-dir", str(tmp_path / "f" / "ck")],
              ["train-rec", SPEC, "--halo-bits", "8"],
-             ["train-rec", SPEC, "--halo", "cover"]]
+             ["train-rec", SPEC, "--halo", "cover"], ["train-rec", SPEC, "--halo-rounds", "0"]]
     for argv in cases:
         assert main(argv) == 2, argv
     err = capsys.readouterr().err.strip().splitlines()
@@ -185,7 +194,7 @@ def test_bad_flags_and_outputs_are_one_line(tmp_path, capsys):
     wants = ["--layers must be >= 0", "give the interaction data SPEC", "--resume needs --checkpoint-dir",
              "--nproc 3 does not match the 2 parts", "--report", "ratings file 'missing.txt' not found",
              "--checkpoint-dir", "--halo-bits 8 quantises the halo exchange, but a 1-part job has none",
-             "--halo"]
+             "--halo", "--halo-rounds must be in 1..64, got 0"]
     for e, want in zip(err, wants):
         assert want in e, e
 

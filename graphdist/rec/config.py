@@ -58,6 +58,10 @@ class RecConfig:
     halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value in flight, forward and backward: 32 = float32 (exact); 16, 8, 4, 2 =
     per-row offset and scale, stochastic rounding, packed bytes (fewer bytes, not exact)"""
+    halo_rounds: int = 1
+    """move each layer's halo exchange in R smaller all-to-alls, each round's rows multiplied in and
+    freed as they arrive (about 2/R of the exchange's buffers held at once; exact up to float
+    rounding)"""
     eval_halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value when propagating for evaluation (32 = exact float32 rows, whatever
     --halo-bits training uses, so recall/NDCG have no rounding noise of their own)"""
@@ -106,6 +110,8 @@ class RecConfig:
                         ("eval-users", self.eval_users)):
             if v is not None and v < 1:
                 raise ConfigError(f"--{name} must be >= 1, got {v}")
+        if not 1 <= self.halo_rounds <= 64:
+            raise ConfigError(f"--halo-rounds must be in 1..64, got {self.halo_rounds}")
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("--resume needs --checkpoint-dir")
 

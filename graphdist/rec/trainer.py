@@ -78,6 +78,10 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     # evaluation propagates with 32-bit rows unless --eval-halo-bits says otherwise
     halo_eval = halo if cfg.eval_halo_bits == cfg.halo_bits else halo_exchanger(
         lg, dev, cfg.halo, cfg.eval_halo_bits, cfg.seed + 1)
+    if cfg.halo_rounds > 1 and halo.active:  # --halo-rounds: the exchange's buffers in slices
+        for e in {id(halo): halo, id(halo_eval): halo_eval}.values():
+            e.in_rounds(cfg.halo_rounds)
+        adj.in_rounds(cfg.halo_rounds, halo.send_counts, halo.recv_counts)
     opt = TableAdam(model.weight, lr=cfg.lr)  # torch.optim.Adam's arithmetic, without torch.optim's imports
     evaluator = RankingEval(rd, cfg.topk, dev, eval_users=cfg.eval_users, seed=cfg.seed)
     need = check_rank_fits(lg, rd, cfg, int(evaluator.users.numel()))  # before any step: one line if not

@@ -100,7 +100,7 @@ def _modes_job(rank, ws):
 def test_halo_modes_mvc_is_exact_and_bits_cut_bytes():
     plain, mvc, q8, rounds, boxes = run_ranks(_modes_job, 2, timeout=300)[0]
     # --halo-rounds 3: the same exchange in three all-to-alls, the same training up to float rounding
-    assert boxes == ([], []) and rounds["config"]["halo_rounds"] == 3
+    assert boxes == ([], []) and rounds["comm/halo_rounds"] == 3 and mvc["comm/halo_rounds"] == 1
     np.testing.assert_allclose(rounds["losses"], mvc["losses"], rtol=1e-6)
     assert rounds["recall@20"] == pytest.approx(mvc["recall@20"], abs=1e-6)
     assert rounds["comm/halo_bytes_per_epoch"] == mvc["comm/halo_bytes_per_epoch"]

@@ -122,6 +122,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/item_bytes_per_step": sum(hist["item_bytes"]) / max(sum(steps), 1),
         "comm/halo": cfg.halo if ws > 1 else "none",
         "comm/halo_bits": cfg.halo_bits,
+        "comm/halo_rounds": cfg.halo_rounds if halo.active else 1,
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "mem/peak_bytes": max(peaks),
         "mem/peak_bytes_per_rank": peaks,

@@ -2,7 +2,7 @@
 item all-to-all bytes per step, at k = 1, 2, 4, for a few graph sizes; growth exponents.
 
     OMP_NUM_THREADS=1 python benchmarks/rec_scale.py [--sizes 100000x20000x40,...] [--ks 1,2,4]
-        [--steps 6] [--batch-size 131072] [--eval-users 2000] [--work DIR] [--json FILE]
+        [--steps 6] [--batch-size 131072] [--eval-users 2000] [--halo-rounds R] [--work DIR] [--json FILE]
 
 Each size (USERSxITEMSxAVG_ITEMS, about USERS*AVG_ITEMS interactions) is generated once with
 ``rec-synth`` and written as a ``lightgcn:DIR`` (train/test as generated), partitioned once per k
@@ -66,7 +66,7 @@ def run(size: str, k: int, a, env) -> dict:
     rep = Path(a.work) / f"{size}-k{k}.json"
     t0 = time.perf_counter()
     r = cli("train-rec", "--partition", str(art), "--nproc", str(k), "--steps", str(a.steps), "--batch-size",
-            str(a.batch_size), "--eval-users", str(a.eval_users), "--no-progress", "--report", str(rep), env=env)
+            str(a.batch_size), "--eval-users", str(a.eval_users), "--halo-rounds", str(a.halo_rounds), "--no-progress", "--report", str(rep), env=env)
     if r.returncode:
         return {"size": size, "k": k, "error": r.stderr.strip().splitlines()[-1]}
     d = json.loads(rep.read_text())
@@ -96,6 +96,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=131072)
     p.add_argument("--eval-users", type=int, default=1000)
+    p.add_argument("--halo-rounds", type=int, default=1)
     p.add_argument("--work", default="/tmp/rec_scale")
     p.add_argument("--json", default=None)
     a = p.parse_args()

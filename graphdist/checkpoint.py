@@ -40,7 +40,7 @@ from graphdist import comm
 from graphdist.errors import ArtifactError, ConfigError, Interrupted, MissingFileError
 from graphdist.fileio import atomic_write_json, atomic_write_text, fsync_dir, fsync_file
 
-__all__ = ["Checkpointer", "interrupted", "run_settings", "check_settings", "RESUME_FREE"]
+__all__ = ["Checkpointer", "interrupted", "run_settings", "check_settings", "recorded_setting", "RESUME_FREE"]
 
 _META = "meta.json"
 _LATEST = "latest"
@@ -215,6 +215,19 @@ def check_settings(snap, saved: dict | None, cfg, free=RESUME_FREE) -> None:
     if diffs:
         raise ConfigError(f"--resume: checkpoint {snap} was written with other settings ({'; '.join(diffs)}); "
                           "resume with the same settings, or start a new --checkpoint-dir")
+
+
+def recorded_setting(cfg, name: str, unrecorded=None):
+    """On ``--resume``, the value of setting ``name`` in the latest checkpoint's settings (what
+    the checkpointed run resolved, e.g. ``halo`` or ``halo_rounds``), ``unrecorded`` when that
+    checkpoint was written before the setting existed; None without a checkpoint."""
+    if not (cfg.resume and cfg.checkpoint_dir):
+        return None
+    ck = Checkpointer(cfg.checkpoint_dir)
+    snap = ck.latest()
+    if snap is None:
+        return None
+    return (ck.read_meta(snap).get("settings") or {}).get(name, unrecorded)
 
 
 def _all_fields(cls):

@@ -136,3 +136,19 @@ print("ok")
     import sys
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_default_exchange_rounds_keep_a_round_under_16_mib():
+    """--halo-rounds 0: the fewest rounds whose send + receive rows (float32) stay under 16 MiB a
+    rank, at most 8; a given count is kept. (One process: the all-reduce is the identity.)"""
+    from graphdist.rec.config import RecConfig
+    from graphdist.rec.memory import MAX_ROUNDS, ROUND_BYTES, exchange_rounds
+    cfg = RecConfig(spec="rec-synth:", dim=64)
+    row = 64 * 4
+    assert ROUND_BYTES == 16 * 2 ** 20 and MAX_ROUNDS == 8
+    assert exchange_rounds(cfg, 1000, 1000) == 1
+    assert exchange_rounds(cfg, ROUND_BYTES // row // 2, ROUND_BYTES // row // 2) == 1  # exactly 16 MiB
+    assert exchange_rounds(cfg, ROUND_BYTES // row // 2, ROUND_BYTES // row // 2 + 1) == 2
+    assert exchange_rounds(cfg, 176_000, 177_000) == 6  # the 20M graph's k = 4 rank: 86 MiB
+    assert exchange_rounds(cfg, 10 ** 7, 10 ** 7) == MAX_ROUNDS
+    assert exchange_rounds(RecConfig(spec="rec-synth:", dim=64, halo_rounds=3), 10 ** 7, 10 ** 7) == 3

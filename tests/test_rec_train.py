@@ -186,7 +186,7 @@ def test_bad_flags_and_outputs_are_one_line(tmp_path, capsys):
              ["train-rec", SPEC, "--report", str(tmp_path / "f" / "r.json")], ["train-rec", "ratings:missing.txt"],
              ["train-rec", SPEC, "--checkpoint-dir", str(tmp_path / "f" / "ck")],
              ["train-rec", SPEC, "--halo-bits", "8"],
-             ["train-rec", SPEC, "--halo", "cover"], ["train-rec", SPEC, "--halo-rounds", "0"]]
+             ["train-rec", SPEC, "--halo", "cover"], ["train-rec", SPEC, "--halo-rounds", "-1"]]
     for argv in cases:
         assert main(argv) == 2, argv
     err = capsys.readouterr().err.strip().splitlines()
@@ -194,7 +194,7 @@ def test_bad_flags_and_outputs_are_one_line(tmp_path, capsys):
     wants = ["--layers must be >= 0", "give the interaction data SPEC", "--resume needs --checkpoint-dir",
              "--nproc 3 does not match the 2 parts", "--report", "ratings file 'missing.txt' not found",
              "--checkpoint-dir", "--halo-bits 8 quantises the halo exchange, but a 1-part job has none",
-             "--halo", "--halo-rounds must be in 1..64, got 0"]
+             "--halo", "--halo-rounds must be in 0..64, got -1"]
     for e, want in zip(err, wants):
         assert want in e, e
 

@@ -39,6 +39,7 @@ import time
 import torch
 
 from graphdist import comm
+from graphdist.checkpoint import recorded_setting
 from graphdist.halo.quant import BITS, row_bytes
 
 __all__ = ["choose_halo", "measure_link", "resumed_choice", "choose_bits", "AutoBits"]
@@ -99,20 +100,6 @@ def choose_halo(cfg, lg, n_classes: int) -> tuple[str, dict]:
     return chosen, {"chosen": chosen, "modes": per_mode, "link": link, "link_bytes_per_s": bw, "link_latency_s": lat,
                     "rates": {"spmm_entries_cols_per_s": rates[0], "dense_flops_per_s": rates[1],
                               "codec_values_per_s": {str(b): v for b, v in codec.items()}}}
-
-
-def recorded_setting(cfg, name: str, unrecorded=None):
-    """On ``--resume``, the value of setting ``name`` in the latest checkpoint's settings (what
-    the checkpointed run resolved, e.g. ``halo`` or ``halo_rounds``), ``unrecorded`` when that
-    checkpoint was written before the setting existed; None without a checkpoint."""
-    if not (cfg.resume and cfg.checkpoint_dir):
-        return None
-    from graphdist.checkpoint import Checkpointer
-    ck = Checkpointer(cfg.checkpoint_dir)
-    snap = ck.latest()
-    if snap is None:
-        return None
-    return (ck.read_meta(snap).get("settings") or {}).get(name, unrecorded)
 
 
 def resumed_choice(cfg) -> tuple[str, dict] | None:

@@ -90,7 +90,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         cfg = dataclasses.replace(cfg, halo=mode)
         get_logger().info(f"--halo auto: {mode} ({_auto_line(halo_auto)})")
     if cfg.halo_rounds == 0 and cfg.resume:  # the rounds the checkpointed run chose
-        from graphdist.gnn.auto import recorded_setting
+        from graphdist.checkpoint import recorded_setting
         cfg = dataclasses.replace(cfg, halo_rounds=int(recorded_setting(
             cfg, "halo_rounds", GCNConfig.UNRECORDED["halo_rounds"]) or 0))
     rounds = 1 if ws == 1 else (cfg.halo_rounds or 1)

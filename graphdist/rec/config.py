@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
 from graphdist.config import check_choices
 from graphdist.errors import ConfigError
@@ -14,6 +14,9 @@ from partitioners import METHODS
 @dataclass
 class RecConfig:
     """Everything one ``graphdist train-rec`` run needs (the same on every rank)."""
+
+    UNRECORDED: ClassVar[dict] = {"halo_rounds": 1}
+    """What a setting was in effect in a checkpoint written before the setting existed."""
 
     spec: str | None = field(default=None, metadata={"positional": True, "metavar": "SPEC"})
     """interaction data: ratings:FILE, lightgcn:DIR or rec-synth:... (not needed with --partition; given
@@ -58,10 +61,10 @@ class RecConfig:
     halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value in flight, forward and backward: 32 = float32 (exact); 16, 8, 4, 2 =
     per-row offset and scale, stochastic rounding, packed bytes (fewer bytes, not exact)"""
-    halo_rounds: int = 1
+    halo_rounds: int = 0
     """move each layer's halo exchange in R smaller all-to-alls, each round's rows multiplied in and
     freed as they arrive (about 2/R of the exchange's buffers held at once; exact up to float
-    rounding)"""
+    rounding); 0 = the fewest that keep one round's rows under 16 MiB a rank, at most 8"""
     eval_halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value when propagating for evaluation (32 = exact float32 rows, whatever
     --halo-bits training uses, so recall/NDCG have no rounding noise of their own)"""
@@ -110,8 +113,8 @@ class RecConfig:
                         ("eval-users", self.eval_users)):
             if v is not None and v < 1:
                 raise ConfigError(f"--{name} must be >= 1, got {v}")
-        if not 1 <= self.halo_rounds <= 64:
-            raise ConfigError(f"--halo-rounds must be in 1..64, got {self.halo_rounds}")
+        if not 0 <= self.halo_rounds <= 64:
+            raise ConfigError(f"--halo-rounds must be in 0..64, got {self.halo_rounds}")
         if self.resume and not self.checkpoint_dir:
             raise ConfigError("--resume needs --checkpoint-dir")
 

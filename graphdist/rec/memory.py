@@ -14,10 +14,12 @@ scale"); the local ranks of a node share its memory.
 """
 from __future__ import annotations
 
+import torch
+
 from graphdist import comm
 from graphdist.errors import ConfigError
 
-__all__ = ["estimate_rank_bytes", "check_rank_fits"]
+__all__ = ["estimate_rank_bytes", "check_rank_fits", "exchange_rounds", "ROUND_BYTES", "MAX_ROUNDS"]
 
 GiB = 2 ** 30
 BASE = 300 * 2 ** 20
@@ -29,6 +31,27 @@ PER_TRIPLE_DIM = 120
 their gradients, the batch table and the received rows (float32)."""
 PER_SAMPLE = 260
 """Bytes per own planned triple: the epoch's samples, requests and plan arrays (int64) at their peak."""
+
+
+ROUND_BYTES = 16 * 2 ** 20
+"""``--halo-rounds 0``: the most bytes of float32 rows one round of one layer's exchange may send
+and receive on a rank."""
+MAX_ROUNDS = 8
+"""``--halo-rounds 0`` takes at most this many: every round's halo block keeps a row pointer over
+all own rows, so past about 8 rounds the blocks cost more than the buffers save (BENCHMARKS.md,
+"Graph recommender at scale")."""
+
+
+def exchange_rounds(cfg, n_send: int, n_recv: int) -> int:
+    """The exchange rounds to train in: ``cfg.halo_rounds`` as given, or (0) the fewest that keep
+    every rank's send and receive rows of one round under :data:`ROUND_BYTES` (``n_send`` /
+    ``n_recv``: this rank's message rows of one exchange), at most :data:`MAX_ROUNDS`. Collective
+    (one all-reduce) for 0, so that every rank takes the same number."""
+    if cfg.halo_rounds:
+        return int(cfg.halo_rounds)
+    need = -(-(int(n_send) + int(n_recv)) * 4 * int(cfg.dim) // ROUND_BYTES)
+    r = comm.all_reduce_max(torch.tensor([float(need)]))
+    return int(min(MAX_ROUNDS, max(1.0, float(r[0]))))
 
 
 def estimate_rank_bytes(lg, rd, cfg, n_eval_users: int) -> int:

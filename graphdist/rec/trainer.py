@@ -18,6 +18,7 @@ keys and the history; ``resume`` continues to the same result (sampling needs no
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import statistics
 from dataclasses import asdict
@@ -25,6 +26,7 @@ from dataclasses import asdict
 import torch
 
 from graphdist import comm
+from graphdist.checkpoint import recorded_setting
 from graphdist.halo.exchange import CommStats
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.setup import check_plan
@@ -32,12 +34,12 @@ from graphdist.loop import LoopConfig, Task, run_loop
 from graphdist.rec.adam import TableAdam
 from graphdist.rec.config import RecConfig
 from graphdist.rec.data import Ratings
-from graphdist.rec.memory import check_rank_fits
+from graphdist.rec.memory import check_rank_fits, exchange_rounds
 from graphdist.rec.metrics import RankingEval
 from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency, plan_epoch
 from graphdist.rec.sampling import sample_epoch
 from graphdist.rec.setup import load_local, rank_data
-from graphdist.runtime import Timer, env_world, init_distributed, peak_memory_bytes, set_mmap_threshold
+from graphdist.runtime import Timer, env_world, get_logger, init_distributed, peak_memory_bytes, set_mmap_threshold
 
 __all__ = ["train", "fit"]
 
@@ -78,10 +80,16 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     # evaluation propagates with 32-bit rows unless --eval-halo-bits says otherwise
     halo_eval = halo if cfg.eval_halo_bits == cfg.halo_bits else halo_exchanger(
         lg, dev, cfg.halo, cfg.eval_halo_bits, cfg.seed + 1)
-    if cfg.halo_rounds > 1 and halo.active:  # --halo-rounds: the exchange's buffers in slices
+    if cfg.halo_rounds == 0 and cfg.resume:  # the rounds the checkpointed run chose
+        cfg = dataclasses.replace(cfg, halo_rounds=int(recorded_setting(
+            cfg, "halo_rounds", RecConfig.UNRECORDED["halo_rounds"]) or 0))
+    rounds = exchange_rounds(cfg, halo.n_send, halo.n_recv) if halo.active else 1
+    cfg = dataclasses.replace(cfg, halo_rounds=rounds)  # checkpoints record what was chosen
+    if rounds > 1:
+        get_logger().info(f"halo exchange in {rounds} rounds (--halo-rounds)")  # --halo-rounds: the exchange's buffers in slices
         for e in {id(halo): halo, id(halo_eval): halo_eval}.values():
-            e.in_rounds(cfg.halo_rounds)
-        adj.in_rounds(cfg.halo_rounds, halo.send_counts, halo.recv_counts)
+            e.in_rounds(rounds)
+        adj.in_rounds(rounds, halo.send_counts, halo.recv_counts)
     opt = TableAdam(model.weight, lr=cfg.lr)  # torch.optim.Adam's arithmetic, without torch.optim's imports
     evaluator = RankingEval(rd, cfg.topk, dev, eval_users=cfg.eval_users, seed=cfg.seed)
     need = check_rank_fits(lg, rd, cfg, int(evaluator.users.numel()))  # before any step: one line if not
@@ -122,7 +130,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/item_bytes_per_step": sum(hist["item_bytes"]) / max(sum(steps), 1),
         "comm/halo": cfg.halo if ws > 1 else "none",
         "comm/halo_bits": cfg.halo_bits,
-        "comm/halo_rounds": cfg.halo_rounds if halo.active else 1,
+        "comm/halo_rounds": halo.rounds,
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "mem/peak_bytes": max(peaks),
         "mem/peak_bytes_per_rank": peaks,

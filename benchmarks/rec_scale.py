@@ -96,7 +96,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=131072)
     p.add_argument("--eval-users", type=int, default=1000)
-    p.add_argument("--halo-rounds", type=int, default=1)
+    p.add_argument("--halo-rounds", type=int, default=0)
     p.add_argument("--work", default="/tmp/rec_scale")
     p.add_argument("--json", default=None)
     a = p.parse_args()

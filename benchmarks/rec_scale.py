@@ -66,7 +66,8 @@ def run(size: str, k: int, a, env) -> dict:
     rep = Path(a.work) / f"{size}-k{k}.json"
     t0 = time.perf_counter()
     r = cli("train-rec", "--partition", str(art), "--nproc", str(k), "--steps", str(a.steps), "--batch-size",
-            str(a.batch_size), "--eval-users", str(a.eval_users), "--halo-rounds", str(a.halo_rounds), "--no-progress", "--report", str(rep), env=env)
+            str(a.batch_size), "--eval-users", str(a.eval_users), "--halo-rounds", str(a.halo_rounds), "--no-progress",
+            "--report", str(rep), env=env)
     if r.returncode:
         return {"size": size, "k": k, "error": r.stderr.strip().splitlines()[-1]}
     d = json.loads(rep.read_text())

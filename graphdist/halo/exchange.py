@@ -141,7 +141,8 @@ class HaloExchanger:
         """The exchanger of ``lg``'s plan in ``halo`` mode (pair it with
         ``SparseAdj.for_model(lg, model, device, halo)``)."""
         if halo == "plain":  # a copy: lg's tensors may be pages of a mapped part file, freed with lg
-            return cls(lg.send_idx.clone(), lg.send_counts, lg.recv_counts, device, group, bits=bits, seed=seed, link=link)
+            return cls(lg.send_idx.clone(), lg.send_counts, lg.recv_counts, device, group, bits=bits, seed=seed,
+                       link=link)
         lay = lg.exchange_layout(halo)
         return cls(None, lay.send_counts, lay.recv_counts, device, group, bits=bits, seed=seed, mode=halo, link=link)
 

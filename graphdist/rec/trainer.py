@@ -85,8 +85,8 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
             cfg, "halo_rounds", RecConfig.UNRECORDED["halo_rounds"]) or 0))
     rounds = exchange_rounds(cfg, halo.n_send, halo.n_recv) if halo.active else 1
     cfg = dataclasses.replace(cfg, halo_rounds=rounds)  # checkpoints record what was chosen
-    if rounds > 1:
-        get_logger().info(f"halo exchange in {rounds} rounds (--halo-rounds)")  # --halo-rounds: the exchange's buffers in slices
+    if rounds > 1:  # the exchange's buffers in slices
+        get_logger().info(f"halo exchange in {rounds} rounds (--halo-rounds)")
         for e in {id(halo): halo, id(halo_eval): halo_eval}.values():
             e.in_rounds(rounds)
         adj.in_rounds(rounds, halo.send_counts, halo.recv_counts)

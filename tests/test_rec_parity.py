@@ -47,6 +47,7 @@ def global_triples(ratings: Ratings, seed: int = 5):
 
 def _job(rank, ws, ratings, assignments, table, epochs):
     from graphdist import comm
+    from graphdist.rec.adam import TableAdam
     from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, lightgcn_adjacency, plan_epoch
     from graphdist.rec.sampling import sample_epoch
     from graphdist.rec.setup import rank_data
@@ -67,7 +68,7 @@ def _job(rank, ws, ratings, assignments, table, epochs):
                  for p in plan_epoch(sample_epoch(rd.index, 5, e, BATCH), rd, U, rank, ws)][:STEPS]
         bpr_step(model, adj, halo, plans[0], L2)  # gradients of the first batch, no step
         grad = model.weight.grad.clone()
-        opt = torch.optim.Adam([model.weight], lr=LR)
+        opt = TableAdam(model.weight, lr=LR)  # train-rec's optimizer; the reference uses torch.optim.Adam
         losses = torch.stack([bpr_step(model, adj, halo, p, L2, opt) for p in plans]).double()
         comm.all_reduce_sum(losses)
         out[(method, mode)] = (rd.owned, final, grad, losses.tolist(), model.weight.detach().clone())

@@ -40,7 +40,8 @@ from graphdist import comm
 from graphdist.errors import ArtifactError, ConfigError, Interrupted, MissingFileError
 from graphdist.fileio import atomic_write_json, atomic_write_text, fsync_dir, fsync_file
 
-__all__ = ["Checkpointer", "interrupted", "run_settings", "check_settings", "recorded_setting", "RESUME_FREE"]
+__all__ = ["Checkpointer", "interrupted", "run_settings", "check_settings", "recorded_setting", "with_recorded",
+           "RESUME_FREE"]
 
 _META = "meta.json"
 _LATEST = "latest"
@@ -228,6 +229,16 @@ def recorded_setting(cfg, name: str, unrecorded=None):
     if snap is None:
         return None
     return (ck.read_meta(snap).get("settings") or {}).get(name, unrecorded)
+
+
+def with_recorded(cfg, name: str):
+    """``cfg`` with setting ``name`` as the checkpointed run resolved it, when ``cfg`` leaves it to
+    be chosen (0) and resumes: a resumed run keeps the choice (``type(cfg).UNRECORDED[name]``
+    for a checkpoint written before the setting existed). Otherwise ``cfg`` unchanged."""
+    if getattr(cfg, name) or not cfg.resume:
+        return cfg
+    unrecorded = getattr(type(cfg), "UNRECORDED", {}).get(name)
+    return dataclasses.replace(cfg, **{name: int(recorded_setting(cfg, name, unrecorded) or 0)})
 
 
 def _all_fields(cls):

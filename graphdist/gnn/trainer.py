@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from graphdist import comm
+from graphdist.checkpoint import with_recorded
 from graphdist.errors import ConfigError
 from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
 from graphdist.gnn.models import GNN
@@ -36,6 +37,7 @@ from graphdist.halo.boundary import BoundarySampler
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.link import Link
+from graphdist.halo.rounds import in_rounds
 from graphdist.halo.stale import StaleHalos
 from graphdist.halo.setup import check_plan, load_local
 from graphdist.halo.spmm import SparseAdj
@@ -89,10 +91,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
             auto_bits = AutoBits(cfg.halo_error, cfg.layers, link)
         cfg = dataclasses.replace(cfg, halo=mode)
         get_logger().info(f"--halo auto: {mode} ({_auto_line(halo_auto)})")
-    if cfg.halo_rounds == 0 and cfg.resume:  # the rounds the checkpointed run chose
-        from graphdist.checkpoint import recorded_setting
-        cfg = dataclasses.replace(cfg, halo_rounds=int(recorded_setting(
-            cfg, "halo_rounds", GCNConfig.UNRECORDED["halo_rounds"]) or 0))
+    cfg = with_recorded(cfg, "halo_rounds")  # resumed: the rounds the checkpointed run chose
     rounds = 1 if ws == 1 else (cfg.halo_rounds or 1)
     if dev.type != "cuda" and cfg.model in BUILTIN_MODELS:  # plan models graphdist's own models
         rounds = check_fits(cfg, lg, ws)  # host memory: one line instead of an out-of-memory kill
@@ -203,10 +202,8 @@ class BuiltinNet:
         self.ex_eval = self.ex if same else \
             HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1,
                                            link=self.link)
-        if cfg.halo_rounds > 1 and self.ex.active:  # --halo-rounds: the exchange's buffers in slices
-            for e in {id(self.ex): self.ex, id(self.ex_eval): self.ex_eval}.values():
-                e.in_rounds(cfg.halo_rounds)
-            self.adj.in_rounds(cfg.halo_rounds, self.ex.send_counts, self.ex.recv_counts)
+        if self.ex.active:  # --halo-rounds: the exchange's buffers in slices
+            in_rounds(cfg.halo_rounds, self.adj, self.ex, self.ex_eval)
         torch.manual_seed(cfg.seed)
         self.model = GNN(cfg.model, x.shape[1], cfg.hidden, n_classes, cfg.layers, cfg.dropout, cfg.batch_norm,
                          seed=cfg.seed, label_classes=n_classes if cfg.label_rate > 0 else 0).to(dev)

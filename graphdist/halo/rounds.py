@@ -27,7 +27,18 @@ import torch
 
 from graphdist.sparse import ptr2index
 
-__all__ = ["round_of", "split_columns", "split_rows"]
+__all__ = ["round_of", "split_columns", "split_rows", "in_rounds"]
+
+
+def in_rounds(rounds: int, adj, *exchangers) -> None:
+    """Split ``adj`` (:meth:`SparseAdj.in_rounds`) and each distinct exchanger of it (training's
+    and evaluation's may be one object) into ``rounds`` rounds; the first exchanger's counts
+    split the adjacency. ``rounds <= 1`` changes nothing."""
+    if rounds <= 1:
+        return
+    for e in {id(e): e for e in exchangers}.values():
+        e.in_rounds(rounds)
+    adj.in_rounds(rounds, exchangers[0].send_counts, exchangers[0].recv_counts)
 
 
 def round_of(counts: list[int], rounds: int) -> tuple[torch.Tensor, list[list[int]]]:

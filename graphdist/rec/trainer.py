@@ -26,9 +26,10 @@ from dataclasses import asdict
 import torch
 
 from graphdist import comm
-from graphdist.checkpoint import recorded_setting
+from graphdist.checkpoint import with_recorded
 from graphdist.halo.exchange import CommStats
 from graphdist.halo.job import check_halo_bits
+from graphdist.halo.rounds import in_rounds
 from graphdist.halo.setup import check_plan
 from graphdist.loop import LoopConfig, Task, run_loop
 from graphdist.rec.adam import TableAdam
@@ -80,16 +81,12 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     # evaluation propagates with 32-bit rows unless --eval-halo-bits says otherwise
     halo_eval = halo if cfg.eval_halo_bits == cfg.halo_bits else halo_exchanger(
         lg, dev, cfg.halo, cfg.eval_halo_bits, cfg.seed + 1)
-    if cfg.halo_rounds == 0 and cfg.resume:  # the rounds the checkpointed run chose
-        cfg = dataclasses.replace(cfg, halo_rounds=int(recorded_setting(
-            cfg, "halo_rounds", RecConfig.UNRECORDED["halo_rounds"]) or 0))
+    cfg = with_recorded(cfg, "halo_rounds")  # resumed: the rounds the checkpointed run chose
     rounds = exchange_rounds(cfg, halo.n_send, halo.n_recv) if halo.active else 1
     cfg = dataclasses.replace(cfg, halo_rounds=rounds)  # checkpoints record what was chosen
     if rounds > 1:  # the exchange's buffers in slices
         get_logger().info(f"halo exchange in {rounds} rounds (--halo-rounds)")
-        for e in {id(halo): halo, id(halo_eval): halo_eval}.values():
-            e.in_rounds(rounds)
-        adj.in_rounds(rounds, halo.send_counts, halo.recv_counts)
+        in_rounds(rounds, adj, halo, halo_eval)
     opt = TableAdam(model.weight, lr=cfg.lr)  # torch.optim.Adam's arithmetic, without torch.optim's imports
     evaluator = RankingEval(rd, cfg.topk, dev, eval_users=cfg.eval_users, seed=cfg.seed)
     need = check_rank_fits(lg, rd, cfg, int(evaluator.users.numel()))  # before any step: one line if not

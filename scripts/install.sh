@@ -2,7 +2,7 @@
 # Install graphdist and everything it needs, on a fresh Linux machine with Python >= 3.10 and pip.
 #
 #   bash scripts/install.sh          # CPU stack (torch 2.13.0 CPU wheel, torchrec on fbgemm-gpu-cpu)
-#   bash scripts/install.sh --test   # ... plus the test extras (pytest)
+#   bash scripts/install.sh --test   # ... plus the test extras (pytest) and CiteSeer/PubMed (scripts/fetch_planetoid.py)
 #   GRAPHDIST_GPU=1 bash scripts/install.sh   # keep an already-installed CUDA torch; fbgemm-gpu (CUDA)
 #
 # torchrec 1.9.2 declares the CUDA-only package fbgemm-gpu as a dependency, so it is installed with
@@ -28,4 +28,7 @@ fi
 "${PIP[@]}" "tensordict==0.15.3" "torchmetrics==1.0.3" "pyre-extensions==0.0.32" "iopath==0.1.10" \
   "tqdm>=4.60" "kaminpar==3.7.3" "mtkahypar==1.7.post1" "cmeel-metis==5.2.1.1"
 "${PIP[@]}" -e ".${extras}"
+if [ -n "$extras" ]; then  # the tests of CiteSeer and PubMed skip without their files; a failed fetch is not fatal
+  "$PY" scripts/fetch_planetoid.py || echo "install.sh: CiteSeer/PubMed not fetched; their tests will skip" >&2
+fi
 "$PY" -c "import torch, torchrec, torch_geometric, pymetis; print(f'graphdist install ok: torch {torch.__version__}, torchrec {torchrec.__version__}, torch_geometric {torch_geometric.__version__}')"

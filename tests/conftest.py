@@ -26,6 +26,15 @@ def cora_dir() -> Path:
     return shared_file("planetoid", "Cora")
 
 
+def planetoid(name: str) -> Path:
+    """A Planetoid dataset folder: ../shared/datasets first, then the data home (where
+    ``scripts/fetch_planetoid.py`` writes CiteSeer and PubMed); skip the test when neither has it."""
+    for root in (SHARED_DATA, REPO / "datasets"):
+        if (root / "planetoid" / name / "raw").is_dir():
+            return root / "planetoid" / name
+    pytest.skip(f"real data not present: planetoid/{name} in {SHARED_DATA} or {REPO / 'datasets'}")
+
+
 @pytest.fixture
 def gnutella() -> Path:
     return shared_file("snap", "p2p-Gnutella24.txt")

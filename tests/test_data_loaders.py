@@ -2,11 +2,15 @@
 from __future__ import annotations
 
 import gzip
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 import torch
 
 from graphdist.data import Graph, csr_from_coo, load_graph
+from tests.conftest import REPO, planetoid
 
 
 def test_from_edges_csr_layout_is_destination_rows():
@@ -70,6 +74,21 @@ def test_planetoid_cora(cora_dir):
     g = load_graph(f"planetoid:{cora_dir}")
     assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == (2708, 10556, 1433, 7)
     assert (int(g.train_mask.sum()), int(g.val_mask.sum()), int(g.test_mask.sum())) == (140, 500, 1000)
+
+
+@pytest.mark.parametrize("name, shape, split", [("CiteSeer", (3327, 9104, 3703, 6), (120, 500, 1000)),
+                                                 ("PubMed", (19717, 88648, 500, 3), (60, 500, 1000))])
+def test_planetoid_citeseer_pubmed_match_the_card(name, shape, split):
+    g = load_graph(f"planetoid:{planetoid(name)}")
+    assert (g.num_nodes, g.num_edges, g.num_features, g.num_classes) == shape
+    assert (int(g.train_mask.sum()), int(g.val_mask.sum()), int(g.test_mask.sum())) == split
+
+
+def test_fetch_planetoid_refuses_a_name_the_wheel_lacks():
+    r = subprocess.run([sys.executable, str(REPO / "scripts" / "fetch_planetoid.py"), "--names", "CiteSeer,Cora"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.strip() == "fetch_planetoid: --names: 'Cora' is not in the wheel; choose from CiteSeer, PubMed"
 
 
 def test_snap_gnutella(gnutella):

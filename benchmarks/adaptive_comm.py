@@ -1,13 +1,14 @@
-"""Adaptive communication on Cora at k = 4: test accuracy, halo bytes and epoch time of the exact
-exchanges against stale halos (PipeGCN) and boundary sampling (BNS-GCN), on a simulated link.
+"""Adaptive communication on a Planetoid graph (Cora, CiteSeer) at k = 4: test accuracy, halo bytes
+and epoch time of the exact exchanges against stale halos (PipeGCN) and boundary sampling
+(BNS-GCN), on a simulated link.
 
-    OMP_NUM_THREADS=1 python benchmarks/adaptive_comm.py [--root ../shared/datasets/planetoid]
+    OMP_NUM_THREADS=1 python benchmarks/adaptive_comm.py [--dataset Cora] [--root ../shared/datasets/planetoid]
         [--k 4] [--seeds 5] [--epochs 200] [--links 10,1,0.1,0.01] [--time-epochs 100]
         [--variants plain,mvc,mvc8,stale,bns0.5,bns0.1,auto] [--acc-link G] [--spec SPEC] [--json out.json]
 
 Settings: Kipf & Welling's (2 layers, 16 hidden, dropout 0.5, Adam lr 0.01, weight decay 5e-4
-on the first layer, row-normalised features on Cora only, public split, test accuracy at the best
-validation epoch), METIS parts, one gloo job (``graphdist.testing.run_ranks``) for everything.
+on the first layer, row-normalised features on Planetoid graphs only, public split, test accuracy
+at the best validation epoch), METIS parts, one gloo job (``graphdist.testing.run_ranks``) for everything.
 Accuracy and bytes come from ``--seeds`` runs without a link (a link changes the time only);
 epoch time (median over epochs, rank 0) from ``--time-repeats`` runs per variant and ``--links``
 speed (the fastest kept), the variants interleaved so that load on the machine hits them alike,
@@ -88,14 +89,17 @@ def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs,
                 t = {"epoch_s": r["time/epoch_s"], "link_wait_s": r["time/link_wait_s_per_epoch"],
                      "bytes": r["comm/halo_bytes_per_epoch"], "auto": _bits(r)}
                 old = times[v].get(str(link))
-                times[v][str(link)] = t if old is None or t["epoch_s"] < old["epoch_s"] else old
+                runs = (old or {}).get("repeats", []) + [t["epoch_s"]]  # every repeat's epoch, for the spread
+                times[v][str(link)] = {**(t if old is None or t["epoch_s"] < old["epoch_s"] else old), "repeats": runs}
     return {"acc": acc, "times": times, "partition": lg.world_size}
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--root", default=str(Path(__file__).resolve().parents[2] / "shared" / "datasets" / "planetoid"))
-    p.add_argument("--spec", help="another graph than Cora (e.g. an sbm: spec)")
+    p.add_argument("--dataset", default="Cora", help="the Planetoid dataset: Cora, CiteSeer or PubMed")
+    p.add_argument("--root", help="the folder holding DATASET/raw/ (default: ../shared/datasets/planetoid, "
+                                  "else the data home's planetoid/, where scripts/fetch_planetoid.py writes)")
+    p.add_argument("--spec", help="another graph than a Planetoid one (e.g. an sbm: spec)")
     p.add_argument("--k", type=int, default=4)
     p.add_argument("--method", default="metis")
     p.add_argument("--seeds", type=int, default=5)
@@ -108,7 +112,11 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     from graphdist.testing import run_ranks
-    spec = args.spec or f"planetoid:{args.root}/Cora"
+    repo = Path(__file__).resolve().parents[1]
+    roots = [Path(args.root)] if args.root else [repo.parent / "shared" / "datasets" / "planetoid",
+                                                 repo / "datasets" / "planetoid"]
+    root = next((r for r in roots if (r / args.dataset / "raw").is_dir()), roots[0])
+    spec = args.spec or f"planetoid:{root}/{args.dataset}"
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     for v in variants:
         variant(v)
@@ -136,6 +144,13 @@ def main(argv=None) -> int:
         if picked:
             print(f"|   {v} picked | {picked} |")
         rows.append({"variant": v, "config": variant(v), "mean": m, "std": sd, "runs": res["acc"][v], "times": t})
+    if args.time_repeats > 1:  # how far apart the repeats of one configuration were
+        print(f"\nepoch ms per repeat (the table keeps the fastest), no link | {' | '.join(f'{x:g} Gbit/s' for x in links)}")
+        for v in variants:
+            t = res["times"][v]
+            print(f"{v}: " + " | ".join("/".join(f"{1e3 * e:.0f}" for e in t[str(x)]["repeats"]) +
+                                        f" (median {1e3 * statistics.median(t[str(x)]['repeats']):.0f})"
+                                        for x in [0.0, *links]))
     if args.json:
         Path(args.json).write_text(json.dumps({"spec": spec, "k": args.k, "method": args.method, "results": rows},
                                               indent=2))

@@ -127,7 +127,7 @@ def main(argv=None) -> int:
                      timeout=14400)[0]
     print(f"{spec}, k={args.k} {args.method}, {args.seeds} seeds x {args.epochs} epochs; times: {args.time_epochs} "
           f"epochs, seed 0; {time.perf_counter() - t0:.0f} s in all")
-    mean = lambda runs: statistics.mean(r["test_acc"] for r in runs) if runs else float("nan")  # noqa: E731
+    mean = lambda runs: statistics.mean(r["test_acc"] for r in runs) if runs else None  # noqa: E731
     base = mean(res["acc"][variants[0]])
     head = " | ".join(f"epoch ms @ {x:g} Gbit/s (link wait)" for x in links)
     print(f"\n| variant | test acc (mean ± std) | vs {variants[0]} | halo bytes/epoch | epoch ms, no link | {head} |")
@@ -135,10 +135,11 @@ def main(argv=None) -> int:
     rows = []
     for v in variants:
         accs = [r["test_acc"] for r in res["acc"][v]]
-        m, sd = mean(res["acc"][v]), statistics.pstdev(accs) if accs else float("nan")
+        m, sd = mean(res["acc"][v]), statistics.pstdev(accs) if accs else None
+        acc = "- | -" if m is None else f"{100 * m:.2f} ± {100 * sd:.2f} | {100 * (m - base):+.2f}"  # --seeds 0: times only
         t = res["times"][v]
         cells = " | ".join(f"{1e3 * t[str(x)]['epoch_s']:.1f} ({1e3 * t[str(x)]['link_wait_s']:.1f})" for x in links)
-        print(f"| {v} | {100 * m:.2f} ± {100 * sd:.2f} | {100 * (m - base):+.2f} | {t['0.0']['bytes']:,.0f} | "
+        print(f"| {v} | {acc} | {t['0.0']['bytes']:,.0f} | "
               f"{1e3 * t['0.0']['epoch_s']:.1f} | {cells} |")
         picked = "; ".join(f"{x:g}: {t[str(x)]['auto']}" for x in [0.0, *links] if t[str(x)].get("auto"))
         if picked:

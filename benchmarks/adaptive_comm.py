@@ -127,16 +127,18 @@ def main(argv=None) -> int:
                      timeout=14400)[0]
     print(f"{spec}, k={args.k} {args.method}, {args.seeds} seeds x {args.epochs} epochs; times: {args.time_epochs} "
           f"epochs, seed 0; {time.perf_counter() - t0:.0f} s in all")
-    mean = lambda runs: statistics.mean(r["test_acc"] for r in runs) if runs else None  # noqa: E731
-    base = mean(res["acc"][variants[0]])
+    def acc_stats(v):  # (mean, std) of a variant's test accuracy; None with --seeds 0 (times only)
+        accs = [r["test_acc"] for r in res["acc"][v]]
+        return (statistics.mean(accs), statistics.pstdev(accs)) if accs else (None, None)
+
+    base = acc_stats(variants[0])[0]
     head = " | ".join(f"epoch ms @ {x:g} Gbit/s (link wait)" for x in links)
     print(f"\n| variant | test acc (mean ± std) | vs {variants[0]} | halo bytes/epoch | epoch ms, no link | {head} |")
     print("|---|---|---|---|---|" + "---|" * len(links))
     rows = []
     for v in variants:
-        accs = [r["test_acc"] for r in res["acc"][v]]
-        m, sd = mean(res["acc"][v]), statistics.pstdev(accs) if accs else None
-        acc = "- | -" if m is None else f"{100 * m:.2f} ± {100 * sd:.2f} | {100 * (m - base):+.2f}"  # --seeds 0: times only
+        m, sd = acc_stats(v)
+        acc = "- | -" if m is None else f"{100 * m:.2f} ± {100 * sd:.2f} | {100 * (m - base):+.2f}"
         t = res["times"][v]
         cells = " | ".join(f"{1e3 * t[str(x)]['epoch_s']:.1f} ({1e3 * t[str(x)]['link_wait_s']:.1f})" for x in links)
         print(f"| {v} | {acc} | {t['0.0']['bytes']:,.0f} | "

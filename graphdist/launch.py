@@ -23,6 +23,7 @@ import torch
 
 from graphdist import config as config_mod
 from graphdist.errors import USER_ERRORS, DistributedError, Interrupted
+from graphdist.proc import kept_signal_handlers
 from graphdist.runtime import env_world
 
 __all__ = ["Nodes", "under_launcher", "started_by_graphdist", "start_hint", "launch", "run_job", "rank_main",
@@ -110,8 +111,9 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
     if env_before is None:  # one thread per worker unless the user says otherwise (torchrun's default)
         os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
     try:
-        elastic_launch(lc, sys.executable)("-m", "graphdist.worker", _path(fn), _path(type(cfg)),
-                                           config_mod.to_json(cfg))
+        with kept_signal_handlers():  # the agent's handlers leave with it: the caller's are back
+            elastic_launch(lc, sys.executable)("-m", "graphdist.worker", _path(fn), _path(type(cfg)),
+                                               config_mod.to_json(cfg))
     except SignalException as e:  # Ctrl-C / SIGTERM: the agent forwarded it to the workers, which
         _stop_keep_alive_timers()  # stopped at a step boundary and printed where (rank 0)
         return 128 + int(e.sigval)

@@ -68,6 +68,9 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> DistCont
     """
     import torch.distributed as dist
 
+    from graphdist.proc import end_with_parent, started_by_an_agent
+    if started_by_an_agent():  # a user's own script under torchrun, too, ends with its agent
+        end_with_parent()
     backend, dev_type = pick_backend(device)
     rank, world, local = env_world()
     if dev_type == "cuda":

@@ -9,7 +9,7 @@ group initialised; the return values come back in rank order. The ranks meet thr
 on a loaded machine cannot take each other's rendezvous port. If any rank
 raises, the others are killed and :class:`RankFailure` carries that rank's traceback. If the
 job is not done within ``timeout`` seconds, every live rank is killed and :class:`RankTimeout`
-names the ranks that had not finished. No process outlives the call.
+names the ranks that had not finished. No process outlives the call, nor the calling process.
 """
 from __future__ import annotations
 
@@ -32,6 +32,8 @@ class RankTimeout(RuntimeError):
 
 
 def _child(fn, rank, world_size, store_path, backend, args, env, q):
+    from graphdist.proc import end_with_parent
+    end_with_parent()  # a caller killed outright (a test runner's SIGTERM) takes its ranks along
     os.environ.update(env)
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                        "LOCAL_WORLD_SIZE": str(world_size)})

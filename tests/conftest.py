@@ -1,13 +1,42 @@
-"""Shared test fixtures: where the real data lives, CUDA skip marker."""
+"""Shared test fixtures: where the real data lives, CUDA skip marker; no process a test starts
+outlives the test runner."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def _end_with_the_suite(popen_init):
+    """Every process a test starts ends with the test runner, also when the runner is killed
+    outright (SIGTERM, SIGKILL: nothing of Python runs then): the kernel kills the child when
+    pytest exits (:func:`graphdist.proc.parent_death_signal` in the child before it runs its
+    program). A job started by a test passes it on: graphdist's workers end with their launcher
+    (:func:`graphdist.proc.end_with_parent`)."""
+    import functools
+    import threading
+
+    from graphdist.proc import can_end_with_parent, parent_death_signal
+    if not can_end_with_parent():  # not Linux
+        return popen_init
+
+    @functools.wraps(popen_init)
+    def init(self, *args, **kwargs):
+        # the death signal follows the thread that forks: only the main thread's children get it
+        if kwargs.get("preexec_fn") is None and threading.current_thread() is threading.main_thread():
+            kwargs["preexec_fn"] = parent_death_signal
+        popen_init(self, *args, **kwargs)
+    return init
+
+
+subprocess.Popen.__init__ = _end_with_the_suite(subprocess.Popen.__init__)
+
 SHARED_DATA = Path(os.environ.get("GRAPHDIST_SHARED_DATA", REPO.parent / "shared" / "datasets"))
 
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -19,6 +48,19 @@ def shared_file(*parts) -> Path:
     if not p.exists():
         pytest.skip(f"real data not present: {p}")
     return p
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cache_home(tmp_path_factory):
+    """graphdist's cache home (``$XDG_CACHE_HOME/graphdist``) in the session's temporary folder,
+    not the user's ``~/.cache``; the processes the tests start inherit it."""
+    before = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
+    yield
+    if before is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = before
 
 
 @pytest.fixture

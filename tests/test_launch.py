@@ -108,6 +108,58 @@ def test_signal_during_a_rendezvous_heartbeat_leaves_no_traceback(tmp_path):
     assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr[-3000:]
 
 
+def test_signal_while_workers_import_leaves_no_traceback(tmp_path):
+    """A Ctrl-C that reaches the workers while they are still importing (before the job's body
+    and its error policy start) ends them with graphdist's one line, not a KeyboardInterrupt
+    traceback."""
+    ROOT = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "tests.import_signal_entry", str(tmp_path / "importing")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=240, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert (tmp_path / "importing0").exists() and (tmp_path / "importing1").exists()
+    assert r.returncode == 130, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "KeyboardInterrupt" not in r.stderr, r.stderr[-3000:]
+    assert _graphdist_lines(r.stderr) == ["graphdist: interrupted (Ctrl-C)"], r.stderr[-3000:]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # ended, not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+@pytest.mark.parametrize("launcher", ["--nproc", "torchrun"])
+def test_a_worker_ends_with_its_killed_agent(tmp_path, launcher):
+    """torch's launcher starts workers in sessions of their own; an agent killed outright (its
+    node lost) must take them along within seconds, not leave them training."""
+    ck = tmp_path / "ck"
+    args = TRAIN + ["--epochs", "1000000", "--checkpoint-dir", str(ck), "--checkpoint-every", "10"]
+    if launcher == "--nproc":
+        agent = _start(args + ["--nproc", "2"])
+    else:
+        agent = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                  "--nproc-per-node", "2", "-m", "graphdist", *args], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                 env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        _wait_for(ck / "latest", [agent])  # training is under way
+        workers = _tree(agent.pid)[1:]
+        assert len(workers) == 2, workers
+        os.kill(agent.pid, signal.SIGKILL)  # the agent alone, as the kernel's OOM killer would
+        agent.communicate(timeout=30)
+        t0 = time.monotonic()
+        while not all(_gone(w) for w in workers) and time.monotonic() - t0 < 10:
+            time.sleep(0.1)
+        assert all(_gone(w) for w in workers), f"workers {workers} outlived their agent by 10 s"
+    finally:
+        for w in _tree(agent.pid):
+            try:
+                os.kill(w, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 def _node(port: int, ck: Path):
     return _start(TRAIN + ["--epochs", "1000000", "--nnodes", "2", "--nproc", "1", "--rdzv-endpoint",
                            f"127.0.0.1:{port}", "--rdzv-id", "lost-node", "--checkpoint-dir", str(ck),
@@ -133,8 +185,8 @@ def test_lost_node_ends_with_one_line(tmp_path, lost):
     assert lines and lines[-1].startswith("graphdist: error: "), err[-3000:]
     if lost == "worker node":
         assert "stopped responding" in lines[-1], lines[-1]
-    else:
-        assert "rendezvous" in lines[-1], lines[-1]
+    else:  # the store's host is named, as the README says
+        assert f"lost the job's rendezvous at 127.0.0.1:{port}" in lines[-1], lines[-1]
 
 
 @pytest.mark.parametrize("argv, flag", [
@@ -182,6 +234,8 @@ def test_run_returns_the_report_in_process_and_from_launched_workers(tmp_path):
     """A notebook user gets the report back, whether the job ran here or on --nproc workers."""
     from graphdist.errors import JobFailed
     from graphdist.gnn import GCNConfig, run
+    from graphdist.proc import HANDLED_SIGNALS
+    handlers = {s: signal.getsignal(s) for s in HANDLED_SIGNALS}
     here = run(GCNConfig(spec=SPEC, epochs=2, progress=False))
     assert here["world_size"] == 1 and len(here["losses"]) == 2 and 0.0 <= here["test_acc"] <= 1.0
     there = run(GCNConfig(spec=SPEC, parts=2, nproc=2, epochs=2, progress=False, method="random"))
@@ -191,3 +245,5 @@ def test_run_returns_the_report_in_process_and_from_launched_workers(tmp_path):
         run(GCNConfig(spec="sbm:nodes=40,classes=2,avg_degree=3,features=2,train=0.001,val=0.1", parts=2, nproc=2,
                       epochs=2, progress=False, method="random"))  # no training node: a user error in the workers
     assert e.value.exit_code == 2
+    # torch's agent took over SIGINT/SIGTERM/SIGHUP/SIGQUIT while it ran; the caller's are back
+    assert {s: signal.getsignal(s) for s in HANDLED_SIGNALS} == handlers

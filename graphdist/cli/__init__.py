@@ -47,6 +47,9 @@ def quiet_cpp_logs() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from graphdist.proc import end_with_parent, started_by_an_agent
+    if started_by_an_agent():  # a worker of torchrun: it ends with its agent, never outlives it
+        end_with_parent()
     quiet_cpp_logs()
     from graphdist.launch import guarded
     try:

@@ -83,6 +83,17 @@ def test_json_keys_stats_mode_and_refusal(artifacts, capsys):
     assert len(err) == 1 and "--edges" in err[0]
 
 
+def test_stats_mode_prints_one_row_for_identical_ranks(capsys):
+    assert main(["plan", "--nodes", "64000", "--edges", "640000", "--features", "16", "--classes", "4",
+                 "--parts", "64", "--replication", "1.5", "--spmm-rate", "1e9"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    i = next(i for i, ln in enumerate(lines) if ln.startswith("rank "))
+    rows = lines[i + 1:lines.index(next(ln for ln in lines if ln.startswith("halo bytes")))]
+    assert len(rows) == 1 and rows[0].split()[0] == "0-63", rows
+    from graphdist.cli.cmd_plan import same_rows
+    assert same_rows(["a", "a", "b", "a"]) == [("0-1", "a"), ("2", "b"), ("3", "a")]
+
+
 def test_a_rank_that_cannot_fit_stops_with_one_line(artifacts, monkeypatch):
     from graphdist.errors import ConfigError
     from graphdist.gnn.config import GCNConfig

@@ -27,12 +27,15 @@ def _handler(args) -> int:
     print(f"plan: {out['source']}, k={out['world_size']}, {cfg.model} {cfg.layers}x{cfg.hidden}, "
           f"F={out['features']}, C={out['classes']}, halo {out['comm/halo']}{' (auto)' if cfg.halo == 'auto' else ''} {cfg.halo_bits} bit"
           f"{rounds_note(cfg, out)}")
-    print("rank   owned    halo  features adjacency activations optimizer+plan      peak  epoch s (est.)")
-    for r, row in enumerate(out["ranks"]):
-        print(f"{r:4d} {row['owned_rows']:7,d} {row['halo_rows']:7,d} {human_bytes(row['features_bytes']):>9} "
-              f"{human_bytes(row['adjacency_bytes']):>9} {human_bytes(row['activation_bytes']):>11} "
-              f"{human_bytes(row['optimizer_bytes'] + row['plan_bytes']):>14} {human_bytes(row['peak_bytes']):>9} "
-              f"{row['time/epoch_s']:9.2f}")
+    cells = [f"{row['owned_rows']:7,d} {row['halo_rows']:7,d} {human_bytes(row['features_bytes']):>9} "
+             f"{human_bytes(row['adjacency_bytes']):>9} {human_bytes(row['activation_bytes']):>11} "
+             f"{human_bytes(row['optimizer_bytes'] + row['plan_bytes']):>14} {human_bytes(row['peak_bytes']):>9} "
+             f"{row['time/epoch_s']:9.2f}" for row in out["ranks"]]
+    runs = same_rows(cells)  # ranks that print alike share one row (stats mode: all of them)
+    width = max(4, *(len(label) for label, _ in runs))
+    print(f"{'rank':<{width}}   owned    halo  features adjacency activations optimizer+plan      peak  epoch s (est.)")
+    for label, text in runs:
+        print(f"{label:>{width}} {text}")
     modes = ", ".join(f"{m} {b / 1e6:,.1f} MB" for m, b in out["comm/halo_bytes_per_epoch_by_mode"].items())
     print(f"halo bytes per epoch (all ranks, {cfg.halo_bits} bit): {modes or 'none (k=1)'}")
     if out["comm/choices"]:
@@ -47,6 +50,17 @@ def _handler(args) -> int:
     verdict = "fits" if out["fits"] else "does NOT fit"
     print(f"peak {human_bytes(out['mem/peak_bytes'])} per rank {verdict} in {human_bytes(out['mem/per_rank_bytes'])}")
     return 0
+
+
+def same_rows(cells: list[str]) -> list[tuple[str, str]]:
+    """Consecutive ranks whose rows print alike, as ``(label, row)``: ``("3", row)`` for one
+    rank, ``("0-63", row)`` for a run of them."""
+    out, start = [], 0
+    for r in range(1, len(cells) + 1):
+        if r == len(cells) or cells[r] != cells[start]:
+            out.append((f"{start}" if r - start == 1 else f"{start}-{r - 1}", cells[start]))
+            start = r
+    return out
 
 
 def register(sub) -> None:

@@ -4,7 +4,9 @@ with the folder of a dataset card, which says where the file comes from; and the
 files this machine has resolve through ``$GRAPHDIST_DATA``."""
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 
 import pytest
 
@@ -47,3 +49,16 @@ def test_readme_specs_resolve_through_the_data_home(spec, monkeypatch):
     monkeypatch.chdir(REPO.parent)  # not the repository: only the data home can resolve it
     s = parse_spec(spec)
     assert s.path is not None and s.path.exists() and str(s.path).startswith(str(SHARED_DATA))
+
+
+def test_gpu_install_without_cuda_says_one_line():
+    """``GRAPHDIST_GPU=1 bash scripts/install.sh`` on a machine without a CUDA torch stops before
+    installing anything, with one line and exit 2 (it printed Python's AssertionError first)."""
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the install would proceed")
+    r = subprocess.run(["bash", str(REPO / "scripts" / "install.sh")],
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "GRAPHDIST_GPU": "1"})
+    assert r.returncode == 2, r.stderr
+    assert r.stdout == "" and r.stderr.splitlines() == [
+        "install.sh: GRAPHDIST_GPU=1 needs a CUDA build of torch installed first"], r.stderr

@@ -13,8 +13,8 @@ an unknown option, a value of the wrong type or a missing path is a
 :class:`~graphdist.errors.SpecError` that names the spec. The loader is imported only when the
 kind is used (``"module:function"``), so this module depends on nothing but the error family.
 
-Relative paths are looked up in the working directory, then in the data home
-(``$GRAPHDIST_DATA`` or ``<repo>/datasets``).
+Relative paths are looked up in the working directory, then in the data homes
+(``$GRAPHDIST_DATA``, then ``<repo>/datasets``).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from graphdist.errors import MissingFileError, SpecError
 
-__all__ = ["Kind", "Spec", "KINDS", "parse_spec", "load_spec", "data_root", "resolve_path", "kinds_help"]
+__all__ = ["Kind", "Spec", "KINDS", "parse_spec", "load_spec", "data_homes", "resolve_path", "kinds_help"]
 
 
 @dataclass(frozen=True)
@@ -108,26 +108,32 @@ def kinds_help(*domains: str) -> str:
         opts = ",".join(f"{o}={v}" for o, v in k.options.items())
         head = f"{k.name}:{_SHOWN_PATH.get(k.name, '')}"
         lines.append(f"  {head:<22} {k.domain:<8} {opts}" if opts else f"  {head:<22} {k.domain}")
-    lines.append("relative paths: the working directory, then the data home ($GRAPHDIST_DATA or <repo>/datasets)")
+    lines.append("relative paths: the working directory, then the data homes ($GRAPHDIST_DATA, then <repo>/datasets)")
     return "\n".join(lines)
 
 
-def data_root() -> Path:
-    """The data home: ``$GRAPHDIST_DATA`` or ``<repo>/datasets``."""
-    env = os.environ.get("GRAPHDIST_DATA")
-    return Path(env) if env else Path(__file__).resolve().parents[1] / "datasets"
+def data_homes() -> list[Path]:
+    """The data homes, searched in this order: the folders ``$GRAPHDIST_DATA`` names (one, or
+    several separated by ``:``), then ``<repo>/datasets``. A folder of one's own adds to the
+    repository's data home, it does not hide it (CiteSeer fetched into ``datasets/`` stays found)."""
+    env = [Path(d).expanduser() for d in os.environ.get("GRAPHDIST_DATA", "").split(os.pathsep) if d]
+    repo = Path(__file__).resolve().parents[1] / "datasets"
+    return [*env, *([repo] if repo not in env else [])]
 
 
 def resolve_path(p: str, *, what: str, hint: str = "") -> Path:
-    """An existing path: as given, else under the data home; else MissingFileError."""
+    """An existing path: as given, else under the first data home that has it; else
+    MissingFileError."""
     path = Path(p).expanduser()
     if path.exists():
         return path
-    alt = data_root() / p
-    if not path.is_absolute() and alt.exists():
-        return alt
+    if not path.is_absolute():
+        for home in data_homes():
+            if (home / p).exists():
+                return home / p
     tail = f"; {hint}" if hint else ""
-    raise MissingFileError(f"{what} {p!r} not found (also looked in the data home {data_root()}){tail}")
+    homes = ", ".join(map(str, data_homes()))
+    raise MissingFileError(f"{what} {p!r} not found (also looked in the data home {homes}){tail}")
 
 
 def _convert(spec: str, key: str, value: str, default):

@@ -166,3 +166,21 @@ def test_data_home_env(tmp_path, monkeypatch):
     (tmp_path / "snapish" / "e.txt").write_text("0 1\n")
     monkeypatch.setenv("GRAPHDIST_DATA", str(tmp_path))
     assert load_graph("edgelist:snapish/e.txt").num_nodes == 2
+
+
+def test_the_users_data_home_adds_to_the_repositorys(tmp_path, monkeypatch):
+    """``$GRAPHDIST_DATA`` is searched first, then ``<repo>/datasets``: files fetched into the
+    repository's data home stay found (they were hidden), and the user's copy of a path wins."""
+    from graphdist.errors import MissingFileError
+    from graphdist.specs import data_homes, resolve_path
+    repo_home = data_homes()[-1]
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    for d in (mine, other):
+        (d / "planetoid").mkdir(parents=True)
+    monkeypatch.setenv("GRAPHDIST_DATA", f"{mine}:{other}")
+    assert data_homes() == [mine, other, repo_home]
+    assert resolve_path("planetoid/README.md", what="card") == repo_home / "planetoid" / "README.md"
+    (other / "planetoid" / "README.md").write_text("x")
+    assert resolve_path("planetoid/README.md", what="card") == other / "planetoid" / "README.md"
+    with pytest.raises(MissingFileError, match=f"data home {mine}, {other}, {repo_home}"):
+        resolve_path("planetoid/none.txt", what="file")

@@ -6,7 +6,7 @@
 Spec strings and every data kind are defined in :mod:`graphdist.specs`.
 """
 from graphdist.data.graph import Graph, csr_from_coo
-from graphdist.specs import data_root, load_spec
+from graphdist.specs import data_homes, load_spec
 
 DEFAULT_SBM = "sbm:nodes=20000,classes=8,avg_degree=20,homophily=0.7,features=32,seed=0"
 """The default synthetic graph (demo, ``graphdist data info`` with no spec)."""
@@ -20,4 +20,4 @@ def load_graph(spec: str) -> Graph:
     return g
 
 
-__all__ = ["Graph", "csr_from_coo", "load_graph", "data_root", "DEFAULT_SBM"]
+__all__ = ["Graph", "csr_from_coo", "load_graph", "data_homes", "DEFAULT_SBM"]

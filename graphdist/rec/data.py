@@ -252,13 +252,13 @@ def _read_interactions(path: Path, min_rating: float, need_time: bool):
 
 
 def _resolve_split_file(text: str, beside: Path) -> Path:
-    from graphdist.specs import data_root
+    from graphdist.specs import data_homes
     p = Path(text).expanduser()
-    for cand in (p, beside.parent / p, data_root() / p):
+    for cand in (p, beside.parent / p, *(home / p for home in data_homes())):
         if cand.is_file():
             return cand
     raise MissingFileError(f"split file {text!r} not found (looked in the working directory, beside "
-                           f"{beside.name} and in the data home {data_root()})")
+                           f"{beside.name} and in the data home {', '.join(map(str, data_homes()))})")
 
 
 def load_ratings_file(path: Path, *, min_rating: float = 0.0, split: str = "random", test: float = 0.2,

@@ -64,7 +64,7 @@ class DLRMTrainConfig:
     skip_bad_lines: bool = False
     """skip (and count) malformed Criteo lines instead of stopping at the first one"""
     cache_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
-    """where the Criteo binary cache goes (default: next to the data)"""
+    """where the Criteo binary cache goes (default: $XDG_CACHE_HOME/graphdist/criteo, else ~/.cache/graphdist/criteo)"""
     pipeline: bool | None = None
     """torchrec's TrainPipelineSparseDist (input all-to-all of batch i+1 overlaps batch i);
     automatic: on with CUDA, off on CPU, where it measured about 10% more CPU time per step"""

@@ -8,9 +8,10 @@ One line = 40 tab-separated fields, no header::
 
 PATH is a file or a directory of ``day_*`` files (read in name order). The first read parses the
 text ``CHUNK_LINES`` lines at a time (never the whole file as Python objects) into a cache
-directory next to the data (or under ``--cache-dir``)::
+directory in graphdist's cache home (``$XDG_CACHE_HOME/graphdist/criteo/<name>-<digest>``, or
+``--cache-dir DIR``: ``DIR/<name>.graphdist-cache``), never beside the data::
 
-    <name>.graphdist-cache/
+    <cache>/
         dense.npy   float32 [N, 13]   log(1 + max(x, 0))
         sparse.npy  uint32  [N, 26]   the raw 32-bit ids (hashing into tables happens per batch)
         labels.npy  int8    [N]
@@ -61,9 +62,17 @@ def _signature(files: list[str]) -> list:
 
 
 def cache_path(path: str, cache_dir: str | None) -> str:
-    name = os.path.basename(os.path.normpath(path)) + ".graphdist-cache"
-    return os.path.join(cache_dir, name) if cache_dir else os.path.join(
-        os.path.dirname(os.path.abspath(path)), name)
+    """``DIR/<name>.graphdist-cache`` under ``--cache-dir``; by default
+    ``<cache home>/criteo/<name>-<digest of its absolute path>`` (:func:`graphdist.fileio.cache_home`),
+    so two files of one name get two caches and nothing is written beside the data."""
+    name = os.path.basename(os.path.normpath(path))
+    if cache_dir:
+        return os.path.join(cache_dir, name + ".graphdist-cache")
+    import hashlib
+
+    from graphdist.fileio import cache_home
+    digest = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:12]
+    return str(cache_home() / "criteo" / f"{name}-{digest}")
 
 
 def _count_lines(files: list[str]) -> int:

@@ -155,3 +155,11 @@ def check_run_outputs(cfg) -> None:
         check_output_dir(cfg.checkpoint_dir, "--checkpoint-dir")
     if getattr(cfg, "cache_dir", None):
         check_output_dir(cfg.cache_dir, "--cache-dir")
+
+
+def cache_home() -> Path:
+    """Where graphdist keeps what it can rebuild (a binary copy of a text data file):
+    ``$XDG_CACHE_HOME/graphdist``, else ``~/.cache/graphdist`` (the XDG base-directory rule), never
+    beside the user's data, whose folder may be read-only or shared."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "graphdist"

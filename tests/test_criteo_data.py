@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from embeddings.criteo import load_criteo
+from embeddings.criteo import cache_path, load_criteo
 from embeddings.data import ClickData, make_batch, split_eval
 from embeddings.metrics import auc, logloss, normalized_entropy
 from graphdist.errors import ConfigError, DataFormatError
@@ -37,7 +38,22 @@ def test_parse_values(tmp_path):
     np.testing.assert_allclose(d.dense[0, :5], [0, math.log(6), 0, 0, math.log(101)], rtol=1e-6)
     assert d.cat[0, 0, 0] == 0x68fd1e64 and d.cat[0, 1, 0] == 0 and d.cat[0, 2, 0] == 0xFFFFFFFF
     assert list(d.labels) == [0, 1]
-    assert os.path.exists(str(tmp_path / "train.txt.graphdist-cache" / "sparse.npy"))
+    assert os.path.exists(os.path.join(cache_path(p, None), "sparse.npy"))
+    assert sorted(os.listdir(tmp_path)) == ["train.txt"]  # nothing written beside the data
+
+
+def test_a_read_only_data_folder_is_read_and_cached_elsewhere(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    data = tmp_path / "ro"
+    data.mkdir()
+    p = write(data / "train.txt", [line("0"), line("1")])
+    data.chmod(0o555)
+    try:
+        assert len(load_criteo(p, num_embeddings_cap=1000)) == 2
+        assert cache_path(p, None).startswith(str(tmp_path / "xdg" / "graphdist" / "criteo" / "train.txt-"))
+        assert os.listdir(data) == ["train.txt"]
+    finally:
+        data.chmod(0o755)
 
 
 @pytest.mark.parametrize("bad,msg", [
@@ -72,7 +88,7 @@ def test_empty_file_and_directory(tmp_path):
 def test_cache_reused_and_rebuilt(tmp_path):
     p = write(tmp_path / "t.txt", [line("0")] * 4)
     load_criteo(p)
-    meta = tmp_path / "t.txt.graphdist-cache" / "meta.json"
+    meta = Path(cache_path(p, None)) / "meta.json"
     t0 = meta.stat().st_mtime_ns
     load_criteo(p)
     assert meta.stat().st_mtime_ns == t0  # reused

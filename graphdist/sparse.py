@@ -21,10 +21,12 @@ def index_dtype(bound: int):
 
 
 def index2ptr(index: torch.Tensor, size: int | None = None) -> torch.Tensor:
-    """Row pointer ``[size + 1]`` of *sorted* row ids ``index`` (int64 in, int64 out)."""
+    """Row pointer ``[size + 1]`` of *sorted* row ids ``index`` (int64 in, int64 out; int32 in,
+    int32 out while the pointer's largest value, the entry count, fits in int32)."""
     if size is None:
         size = int(index.max()) + 1 if index.numel() else 0
-    return torch._convert_indices_from_coo_to_csr(index, size, out_int32=index.dtype != torch.int64)
+    narrow = index.dtype != torch.int64 and index_dtype(index.numel()) == torch.int32
+    return torch._convert_indices_from_coo_to_csr(index, size, out_int32=narrow)
 
 
 def ptr2index(ptr: torch.Tensor, output_size: int | None = None) -> torch.Tensor:

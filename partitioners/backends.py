@@ -26,7 +26,7 @@ import tempfile
 
 import numpy as np
 
-from partitioners.common import CSR, Weights, in_csr, sym_csr
+from partitioners.common import CSR, Weights, id_dtype, in_csr, sym_csr
 from partitioners.errors import MissingBackendError
 from partitioners.sysmem import mem_available, process_headroom, smallest
 
@@ -335,7 +335,7 @@ def metis_partition(graph, k: int, weights: Weights, *, imbalance: float, seed: 
     ew = None
     if hub_cut:
         deg = np.diff(s.indptr).astype(np.int32)
-        rows = np.repeat(np.arange(n, dtype=np.int32), deg)
+        rows = np.repeat(np.arange(n, dtype=id_dtype(n)), deg)
         ew = np.maximum(np.round(64.0 / np.maximum(deg[rows], deg[s.indices])), 1).astype(np.int32)
         del rows
     return metis_kway(s, k, vw, imbalance=imbalance, seed=seed, objective=objective, adjwgt=ew)

@@ -136,6 +136,19 @@ def test_index2ptr_matches_pyg():
     assert lex_order(major, minor, 2**40).tolist() == [1, 3, 2, 0]
 
 
+def test_index2ptr_widens_past_2_31_entries(monkeypatch):
+    """int32 row ids give an int32 pointer only while the entry count fits: past 2^31 entries the
+    pointer's last values would wrap. (2^31 + 1 ids as a zero-stride view: no 8 GiB array.)"""
+    from graphdist import sparse
+    seen = {}
+    monkeypatch.setattr(torch, "_convert_indices_from_coo_to_csr",
+                        lambda index, size, out_int32: seen.setdefault("narrow", []).append(out_int32))
+    for n in (2**31 - 2, 2**31 + 1):
+        sparse.index2ptr(torch.zeros((), dtype=torch.int32).expand(n), 1)
+    sparse.index2ptr(torch.zeros(3, dtype=torch.int64), 1)
+    assert seen["narrow"] == [True, False, False]
+
+
 def test_checkpointer_keeps_the_newest_and_is_atomic(tmp_path):
     from graphdist.checkpoint import Checkpointer
     ck = Checkpointer(tmp_path / "ck", keep=2)

@@ -319,8 +319,8 @@ def raise_peer_failure(exc: BaseException, where: str) -> None:
         r, m = min(told.items())
         who = f"rank {r} failed: {m}"
     elif dead is None:
-        at = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}" if "MASTER_PORT" in os.environ else "its store"
-        who = f"lost the job's rendezvous at {at} (the node hosting its store is gone)"
+        at = f" ({os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']})" if "MASTER_PORT" in os.environ else ""
+        who = f"the node hosting the job's store{at} is gone"
     elif dead:
         who = "rank" + ("s " if len(dead) > 1 else " ") + ", ".join(map(str, dead)) + " stopped responding"
     else:

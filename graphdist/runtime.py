@@ -62,8 +62,8 @@ def env_world() -> tuple[int, int, int]:
 def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> DistContext:
     """Initialise (or reuse) the default process group from the environment.
 
-    A single process without ``MASTER_ADDR`` gets a private loopback group, so the same code
-    path runs at world size 1. ``timeout_s`` bounds every collective: a dead peer makes the
+    A single process without ``MASTER_ADDR`` gets a private group on an in-memory store, so the
+    same code path runs at world size 1. ``timeout_s`` bounds every collective: a dead peer makes the
     others fail with an error instead of hanging forever.
     """
     import torch.distributed as dist
@@ -81,12 +81,12 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> DistCont
     else:
         dev = torch.device("cpu")
     if not dist.is_initialized():
-        if world == 1 and "MASTER_ADDR" not in os.environ:
-            os.environ["MASTER_ADDR"] = "127.0.0.1"
-            os.environ["MASTER_PORT"] = str(free_port())
+        # a single process without a launcher meets nobody: an in-memory store, no TCP port to
+        # take (two jobs started at once cannot race for one)
+        alone = {"store": dist.HashStore()} if world == 1 and "MASTER_ADDR" not in os.environ else {}
         try:
             dist.init_process_group(backend=backend, rank=rank, world_size=world,
-                                    timeout=datetime.timedelta(seconds=timeout_s))
+                                    timeout=datetime.timedelta(seconds=timeout_s), **alone)
         except Exception as e:  # noqa: BLE001 - rendezvous failures are user-facing
             raise DistributedError(f"rank {rank}: could not join the process group of {world} "
                                    f"({backend}): {e}") from e

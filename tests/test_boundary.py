@@ -80,12 +80,6 @@ def test_boundary_sampling_at_k2(tmp_path):
     assert res_l == full_l and res_b == full_b
 
 
-def test_boundary_runs_repeat_at_k4():
-    g = _graph()
-    _check_repeats(run_ranks(_job, 4, args=(g, torch.arange(g.num_nodes) % 4, [REPEAT, REPEAT, dict(REPEAT, seed=6)]),
-                             timeout=240))
-
-
 @pytest.mark.parametrize("argv, match", [
     (["--halo", "plain", "--boundary-rate", "0"], "--boundary-rate must be in (0, 1], got 0.0"),
     (["--halo", "plain", "--boundary-rate", "1.5"], "--boundary-rate must be in (0, 1], got 1.5"),

@@ -273,6 +273,16 @@ def test_halo_modes_report_exact_losses_and_bytes_on_the_wire():
     assert both["comm/halo_bytes_per_epoch"] == epoch_bytes(mvc_counts, lambda w: row_bytes(w, 8))
     assert both["losses"] == reps[("mvc", 8, 32)]["losses"]  # same training: only evaluation differs
     assert both["comm/eval_halo_bits"] == 8
+    # the summary says when a run is lossy, and why
+    from graphdist.gnn.job import lossy, summary_line
+    assert lossy(plain) == lossy(mvc) == [] and "lossy" not in summary_line(mvc)
+    err8 = reps[("mvc", 8, 32)]["comm/halo_rel_error"]
+    worst = max(e for e in err8["forward"] + err8["backward"] if e is not None)
+    assert lossy(reps[("mvc", 8, 32)]) == [f"rows rounded, rel. error up to {worst:.1e}"]
+    assert lossy(both)[1] == "evaluation rows at 8 bit"
+    assert "(mvc, 8 bit, lossy: rows rounded, rel. error up to" in summary_line(both)
+    assert lossy({"comm/halo_staleness": 1, "comm/boundary_rate": 0.1}) == [
+        "halos 1 epoch stale", "boundary nodes sampled at 0.1"]
 
 
 @pytest.mark.parametrize("p", [0.1, 0.5, 0.8])

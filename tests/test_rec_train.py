@@ -199,8 +199,10 @@ def test_bad_flags_and_outputs_are_one_line(tmp_path, capsys):
         assert want in e, e
 
 
-@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_signal_stops_with_one_line_and_resumes(tmp_path, sig, code):
+def test_signal_stops_with_one_line_and_resumes(tmp_path):
+    """End to end through train-rec's launcher and workers, with a scheduler's SIGTERM (the loop's
+    behaviour under SIGINT and SIGTERM is tested once for every trainer, tests/test_loop.py)."""
+    sig, code = signal.SIGTERM, 143
     ck = tmp_path / "ck"
     train = ["train-rec", SPEC, "--parts", "2", "--method", "random", "--no-progress", "--dim", "16",
              "--batch-size", "256", "--timeout", "60"]

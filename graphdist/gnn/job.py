@@ -47,9 +47,30 @@ def summary_line(rep: dict) -> str:
 
 
 def _bits(rep: dict) -> str:
-    """``32 bit``, or ``--halo auto``'s widths per layer: ``bits 8/4 forward, 8/8 backward``."""
+    """``32 bit``, or ``--halo auto``'s widths per layer: ``bits 8/4 forward, 8/8 backward``;
+    then what makes the run inexact, if anything: ``lossy: rows rounded, rel. error 2.1e-03``."""
     chosen = (rep.get("comm/halo_auto") or {}).get("bits")
     if not chosen:
-        return f"{rep.get('comm/halo_bits', 32)} bit"
-    return f"bits {'/'.join(map(str, chosen['forward']))} forward, {'/'.join(map(str, chosen['backward']))} backward"
+        text = f"{rep.get('comm/halo_bits', 32)} bit"
+    else:
+        text = f"bits {'/'.join(map(str, chosen['forward']))} forward, {'/'.join(map(str, chosen['backward']))} backward"
+    why = lossy(rep)
+    return f"{text}, lossy: {'; '.join(why)}" if why else text
+
+
+def lossy(rep: dict) -> list[str]:
+    """What makes a run differ from the exact one: rounded rows (their largest measured relative
+    error), rounded evaluation rows, stale halos, sampled boundary nodes. Empty for an exact run."""
+    out = []
+    err = rep.get("comm/halo_rel_error")
+    if err:
+        worst = max((e for d in ("forward", "backward") for e in err.get(d, []) if e is not None), default=None)
+        out.append("rows rounded" + (f", rel. error up to {worst:.1e}" if worst is not None else ""))
+    if rep.get("comm/eval_halo_bits", 32) < 32:
+        out.append(f"evaluation rows at {rep['comm/eval_halo_bits']} bit")
+    if rep.get("comm/halo_staleness"):
+        out.append(f"halos {rep['comm/halo_staleness']} epoch stale")
+    if rep.get("comm/boundary_rate", 1.0) < 1.0:
+        out.append(f"boundary nodes sampled at {rep['comm/boundary_rate']:g}")
+    return out
 

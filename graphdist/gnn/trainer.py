@@ -164,7 +164,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/halo_rows_per_epoch": int(stats[0]),
         "comm/halo": cfg.halo,
         "comm/halo_auto": halo_auto,
-        "comm/halo_bits": cfg.halo_bits,
+        "comm/halo_bits": _widths(chosen) if chosen is not None else cfg.halo_bits,
         "comm/halo_rounds": cfg.halo_rounds,
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "comm/halo_rel_error": rel_error,
@@ -184,6 +184,13 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "device": str(dev),
         "config": asdict(cfg),
     }
+
+
+def _widths(chosen: dict):
+    """``--halo auto``'s widths as ``comm/halo_bits``: one number when every layer and direction
+    got the same width, else ``{"forward": [bits per layer], "backward": [...]}``."""
+    every = set(chosen["forward"]) | set(chosen["backward"])
+    return every.pop() if len(every) == 1 else {d: list(chosen[d]) for d in ("forward", "backward")}
 
 
 class BuiltinNet:

@@ -28,10 +28,13 @@ needs_proc = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="th
 def _bound_default_then_shutdown(rank, world):
     """A torch module imported after the group exists binds it into function defaults (what
     torch.distributed.checkpoint's import does); the group must still go with shutdown()."""
+    import importlib
+
     import torch.distributed as dist
     import torch.distributed.nn.functional as fn
 
     from graphdist.runtime import shutdown
+    fn = importlib.reload(fn)  # imported now, after the group exists (a forked rank may have had it before)
     bound = fn.all_reduce.__defaults__[-1] is not None
     out = [None] * world
     dist.all_gather_object(out, rank)  # the kind of collective whose tensors a gloo thread releases

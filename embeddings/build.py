@@ -81,10 +81,12 @@ def touchable_rows(train: ClickData) -> tuple[list[int], bool]:
 def table_warning(cfg: DLRMTrainConfig, train: ClickData) -> str | None:
     """A warning when the tables hold more than :data:`ROWS_PER_USED_ROW` times the rows the
     training data can touch (:func:`touchable_rows`): the others never get a gradient, yet take
-    memory (and, with --sparse-groups on CUDA, replica-sync time). It names the sizes, the bound and a
-    ``--num-embeddings`` (twice the ids of the busiest feature, rounded up, so that hashing them
-    collides less) or, when one size for all tables would still be far too large, a
-    ``--num-embeddings-per-feature`` list."""
+    memory (and, with --sparse-groups on CUDA, replica-sync time). It names the sizes, the bound
+    and sizes that fit with room to spare: one ``--num-embeddings`` for every table holding half
+    that many times the touched rows when that is at least the busiest feature's ids (hashing
+    ids into fewer rows merges some, at worst about a third at one row per id, so the suggested
+    size does not warn in turn), else a ``--num-embeddings-per-feature`` list of twice each
+    feature's ids."""
     sizes = [int(x) for x in train.num_embeddings]
     used, exact = touchable_rows(train)
     total, touch = sum(sizes), sum(used)
@@ -94,22 +96,23 @@ def table_warning(cfg: DLRMTrainConfig, train: ClickData) -> str | None:
     nbytes = sum(4 * (r * d + optimizer_state_floats(opt, r, d)) for r in sizes)
     bound = (f"the {len(train):,} training rows touch only {touch:,} of them (distinct ids, counted)" if exact else
              f"the {len(train):,} training rows can touch at most {touch:,} of them (ids per row x rows)")
-    one = _round_up(2 * max(used))
-    if sum(min(r, one) for r in sizes) <= ROWS_PER_USED_ROW * touch:
-        advice = (f"--num-embeddings {one} (twice the {max(used):,} {'distinct ' if exact else ''}ids of the "
-                  "busiest feature) would fit")
+    half = ROWS_PER_USED_ROW // 2
+    one = _two_digits(half * touch // len(sizes), up=False)
+    if one >= max(used):
+        advice = (f"--num-embeddings {one} would fit ({len(sizes)} x {one:,} rows: {half}x the rows the data "
+                  f"{'touches' if exact else 'can touch'}, and at least the busiest feature's {max(used):,} ids)")
     else:
-        per = ",".join(str(min(r, _round_up(2 * u))) for r, u in zip(sizes, used))
+        per = ",".join(str(min(r, _two_digits(2 * u))) for r, u in zip(sizes, used))
         advice = f"--num-embeddings-per-feature {per} (twice each feature's ids) would fit"
     return (f"the {len(sizes)} tables hold {total:,} rows ({fmt_bytes(nbytes)} of weights and optimizer state) "
             f"but {bound}: {total / touch:.0f}x more rows than the data uses; the rest never train and "
             f"only take memory; {advice}")
 
 
-def _round_up(x: int) -> int:
-    """``x`` rounded up to two significant digits (at least 1): 35686 -> 36000."""
+def _two_digits(x: int, up: bool = True) -> int:
+    """``x`` rounded to two significant digits, up (35686 -> 36000) or down (-> 35000); at least 1."""
     step = 10 ** max(len(str(int(x))) - 2, 0)
-    return max(1, -(-int(x) // step) * step)
+    return max(1, (-(-int(x) // step) if up else int(x) // step) * step)
 
 
 def epoch_warning(cfg: DLRMTrainConfig, n_train: int, world: int | None = None) -> str | None:

@@ -207,25 +207,43 @@ def _distinct(train) -> int:
     return sum(np.unique(cat[:, f]).size for f in range(cat.shape[1]))
 
 
-def test_table_warning_names_the_sizes_the_bound_and_sizes_that_fit():
+def _suggested(msg: str) -> dict:
+    """The sizes a table warning suggests, as DLRMTrainConfig fields."""
     import re
+    one = re.search(r"--num-embeddings (\d+) would fit", msg)
+    if one:
+        return {"num_embeddings": int(one.group(1))}
+    per = re.search(r"--num-embeddings-per-feature ([0-9,]+) ", msg)
+    return {"num_embeddings_per_feature": [int(x) for x in per.group(1).split(",")]}
 
+
+@pytest.mark.parametrize("spec,sizes,advice", [
+    # 1,600 training rows, tables of 100,000: one size for all would still be far too large
+    ("criteo-synth:rows=2000,scale=0.0005", [100_000] * 26, "num_embeddings_per_feature"),
+    # 8,000 training rows, the data's own sizes (up to 101,312 rows): one size fits
+    ("criteo-synth:rows=10000", None, "num_embeddings")])
+def test_table_warning_names_the_sizes_the_bound_and_sizes_that_fit(spec, sizes, advice):
     from embeddings.build import ROWS_PER_USED_ROW, load_splits, table_warning
     from embeddings.config import DLRMTrainConfig
-    spec = "criteo-synth:rows=2000,scale=0.0005"
-    cfg = DLRMTrainConfig(spec=spec, num_embeddings_per_feature=[100_000] * 26)
+    cfg = DLRMTrainConfig(spec=spec, num_embeddings_per_feature=sizes)
     train, _ = load_splits(cfg)
-    used = _distinct(train)
+    total, used = sum(train.num_embeddings), _distinct(train)
     msg = table_warning(cfg, train)
-    # 2.6M rows x (16 weights + 1 row-wise AdaGrad float) x 4 B
-    assert msg.startswith("the 26 tables hold 2,600,000 rows (168.6 MiB of weights and optimizer state) but the "
-                          f"1,600 training rows touch only {used:,} of them (distinct ids, counted): "
-                          f"{2_600_000 / used:.0f}x more rows than the data uses;"), msg
-    assert "\n" not in msg and 2_600_000 > ROWS_PER_USED_ROW * used
-    sizes = [int(x) for x in re.search(r"--num-embeddings-per-feature ([0-9,]+) ", msg).group(1).split(",")]
-    fit = DLRMTrainConfig(spec=spec, num_embeddings_per_feature=sizes)
+    assert total > ROWS_PER_USED_ROW * used and "\n" not in msg
+    # rows x (16 weights + 1 row-wise AdaGrad float) x 4 B
+    mib = total * 17 * 4 / 2**20
+    assert msg.startswith(f"the 26 tables hold {total:,} rows ({mib:.1f} MiB of weights and optimizer state) but "
+                          f"the {len(train):,} training rows touch only {used:,} of them (distinct ids, counted): "
+                          f"{total / used:.0f}x more rows than the data uses;"), msg
+    fit = DLRMTrainConfig(spec=spec, **_suggested(msg))
+    assert advice in _suggested(msg)
     assert table_warning(fit, load_splits(fit)[0]) is None  # what it suggests draws no warning
-    sane = DLRMTrainConfig(spec=spec)  # the data's own sizes: 16,935 rows, 6x the distinct ids
+
+
+def test_no_table_warning_for_tables_the_data_fills():
+    from embeddings.build import ROWS_PER_USED_ROW, load_splits, table_warning
+    from embeddings.config import DLRMTrainConfig
+    sane = DLRMTrainConfig(spec="criteo-synth:rows=2000,scale=0.0005")  # 16,935 rows, 6x the distinct ids
     train, _ = load_splits(sane)
     assert sum(train.num_embeddings) == 16_935 and 16_935 < ROWS_PER_USED_ROW * _distinct(train)
     assert table_warning(sane, train) is None
@@ -244,8 +262,9 @@ def test_table_warning_on_many_rows_bounds_by_the_id_count():
     msg = table_warning(DLRMTrainConfig(), data)
     assert msg.startswith("the 26 tables hold 65,000,000 rows (4.1 GiB of weights and optimizer state)")
     assert "but the 60,000 training rows can touch at most 1,560,000 of them (ids per row x rows): 42x" in msg
-    assert msg.endswith("--num-embeddings 120000 (twice the 60,000 ids of the busiest feature) would fit")
-    data.num_embeddings = [120_000] * 26
+    assert msg.endswith("--num-embeddings 300000 would fit (26 x 300,000 rows: 5x the rows the data can touch, "
+                        "and at least the busiest feature's 60,000 ids)")
+    data.num_embeddings = [300_000] * 26
     assert table_warning(DLRMTrainConfig(), data) is None
 
 

@@ -182,8 +182,6 @@ class ReplicaSync:
         """Row keys looked up since the last sync (with repeats)."""
         self.bytes_moved = 0
         """Bytes this rank passed into the sync collectives so far."""
-        self.syncs = 0
-        """Syncs so far."""
 
     def _recorder(self, table_base: torch.Tensor, feature_table_map: list[int]):
         """The pre-hook of one TBE: appends the row keys its forward looks up to :attr:`touched`."""
@@ -214,7 +212,6 @@ class ReplicaSync:
         self.touched = []
         keys = torch.unique(comm.all_gather_rows(mine, self.replica_pg))  # sorted union
         self.bytes_moved += mine.numel() * mine.element_size()
-        self.syncs += 1
         cuts = torch.searchsorted(keys, self.bases).tolist()
         picked: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (tensor, rows, their values)
         for (w, states), base, lo, hi in zip(self.tables, self.bases.tolist(), cuts[:-1], cuts[1:]):
@@ -235,7 +232,6 @@ class ReplicaSync:
         """DMPCollection's own sync: average every shard and its state, touched or not."""
         from graphdist import comm
         self.touched = []
-        self.syncs += 1
         for tensors in self.weights_by_dtype.values():
             comm.all_reduce_mean_coalesced(tensors, self.replica_pg)
         if include_optimizer_state:

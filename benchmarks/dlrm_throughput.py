@@ -15,11 +15,17 @@ Two separate models (same init) train side by side in one process group; timed b
 ``--block`` steps alternate ``--rounds`` times, so load from other processes on the machine hits
 both alike. Prints a JSON line with both medians and the ratio graphdist / torchrec (target >= 0.95).
 
-2D vs 1D (``--vs-2d G``): both sides are ``train-dlrm``'s loop (``run_steps``); one model sharded
+2D vs 1D (``--vs-2d G``): every side is ``train-dlrm``'s loop (``run_steps``); one model sharded
 over all W ranks (1D), the other G replicas of a W/G-rank sharding group synced every
-``--sync-every`` steps (2D); the ratio is 2D / 1D::
+``--sync-every`` steps (2D: ``train-dlrm``'s sync, on CPU the rows touched since the last sync);
+on CPU a third model, ``2d_whole``, syncs whole shards (``ReplicaSync.sync_all``, what
+DMPCollection and the CPU path before issue 38 did). Ratios are against 1D and 2D / 2d_whole;
+the sync bytes per step are rank 0's, counted by the sync (whole shards on CUDA).
+``--table-rows N`` gives every table N rows (ids hashed modulo N), to see tables far larger
+than the rows the data touches (the README's Criteo case)::
 
     python benchmarks/dlrm_throughput.py --nproc 4 --vs-2d 2 --sharding table_wise     # CPU, gloo
+    python benchmarks/dlrm_throughput.py --nproc 4 --vs-2d 2 --sharding row_wise --spec criteo-synth:rows=20000 --table-rows 100000
     python benchmarks/dlrm_throughput.py --device cuda --vs-2d 2                         # every GPU
 
 With ``--device cuda`` the 2D comparison runs on every visible GPU (NCCL, one rank per GPU,
@@ -48,6 +54,7 @@ def _cfg(a, groups: int = 1):
     return DLRMTrainConfig(spec=a.spec, sharding=a.sharding, batch_size=a.batch_size,
                            eval_batch_size=8192, progress=False, print_plan=False, device=a.device,
                            sparse_groups=groups, sync_every=a.sync_every,
+                           num_embeddings_per_feature=[a.table_rows] * 26 if a.table_rows else None,
                            pipeline=True if a.pipeline else (False if a.no_pipeline else None))
 
 
@@ -58,33 +65,44 @@ def _device(a, rank):
     return torch.device("cpu")
 
 
+SIDES_2D = ("1d", "2d", "2d_whole")
+
+
 def _job_2d(rank, world, a):
-    """1D and 2D models of train-dlrm side by side, same data, alternating timed blocks."""
+    """1D and 2D models of train-dlrm side by side (and on CPU 2D with whole-shard syncs), same
+    data, alternating timed blocks."""
+    import dataclasses
     import logging
     import warnings
     warnings.filterwarnings("ignore")
     logging.getLogger("torchrec").setLevel(logging.ERROR)
     import torch.distributed as dist
     from embeddings.trainer import build_sharded, load_splits, make_pipeline, run_steps
+    from embeddings.twod import ReplicaSync
     torch.set_num_threads(a.threads)
     dev = _device(a, rank)
-    cfgs = {"1d": _cfg(a, 1), "2d": _cfg(a, a.vs_2d)}
+    sides = SIDES_2D if a.device == "cpu" else SIDES_2D[:2]  # CUDA: DMPCollection syncs whole shards
+    cfgs = {k: _cfg(a, 1 if k == "1d" else a.vs_2d) for k in sides}
     data, _ = load_splits(cfgs["1d"])
     models = {k: build_sharded(c, data, dev) for k, c in cfgs.items()}
+    syncs = {k: m.sync for k, m in models.items() if isinstance(m.sync, ReplicaSync)}
+    if "2d_whole" in models:
+        models["2d_whole"] = dataclasses.replace(models["2d_whole"], sync=syncs["2d_whole"].sync_all)
     pipes = {k: make_pipeline(cfgs[k], m.dmp, m.opt, dev) for k, m in models.items()}
     K = a.block
-    cpu_s = {"1d": 0.0, "2d": 0.0}
-    rates = {"1d": [], "2d": []}
+    cpu_s = {k: 0.0 for k in sides}
+    rates = {k: [] for k in sides}
 
     def block(side, r):
         m = models[side]
         run_steps(m.dmp, m.opt, pipes[side], data, cfgs[side], range(r * K, (r + 1) * K), dev, model=m)
 
-    for side in ("1d", "2d"):  # warm-up
+    for side in sides:  # warm-up
         models[side].dmp.train()
         block(side, 0)
+    moved0 = {k: s.bytes_moved for k, s in syncs.items()}
     for r in range(1, a.rounds + 1):
-        for side in ("1d", "2d"):
+        for side in sides:
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             dist.barrier()
@@ -97,9 +115,13 @@ def _job_2d(rank, world, a):
             cpu_s[side] += c1 - c0
             rates[side].append(K * a.batch_size / (time.perf_counter() - t0))
     plan = models["2d"].desc
+    whole = plan["ranks"][rank]["sync_bytes_per_sync"] / a.sync_every  # DMPCollection (CUDA)
     return {"rates": rates, "cpu_s": cpu_s,
             "a2a_bytes_per_step": {k: m.desc["ranks"][rank]["a2a_bytes_per_step"] for k, m in models.items()},
             "sync_bytes_per_sync": plan["ranks"][rank]["sync_bytes_per_sync"],
+            "sync_bytes_per_step": {k: round((syncs[k].bytes_moved - moved0[k]) / (a.rounds * K)) if k in syncs
+                                    else whole for k in sides if k != "1d"},
+            "table_rows": sum(data.num_embeddings), "train_rows": len(data),
             "layout": {k: plan[k] for k in ("sharding_groups", "replica_groups")}}
 
 
@@ -108,15 +130,22 @@ def main_2d(a) -> dict:
     world = torch.cuda.device_count() if a.device == "cuda" else a.nproc
     ranks = run_ranks(_job_2d, world, (a,), timeout=3600, backend="nccl" if a.device == "cuda" else "gloo")
     r = ranks[0]
+    sides = list(r["rates"])
     med = {k: statistics.median(v) for k, v in r["rates"].items()}
-    pair = statistics.median(b / x for x, b in zip(r["rates"]["1d"], r["rates"]["2d"]))
-    cpu = {k: sum(x["cpu_s"][k] for x in ranks) for k in ("1d", "2d")}
+    cpu = {k: sum(x["cpu_s"][k] for x in ranks) for k in sides}
+
+    def ratios(num, den):  # median ratio, median of paired blocks, CPU seconds for the same samples
+        pair = statistics.median(x / y for x, y in zip(r["rates"][num], r["rates"][den]))
+        return {"median": round(med[num] / med[den], 3), "median_of_pairs": round(pair, 3),
+                "cpu_time": round(cpu[den] / cpu[num], 3)}
+    pairs = [("2d", "1d")] + ([("2d_whole", "1d"), ("2d", "2d_whole")] if "2d_whole" in sides else [])
     out = {"mode": "2d_vs_1d", "device": a.device, "world_size": world, "sparse_groups": a.vs_2d,
-           "sync_every": a.sync_every, "sharding": a.sharding, "batch_size": a.batch_size,
-           "samples_per_s_1d": round(med["1d"], 1), "samples_per_s_2d": round(med["2d"], 1),
-           "ratio_2d_over_1d": round(med["2d"] / med["1d"], 3), "ratio_median_of_pairs": round(pair, 3),
-           "ratio_cpu_time": round(cpu["1d"] / cpu["2d"], 3),
+           "sync_every": a.sync_every, "sharding": a.sharding, "batch_size": a.batch_size, "spec": a.spec,
+           "table_rows": r["table_rows"], "train_rows": r["train_rows"],
+           **{f"samples_per_s_{k}": round(med[k], 1) for k in sides},
+           **{f"ratio_{n}_over_{d}": ratios(n, d) for n, d in pairs},
            "a2a_bytes_per_step_rank0": r["a2a_bytes_per_step"], "sync_bytes_per_sync_rank0": r["sync_bytes_per_sync"],
+           "sync_bytes_per_step_rank0": r["sync_bytes_per_step"],
            "layout": r["layout"], "block_steps": a.block, "rounds": a.rounds, "runs": r["rates"]}
     print(json.dumps(out))
     return out
@@ -196,6 +225,8 @@ def main(argv=None) -> dict:
     p.add_argument("--vs-2d", type=int, default=0, metavar="G",
                    help="compare 2D sparse parallelism with G replicas against 1D instead")
     p.add_argument("--sync-every", type=int, default=1, help="replica sync interval of the 2D side")
+    p.add_argument("--table-rows", type=int, default=0, metavar="N",
+                   help="every table N rows (ids hashed modulo N; default: the data's own sizes)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: one rank per visible GPU (NCCL); the 2D side is DMPCollection")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the result here (atomically)")
@@ -212,6 +243,8 @@ def _check_args(p, a) -> None:
     """Bad flags and an unwritable --json end here, before any work (argparse: one line, exit 2)."""
     if a.nproc < 1 or a.rounds < 1 or a.block < 1 or a.batch_size < 1:
         p.error("--nproc, --rounds, --block and --batch-size must be >= 1")
+    if a.table_rows < 0:
+        p.error(f"--table-rows must be >= 1 (0: the data's sizes), got {a.table_rows}")
     if a.device == "cuda":
         n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if n == 0:

@@ -15,19 +15,24 @@ import math
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from embeddings.config import DLRMTrainConfig
-from embeddings.data import ClickData, id_stats, load_click_data, split_eval
+from embeddings.data import ID_STATS_ROWS, ClickData, id_stats, load_click_data, split_eval
 from embeddings.model import LossWrapper, build_model, init_rows, table_name
-from embeddings.sharding import EBC_PATH, build_plan, check_memory, describe_plan, expand_2d, plan_hash
+from embeddings.sharding import (EBC_PATH, build_plan, check_memory, describe_plan, expand_2d, optimizer_state_floats,
+                                 plan_hash)
 from embeddings.twod import Layout, build_dmp_2d, layout_for
 from graphdist import comm
 from graphdist.errors import ConfigError
+from graphdist.fmt import fmt_bytes
 
 MIN_STEPS_PER_EPOCH = 50
 """Fewer optimizer steps than this per epoch draw a warning (a large batch on a small file)."""
+ROWS_PER_USED_ROW = 10
+"""Tables holding more than this many times the rows the training data can touch draw a warning."""
 
 
 def load_splits(cfg: DLRMTrainConfig) -> tuple[ClickData, ClickData]:
@@ -59,14 +64,66 @@ def validate(cfg: DLRMTrainConfig, train: ClickData, world_size: int) -> None:
                           "rowwise_adagrad, rowwise_adagrad_scaled, adagrad or sgd")
 
 
+def touchable_rows(train: ClickData) -> tuple[list[int], bool]:
+    """``(rows per table the training rows can touch, exact)``: the distinct hashed ids per
+    feature, counted, when the split is at most the :data:`~embeddings.data.ID_STATS_ROWS` rows
+    :func:`~embeddings.data.id_stats` reads anyway (``exact``); on more rows the ids themselves
+    (rows x ids per row, from the bag lengths), an upper bound read without touching the ids.
+    Never more than the table."""
+    n, sizes = len(train), [int(x) for x in train.num_embeddings]
+    if n <= ID_STATS_ROWS:
+        return [min(r, int(np.unique(ids).size)) for r, ids in zip(sizes, id_stats(train).ids)], True
+    ids = (np.asarray(train.lengths).sum(0) if train.lengths is not None
+           else np.full(len(sizes), n * train.cat.shape[2]))
+    return [min(r, int(c)) for r, c in zip(sizes, ids)], False
+
+
+def table_warning(cfg: DLRMTrainConfig, train: ClickData) -> str | None:
+    """A warning when the tables hold more than :data:`ROWS_PER_USED_ROW` times the rows the
+    training data can touch (:func:`touchable_rows`): the others never get a gradient, yet take
+    memory (and, with --sparse-groups on CUDA, replica-sync time). It names the sizes, the bound
+    and sizes that fit with room to spare: one ``--num-embeddings`` for every table holding half
+    that many times the touched rows when that is at least the busiest feature's ids (hashing
+    ids into fewer rows merges some, at worst about a third at one row per id, so the suggested
+    size does not warn in turn), else a ``--num-embeddings-per-feature`` list of twice each
+    feature's ids."""
+    sizes = [int(x) for x in train.num_embeddings]
+    used, exact = touchable_rows(train)
+    total, touch = sum(sizes), sum(used)
+    if total <= ROWS_PER_USED_ROW * touch:
+        return None
+    d, opt = cfg.model.embedding_dim, state_optimizer(cfg.embedding_optimizer)
+    nbytes = sum(4 * (r * d + optimizer_state_floats(opt, r, d)) for r in sizes)
+    bound = (f"the {len(train):,} training rows touch only {touch:,} of them (distinct ids, counted)" if exact else
+             f"the {len(train):,} training rows can touch at most {touch:,} of them (ids per row x rows)")
+    half = ROWS_PER_USED_ROW // 2
+    one = _two_digits(half * touch // len(sizes), up=False)
+    if one >= max(used):
+        advice = (f"--num-embeddings {one} would fit ({len(sizes)} x {one:,} rows: {half}x the rows the data "
+                  f"{'touches' if exact else 'can touch'}, and at least the busiest feature's {max(used):,} ids)")
+    else:
+        per = ",".join(str(min(r, _two_digits(2 * u))) for r, u in zip(sizes, used))
+        advice = f"--num-embeddings-per-feature {per} (twice each feature's ids) would fit"
+    return (f"the {len(sizes)} tables hold {total:,} rows ({fmt_bytes(nbytes)} of weights and optimizer state) "
+            f"but {bound}: {total / touch:.0f}x more rows than the data uses; the rest never train and "
+            f"only take memory; {advice}")
+
+
+def _two_digits(x: int, up: bool = True) -> int:
+    """``x`` rounded to two significant digits, up (35686 -> 36000) or down (-> 35000); at least 1."""
+    step = 10 ** max(len(str(int(x))) - 2, 0)
+    return max(1, (-(-int(x) // step) if up else int(x) // step) * step)
+
+
 def epoch_warning(cfg: DLRMTrainConfig, n_train: int, world: int | None = None) -> str | None:
     """A warning when one epoch is fewer than :data:`MIN_STEPS_PER_EPOCH` steps (the model
     barely trains), naming the largest ``--batch-size`` (a multiple of the ``world`` size,
     default: the current process group's) that gives at least that many steps per epoch.
 
-    The advice is a smaller batch, not more epochs: every epoch repeats the same few large steps
-    (issue 16, 10k real Criteo rows: ``--epochs 5`` at batch 256 lowered the AUC from 0.7285 to
-    0.6122, ``--batch-size 64`` raised it to 0.7394)."""
+    The advice is a smaller batch, not more epochs: more passes over the same few rows overfit
+    them (issue 16, 10k real Criteo rows: ``--epochs 5`` at batch 256 lowered the AUC from 0.7285
+    to 0.6122, ``--batch-size 64`` raised it to 0.7394; issue 38: 5 epochs at batch 2048 raised
+    the held-out NE to 2.04, worse than predicting the click rate, NE 1)."""
     per_epoch = n_train // cfg.batch_size
     if per_epoch >= MIN_STEPS_PER_EPOCH:
         return None
@@ -79,8 +136,9 @@ def epoch_warning(cfg: DLRMTrainConfig, n_train: int, world: int | None = None) 
         advice = (f"even --batch-size {best} (one row per rank) gives only {n_train // best} steps per "
                   f"epoch: use more training rows")
     return (f"one epoch is only {per_epoch} steps ({n_train} training rows / --batch-size "
-            f"{cfg.batch_size}); the model will barely train: {advice}; more --epochs would only "
-            f"repeat the same {per_epoch} large steps")
+            f"{cfg.batch_size}); the model will barely train: {advice}; more --epochs will not help: "
+            f"more passes over the same few rows overfit them (on 10k real Criteo rows, 5 epochs gave "
+            f"a held-out NE of 2.04: worse than always predicting the click rate)")
 
 
 def total_steps(cfg: DLRMTrainConfig, n_train: int) -> int:

@@ -71,8 +71,8 @@ class DLRMTrainConfig:
     sparse_groups: int = 1
     """2D sparse parallelism: G replicas of the sharded embedding model; each table is sharded
     over a group of W/G ranks (all-to-all inside it) and the G replicas average their shards and
-    optimizer state every --sync-every steps (torchrec DMPCollection on CUDA). 1: every table is
-    sharded over all W ranks"""
+    optimizer state every --sync-every steps (on CPU only the rows looked up since the last sync;
+    on CUDA torchrec DMPCollection, whole shards). 1: every table is sharded over all W ranks"""
     sync_every: int = 1
     """with --sparse-groups > 1: average the embedding replicas every N steps (also at the end
     and before every checkpoint)"""

@@ -121,7 +121,11 @@ def make_batch(data: ClickData, start: int, global_batch: int, rank: int, world_
     return Batch(dense, kjt, labels), n_real
 
 
-def id_stats(data: ClickData, max_rows: int = 50_000):
+ID_STATS_ROWS = 50_000
+"""Rows :func:`id_stats` reads (from the start of the split)."""
+
+
+def id_stats(data: ClickData, max_rows: int = ID_STATS_ROWS):
     """:class:`~embeddings.sharding.IdStats` from the first ``max_rows`` samples."""
     from embeddings.sharding import IdStats
     n = min(len(data), max_rows)

@@ -103,10 +103,13 @@ def run(cfg: DLRMTrainConfig) -> dict | None:
 
 
 def summary_line(report: dict) -> str:
+    from graphdist.fmt import fmt_bytes
     return (f"auc {report['auc']:.4f}  logloss {report['logloss']:.4f}  ne {report['ne']:.4f}  "
             f"throughput {report['throughput/samples_per_s']:.0f} samples/s  steps {report['steps']}  "
             f"world_size {report['world_size']}"
             + (f" ({report['sparse_groups']} replicas x {report['world_size'] // report['sparse_groups']})"
+               if report.get("sparse_groups", 1) > 1 else "")
+            + (f"  replica sync {fmt_bytes(report['comm/replica_sync_bytes_per_step'])}/step"
                if report.get("sparse_groups", 1) > 1 else "")
             + f"  peak mem {report['mem/peak_bytes'] / 2**20:.0f} MiB/rank"
             + (f"  bad_lines {report['bad_lines']}" if report['bad_lines'] else ""))

@@ -12,8 +12,11 @@ Per step (global batch B, W ranks, b = B / W)::
 
 With ``--sparse-groups G`` the all-to-all group is one sharding group of S = W/G ranks (whose
 slices are the g-th 1/G of the batch), and every ``--sync-every`` steps the G replicas of each
-shard average weights and optimizer state (:mod:`embeddings.twod`); also at the end and before
-every checkpoint, so a snapshot and the evaluated model are one model.
+shard average weights and optimizer state (:mod:`embeddings.twod`: on CPU only the rows looked
+up since the last sync, on CUDA DMPCollection's whole shards); also at the end and before every
+checkpoint, so a snapshot and the evaluated model are one model. The report's
+``comm/replica_sync_bytes_per_step`` is what the syncs moved per step (the largest rank),
+``comm/replica_sync_whole_bytes_per_step`` what whole-shard syncs would have moved.
 
 SIGINT / SIGTERM (:class:`graphdist.runtime.GracefulStop`) are polled every
 :data:`STOP_POLL_STEPS` steps with one tiny all-reduce, so every rank stops after the same
@@ -30,7 +33,8 @@ import time
 
 import torch
 
-from embeddings.build import ShardedModel, build_sharded, epoch_warning, load_splits, total_steps, validate
+from embeddings.build import (ShardedModel, build_sharded, epoch_warning, load_splits, table_warning, total_steps,
+                              validate)
 from embeddings.config import DLRMTrainConfig
 from embeddings.data import ClickData, make_batch
 from embeddings.sharding import format_plan
@@ -81,7 +85,7 @@ class _DLRMTask(Task):
         self.step_callbacks = step_callbacks
         self.history = {"losses": []}
         self.local: list[torch.Tensor] = []
-        self.t_train, self.steps_run, self.done, self.synced_at = 0.0, 0, 0, 0
+        self.t_train, self.steps_run, self.done, self.synced_at, self.syncs = 0.0, 0, 0, 0, 0
 
     def run(self, units):
         cfg, sm, pipe = self.cfg, self.sm, self.pipe
@@ -103,8 +107,7 @@ class _DLRMTask(Task):
                 self.local.append(loss)
                 self.done, self.steps_run = t, self.steps_run + 1
                 if sm.sync is not None and t % cfg.sync_every == 0:
-                    sm.sync()
-                    self.synced_at = t
+                    self._sync(t)
                 for cb in self.step_callbacks:
                     cb(t, loss)
                 yield None
@@ -121,8 +124,21 @@ class _DLRMTask(Task):
     def sync_now(self) -> None:
         """One model: the replicas averaged unless the last step already did."""
         if self.sm.sync is not None and self.synced_at != self.done:
-            self.sm.sync()
-            self.synced_at = self.done
+            self._sync(self.done)
+
+    def _sync(self, step: int) -> None:
+        self.sm.sync()
+        self.synced_at, self.syncs = step, self.syncs + 1
+
+    def sync_bytes(self, rank: int) -> tuple[int, int]:
+        """``(moved, whole)``: bytes this rank put into its replica syncs so far, and what syncs
+        of whole shards (weights + optimizer state, the plan's ``sync_bytes_per_sync``) would
+        have; DMPCollection's sync (CUDA) moves whole shards."""
+        from embeddings.twod import ReplicaSync
+        if self.sm.sync is None:
+            return 0, 0
+        whole = self.sm.desc["ranks"][rank]["sync_bytes_per_sync"] * self.syncs
+        return (self.sm.sync.bytes_moved if isinstance(self.sm.sync, ReplicaSync) else whole), whole
 
     def before_save(self) -> None:
         self.sync_now()
@@ -193,9 +209,10 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
     train_data, eval_data = _prepare(cfg, rank)
     validate(cfg, train_data, world)
     T = total_steps(cfg, len(train_data))
-    warn = epoch_warning(cfg, len(train_data))
-    if warn and rank == 0:
-        log.warning(f"warning: {warn}")
+    if rank == 0:
+        for warn in (epoch_warning(cfg, len(train_data)), table_warning(cfg, train_data)):
+            if warn:
+                log.warning(f"warning: {warn}")
     sm = build_sharded(cfg, train_data, device)
     if rank == 0 and cfg.print_plan:
         print(format_plan(sm.desc), flush=True)
@@ -210,16 +227,21 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
     losses = task.history["losses"]
     tput = task.steps_run * cfg.batch_size / task.t_train if task.t_train > 0 else 0.0
     metrics = evaluate(sm.dmp, eval_data, cfg, device)
-    peaks = comm.all_gather_object(peak_memory_bytes(device))
+    per_step = max(task.steps_run, 1)
+    per_rank = comm.all_gather_object((peak_memory_bytes(device), *(b / per_step for b in task.sync_bytes(rank))))
+    peaks = [p for p, _, _ in per_rank]
     desc = sm.desc
     for row in desc["ranks"]:
         row["peak_bytes"] = int(peaks[row["rank"]])
+        row["sync_bytes_per_step"] = round(per_rank[row["rank"]][1])
     return {**{k: metrics[k] for k in ("auc", "logloss", "ne")},
             "throughput/samples_per_s": tput, "steps": len(losses), "losses": losses,
             "sharding_plan": {n: {"type": t["type"], "ranks": t["ranks"]} for n, t in desc["tables"].items()},
             "world_size": world, "sparse_groups": cfg.sparse_groups,
             "plan": desc, "plan_digest": sm.plan_digest,
             "mem/peak_bytes": int(max(peaks)), "mem/peak_bytes_per_rank": [int(p) for p in peaks],
+            "comm/replica_sync_bytes_per_step": round(max(m for _, m, _ in per_rank)),
+            "comm/replica_sync_whole_bytes_per_step": round(max(w for _, _, w in per_rank)),
             "eval_samples": metrics["eval_samples"],
             "eval_click_rate": metrics["eval_click_rate"], "train_samples": len(train_data),
             "bad_lines": int(train_data.bad_lines + (eval_data.bad_lines if cfg.eval_data else 0)),

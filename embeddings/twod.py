@@ -12,16 +12,20 @@ blocks of G consecutive ranks, so with G dividing the ranks per node the replica
 leaves a node (as DMPCollection advertises). Replica group g of the data takes the g-th 1/G of
 the global batch (:meth:`Layout.slot`).
 
-Both paths issue the same collectives:
+The two paths shard alike and sync the same tensors; they differ in what a sync moves:
 
 * CUDA: torchrec's ``DMPCollection`` (plan for S ranks, remapped by DMPCollection itself);
-  ``sync()`` is ``DMPCollection.sync``.
+  ``sync()`` is ``DMPCollection.sync``, which all-reduces (AVG) every fused table shard and its
+  optimizer state ``"sum"`` on the replica group, whole, at every sync, touched or not.
 * CPU (DMPCollection asserts CUDA/MTIA): the same ``DeviceMesh(("replicate", "shard"))``, the
   plan remapped the same way, torchrec's ``ShardingEnv2D`` and a plain
   ``DistributedModelParallel``; :class:`ReplicaSync` caches the tensors DMPCollection caches
   (every ``SplitTableBatchedEmbeddingBagsCodegen``'s ``split_embedding_weights()`` and the
-  ``"sum"`` of its ``get_optimizer_state()``, found by the same walk) and all-reduces them with
-  ``allreduce_coalesced(AVG)`` on the replica group, one call per dtype, weights first.
+  ``"sum"`` of its ``get_optimizer_state()``, found by the same walk) and averages, with the
+  same ``allreduce_coalesced(AVG)`` on the replica group, only the rows some replica looked up
+  since the last sync: the same result (bit for bit at G = 2), for the bytes of the rows that
+  changed instead of whole shards. :meth:`ReplicaSync.sync_all` is DMPCollection's whole-shard
+  sync.
 
 Under ``ShardingEnv2D`` dense layers and data_parallel tables are DDP over the whole world
 (gradients averaged over all W ranks), exactly as in DMPCollection; only fused (sharded)
@@ -120,8 +124,26 @@ def remap_plan(plan, rank: int, layout: Layout):
 
 
 class ReplicaSync:
-    """DMPCollection's ``sync()`` for a model built on CPU: averages every fused table shard
-    and its optimizer state ("sum") across the replica group."""
+    """DMPCollection's ``sync()`` for a model built on CPU, moving only what changed: the rows of
+    every fused table shard (weights and the optimizer state ``"sum"``) that some replica of the
+    group looked up since the last sync are averaged across the replica group.
+
+    That equals averaging the whole shards (:meth:`sync_all`, what DMPCollection does): a fused
+    optimizer changes only the rows its forward looked up, and a row no replica looked up is the
+    same on every replica (equal at the last sync, or since the identical initialisation or
+    checkpoint load), so its mean is itself. Bit for bit at G = 2 (the mean of two numbers does
+    not depend on the order of the sum); at G > 2 the all-reduce may sum in another order,
+    within rounding.
+
+    Touched rows come from a forward pre-hook on every ``SplitTableBatchedEmbeddingBagsCodegen``
+    (the same walk as DMPCollection's): its ``indices`` are rows of the local shard (row-wise
+    shards get ids already shifted to the shard's first row by torchrec's input distribution;
+    table-wise and column-wise shards hold every row), split per feature by ``offsets`` and
+    mapped to tables by ``feature_table_map``. Forwards without autograd (evaluation) change
+    nothing and are not recorded. One sync: an all-gather of this rank's touched row keys (their
+    union over the group), then one ``allreduce_coalesced(AVG)`` per dtype of those rows of the
+    weights and the state, written back in place. :attr:`bytes_moved` counts what this rank put
+    into those collectives (ids as int64, rows as stored)."""
 
     def __init__(self, dmp, replica_pg):
         from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
@@ -140,23 +162,88 @@ class ReplicaSync:
         walk(dmp._dmp_wrapped_module)
         self.weights_by_dtype: dict = {}
         self.optimizer_tensors_by_dtype: dict = {}
+        self.tables: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
+        """Per local table shard, in walk order: ``(weights [rows, cols], optimizer states)``."""
+        bases = [0]
         for tbe in found:  # DMPCollection._cache_sync_tensors
-            for w in tbe.split_embedding_weights():
+            weights, states = tbe.split_embedding_weights(), tbe.get_optimizer_state()
+            for w in weights:
                 self.weights_by_dtype.setdefault(w.dtype, []).append(w)
-            for state in tbe.get_optimizer_state():
+            for state in states:
                 self.optimizer_tensors_by_dtype.setdefault(state["sum"].dtype, []).append(state["sum"])
+            for t, w in enumerate(weights):
+                self.tables.append((w, [states[t]["sum"]] if t < len(states) else []))
+                bases.append(bases[-1] + w.shape[0])
+            table_base = torch.tensor(bases[-1 - len(weights):-1], dtype=torch.int64)
+            tbe.register_forward_pre_hook(self._recorder(table_base, tbe.feature_table_map), with_kwargs=True)
+        self.bases = torch.tensor(bases, dtype=torch.int64)
+        """Row key of table i's row 0 (keys number the rows of all local shards; last: the total)."""
+        self.touched: list[torch.Tensor] = []
+        """Row keys looked up since the last sync (with repeats)."""
+        self.bytes_moved = 0
+        """Bytes this rank passed into the sync collectives so far."""
+
+    def _recorder(self, table_base: torch.Tensor, feature_table_map: list[int]):
+        """The pre-hook of one TBE: appends the row keys its forward looks up to :attr:`touched`."""
+        feature_base = table_base[torch.tensor(feature_table_map, dtype=torch.int64)]
+
+        def hook(module, args, kwargs):
+            if not torch.is_grad_enabled():
+                return
+            a = {**dict(zip(("indices", "offsets"), args)), **kwargs}
+            ids, offsets = a["indices"].long(), a["offsets"].long()
+            per_rank = a.get("batch_size_per_feature_per_rank")
+            F = feature_base.numel()
+            bags = (torch.tensor([sum(b) for b in per_rank], dtype=torch.int64) if per_rank is not None
+                    else torch.full((F,), (offsets.numel() - 1) // F, dtype=torch.int64))
+            ends = offsets[torch.cumsum(bags, 0)]
+            counts = torch.diff(ends, prepend=offsets[:1])
+            self.touched.append(ids[offsets[0]:ends[-1]] + feature_base.repeat_interleave(counts))
+        return hook
 
     def bytes_per_sync(self) -> int:
-        return sum(t.numel() * t.element_size() for d in (self.weights_by_dtype, self.optimizer_tensors_by_dtype)
-                   for ts in d.values() for t in ts)
+        """Bytes of one whole-shard sync (:meth:`sync_all`): every shard and its state."""
+        return sum(t.numel() * t.element_size() for t in self._whole(True))
 
     def __call__(self, include_optimizer_state: bool = True) -> None:
+        """Average the rows some replica of the group looked up since the last sync."""
         from graphdist import comm
+        mine = torch.unique(torch.cat(self.touched)) if self.touched else torch.zeros(0, dtype=torch.int64)
+        self.touched = []
+        keys = torch.unique(comm.all_gather_rows(mine, self.replica_pg))  # sorted union
+        self.bytes_moved += mine.numel() * mine.element_size()
+        cuts = torch.searchsorted(keys, self.bases).tolist()
+        picked: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []  # (tensor, rows, their values)
+        for (w, states), base, lo, hi in zip(self.tables, self.bases.tolist(), cuts[:-1], cuts[1:]):
+            if hi > lo:
+                rows = keys[lo:hi] - base
+                for x in [w, *states] if include_optimizer_state else [w]:
+                    picked.append((x, rows, x.index_select(0, rows)))
+        by_dtype: dict = {}
+        for p in picked:
+            by_dtype.setdefault(p[2].dtype, []).append(p[2])
+        for vals in by_dtype.values():
+            comm.all_reduce_mean_coalesced(vals, self.replica_pg)
+            self.bytes_moved += sum(v.numel() * v.element_size() for v in vals)
+        for x, rows, vals in picked:
+            x.index_copy_(0, rows, vals)
+
+    def sync_all(self, include_optimizer_state: bool = True) -> None:
+        """DMPCollection's own sync: average every shard and its state, touched or not."""
+        from graphdist import comm
+        self.touched = []
         for tensors in self.weights_by_dtype.values():
             comm.all_reduce_mean_coalesced(tensors, self.replica_pg)
         if include_optimizer_state:
             for tensors in self.optimizer_tensors_by_dtype.values():
                 comm.all_reduce_mean_coalesced(tensors, self.replica_pg)
+        self.bytes_moved += sum(t.numel() * t.element_size() for t in self._whole(include_optimizer_state))
+
+    def _whole(self, include_optimizer_state: bool):
+        for d in (self.weights_by_dtype, self.optimizer_tensors_by_dtype) if include_optimizer_state \
+                else (self.weights_by_dtype,):
+            for ts in d.values():
+                yield from ts
 
 
 def build_dmp_2d(module, plan, device: torch.device, layout: Layout, sharders=None):

@@ -8,8 +8,9 @@ caller's device. They are no-ops without a process group or at world size 1.
 Data movement: :func:`all_to_all_rows` (blocking or asynchronous ``all_to_all_single`` of
 row blocks, the halo exchange's wire, :mod:`graphdist.halo.exchange`),
 :func:`all_to_all_varied` (rows whose counts the receivers learn first: edges to the owners of
-their destinations, :mod:`graphdist.halo.build`) and :func:`all_reduce_mean_coalesced` (replica
-synchronisation of sharded tables).
+their destinations, :mod:`graphdist.halo.build`), :func:`all_reduce_mean_coalesced` and
+:func:`all_gather_rows` (replica synchronisation of sharded tables: the touched row ids, then
+those rows).
 
 Failures: :func:`is_collective_failure`, :func:`raise_peer_failure` and the published-error
 store keys that let a rank name what happened on a peer.
@@ -152,6 +153,8 @@ def all_gather_rows(t: torch.Tensor, group=None) -> torch.Tensor:
     sizes = [torch.zeros_like(n) for _ in range(ws)]
     dist.all_gather(sizes, n, group=group)
     sizes = [int(s) for s in sizes]
+    if max(sizes) == 0:
+        return t.new_zeros((0,) + tuple(t.shape[1:]))
     padded = t.new_zeros((max(sizes),) + tuple(t.shape[1:]), device=dev)
     padded[:t.shape[0]] = t
     bufs = [torch.empty_like(padded) for _ in range(ws)]

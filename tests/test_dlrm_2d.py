@@ -10,7 +10,8 @@ through torchrec's DMPCollection on 4 GPUs):
     --sync-every steps the replicas' tables and AdaGrad states are averaged.
 
 Also: the layout, the same tensors and groups as torchrec's DMPCollection, G = 1 through the
-2D machinery bit-for-bit equal to the 1D path, the momentum-scaled optimizer, and resume.
+2D machinery bit-for-bit equal to the 1D path, the sync of touched rows bit-for-bit equal to the
+whole-shard sync (DMPCollection's), the momentum-scaled optimizer, and resume.
 
 The dense layers use SGD here: element-wise AdaGrad's first step divides each gradient by its own
 size, so a dense weight whose gradient is at rounding level (~1e-9, e.g. a unit that is off for
@@ -96,20 +97,46 @@ def _train_2d(rank, world, sharding, emb_opt, sync_every, device_type="cpu"):
             "dmp": type(sm.dmp).__name__, "sync": getattr(sm.sync, "__qualname__", type(sm.sync).__name__)}
 
 
+def touched_vs_whole_shards() -> dict:
+    """The same 7 steps (sync every 2, and at the end) twice per sharding type: with the sync of
+    the touched rows (ReplicaSync's call) and with the whole-shard sync (DMPCollection's,
+    ``ReplicaSync.sync_all``)."""
+    import dataclasses
+    from embeddings.build import build_sharded, load_splits
+    from embeddings.trainer import run_steps
+    out = {}
+    for st in ("row_wise", "column_wise"):  # shifted local rows; one table in several shards
+        cfg = make_cfg(st, sync_every=2, steps=7)
+        train, _ = load_splits(cfg)
+        out[st] = {}
+        for how in ("touched", "whole"):
+            sm = build_sharded(cfg, train, torch.device("cpu"))
+            sync = sm.sync if how == "touched" else sm.sync.sync_all
+            losses = run_steps(sm.dmp, sm.opt, None, train, cfg, range(7), torch.device("cpu"),
+                               model=dataclasses.replace(sm, sync=sync))
+            sync()
+            out[st][how] = {"losses": losses, "weights": _weights(sm.dmp), "bytes": sm.sync.bytes_moved,
+                            "state": [s.numpy().copy() for _, ss in sm.sync.tables for s in ss]}
+    return out
+
+
 CASES = [(st, "rowwise_adagrad", 1) for st in TYPES] + [("row_wise", "rowwise_adagrad_scaled", 1),
                                                         ("table_wise", "rowwise_adagrad", 3)]
 """(sharding, embedding optimizer, --sync-every) compared with the reference, on CPU and CUDA."""
 
 
 def job_reference_runs(rank, world, device_type="cpu"):
-    """Every case of :data:`CASES`, the trainer and ``--sharding auto`` at W = 4, G = 2;
-    ``device_type`` "cuda" (one GPU per rank, NCCL) runs the same through DMPCollection."""
+    """Every case of :data:`CASES`, the trainer and ``--sharding auto`` at W = 4, G = 2 (and on
+    CPU :func:`touched_vs_whole_shards`); ``device_type`` "cuda" (one GPU per rank, NCCL) runs
+    the same through DMPCollection."""
     _quiet()
     from embeddings.trainer import train
     dev = _device(rank, device_type)
     out = {case: _train_2d(rank, world, *case, device_type) for case in CASES}
     out["trainer"] = train(make_cfg("table_wise", device=device_type), dev)
     out["auto"] = train(make_cfg("auto", device=device_type), dev)  # the planner, run for S = 2 ranks
+    if device_type == "cpu":  # DMPCollection's sync has one mode: whole shards
+        out["touched_vs_whole"] = touched_vs_whole_shards()
     return out
 
 
@@ -234,6 +261,8 @@ def check_trainer_report(ranks, tol=TOL):
     assert plan["sharding_groups"] == [[0, 2], [1, 3]] and plan["replica_groups"] == [[0, 1], [2, 3]]
     assert [r["a2a_group_size"] for r in plan["ranks"]] == [2] * 4
     assert rep["sparse_groups"] == 2 and rep["mem/peak_bytes"] > 0
+    assert 0 < rep["comm/replica_sync_bytes_per_step"] <= rep["comm/replica_sync_whole_bytes_per_step"]
+    assert all(r["sync_bytes_per_step"] <= rep["comm/replica_sync_bytes_per_step"] for r in plan["ranks"])
 
 
 def check_auto(ranks, tol=TOL):
@@ -259,6 +288,8 @@ def test_matches_g_replica_reference(ranks, case):
 
 def test_sync_matters_and_trainer_report(ranks):
     check_trainer_report(ranks)
+    rep = ranks[0]["trainer"]  # on CPU a sync moves the touched rows only: less than whole shards
+    assert rep["comm/replica_sync_bytes_per_step"] < rep["comm/replica_sync_whole_bytes_per_step"]
 
 
 def test_auto_plans_for_the_sharding_group_and_matches_the_reference(ranks):
@@ -312,6 +343,22 @@ def test_same_groups_and_tensors_as_dmpcollection():
         assert r["rpg"] == r["spg"][1]
         assert r["w"][0] == r["w"][1] and r["w"][1], f"rank {rank}: weights to sync differ"
         assert r["o"][0] == r["o"][1] and r["o"][1], f"rank {rank}: optimizer states to sync differ"
+
+
+def test_touched_row_sync_is_bit_for_bit_the_whole_shard_sync(ranks):
+    """G = 2: averaging only the rows some replica looked up since the last sync gives exactly
+    the losses, table rows, dense weights and AdaGrad state of averaging whole shards, for less."""
+    for rank, out in enumerate(ranks):
+        for st, res in out["touched_vs_whole"].items():
+            a, b = res["touched"], res["whole"]
+            assert a["losses"] == b["losses"], f"{st} rank {rank}"
+            assert a["weights"].keys() == b["weights"].keys()
+            for k in a["weights"]:
+                for (r0, c0, x), (r1, c1, y) in zip(a["weights"][k], b["weights"][k]):
+                    assert (r0, c0) == (r1, c1) and np.array_equal(x, y), f"{st} rank {rank} {k}[{r0}:, {c0}:]"
+            assert len(a["state"]) == len(b["state"]) > 0
+            assert all(np.array_equal(x, y) for x, y in zip(a["state"], b["state"])), f"{st} rank {rank}"
+            assert 0 < a["bytes"] < b["bytes"], f"{st} rank {rank}: {a['bytes']} vs {b['bytes']} bytes"
 
 
 def _job_g1(rank, world):

@@ -183,16 +183,89 @@ def test_report_write_failure_says_the_result_is_above(tmp_path):
     assert len(lines) == 1 and "No space left on device" in lines[0] and "the summary above is the result" in lines[0]
 
 
-def test_an_epoch_of_few_steps_warns(tmp_path):
+def test_an_epoch_of_few_steps_and_oversized_tables_warn(tmp_path):
+    """One line each, before training: the few steps, and tables of 20,000 rows for 1,600
+    training rows (the data's own sizes, 16,935 rows in all, draw no table warning: below)."""
     r = subprocess.run([sys.executable, "-m", "graphdist", "train-dlrm", "criteo-synth:rows=2000,scale=0.0005",
-                        "--batch-size", "512", "--no-progress"], capture_output=True, text=True, timeout=240,
-                       env=ENV)
+                        "--batch-size", "512", "--no-progress", "--num-embeddings-per-feature",
+                        ",".join(["20000"] * 26)], capture_output=True, text=True, timeout=240, env=ENV)
     assert r.returncode == 0, r.stderr[-3000:]
     warn = [ln for ln in r.stderr.splitlines() if "one epoch is only" in ln]
     assert len(warn) == 1, r.stderr[-3000:]
     assert "one epoch is only 3 steps (1600 training rows / --batch-size 512)" in warn[0]
     assert "use --batch-size 32 or smaller for >= 50 steps per epoch (50 at 32)" in warn[0]
+    tables = [ln for ln in r.stderr.splitlines() if "tables hold" in ln]
+    assert len(tables) == 1, r.stderr[-3000:]
+    assert tables[0].startswith("warning: the 26 tables hold 520,000 rows (") and "191x more rows" in tables[0]
     assert "steps 3" in r.stdout
+
+
+def _distinct(train) -> int:
+    """Distinct hashed ids per feature, summed: counted here from the arrays."""
+    import numpy as np
+    cat = np.asarray(train.cat)[:, :, 0].astype(np.int64) % np.asarray(train.num_embeddings)
+    return sum(np.unique(cat[:, f]).size for f in range(cat.shape[1]))
+
+
+def _suggested(msg: str) -> dict:
+    """The sizes a table warning suggests, as DLRMTrainConfig fields."""
+    import re
+    one = re.search(r"--num-embeddings (\d+) would fit", msg)
+    if one:
+        return {"num_embeddings": int(one.group(1))}
+    per = re.search(r"--num-embeddings-per-feature ([0-9,]+) ", msg)
+    return {"num_embeddings_per_feature": [int(x) for x in per.group(1).split(",")]}
+
+
+@pytest.mark.parametrize("spec,sizes,advice", [
+    # 1,600 training rows, tables of 100,000: one size for all would still be far too large
+    ("criteo-synth:rows=2000,scale=0.0005", [100_000] * 26, "num_embeddings_per_feature"),
+    # 8,000 training rows, the data's own sizes (up to 101,312 rows): one size fits
+    ("criteo-synth:rows=10000", None, "num_embeddings")])
+def test_table_warning_names_the_sizes_the_bound_and_sizes_that_fit(spec, sizes, advice):
+    from embeddings.build import ROWS_PER_USED_ROW, load_splits, table_warning
+    from embeddings.config import DLRMTrainConfig
+    cfg = DLRMTrainConfig(spec=spec, num_embeddings_per_feature=sizes)
+    train, _ = load_splits(cfg)
+    total, used = sum(train.num_embeddings), _distinct(train)
+    msg = table_warning(cfg, train)
+    assert total > ROWS_PER_USED_ROW * used and "\n" not in msg
+    # rows x (16 weights + 1 row-wise AdaGrad float) x 4 B
+    mib = total * 17 * 4 / 2**20
+    assert msg.startswith(f"the 26 tables hold {total:,} rows ({mib:.1f} MiB of weights and optimizer state) but "
+                          f"the {len(train):,} training rows touch only {used:,} of them (distinct ids, counted): "
+                          f"{total / used:.0f}x more rows than the data uses;"), msg
+    fit = DLRMTrainConfig(spec=spec, **_suggested(msg))
+    assert advice in _suggested(msg)
+    assert table_warning(fit, load_splits(fit)[0]) is None  # what it suggests draws no warning
+
+
+def test_no_table_warning_for_tables_the_data_fills():
+    from embeddings.build import ROWS_PER_USED_ROW, load_splits, table_warning
+    from embeddings.config import DLRMTrainConfig
+    sane = DLRMTrainConfig(spec="criteo-synth:rows=2000,scale=0.0005")  # 16,935 rows, 6x the distinct ids
+    train, _ = load_splits(sane)
+    assert sum(train.num_embeddings) == 16_935 and 16_935 < ROWS_PER_USED_ROW * _distinct(train)
+    assert table_warning(sane, train) is None
+
+
+def test_table_warning_on_many_rows_bounds_by_the_id_count():
+    """More rows than the id statistics read: the bound is rows x ids per row, not counted."""
+    import numpy as np
+
+    from embeddings.build import table_warning
+    from embeddings.config import DLRMTrainConfig
+    from embeddings.data import ID_STATS_ROWS, ClickData
+    n = ID_STATS_ROWS + 10_000
+    data = ClickData(np.zeros((n, 13), np.float32), np.zeros((n, 26, 1), np.uint32), np.zeros(n, np.float32),
+                     [40_000_000] + [1_000_000] * 25)
+    msg = table_warning(DLRMTrainConfig(), data)
+    assert msg.startswith("the 26 tables hold 65,000,000 rows (4.1 GiB of weights and optimizer state)")
+    assert "but the 60,000 training rows can touch at most 1,560,000 of them (ids per row x rows): 42x" in msg
+    assert msg.endswith("--num-embeddings 300000 would fit (26 x 300,000 rows: 5x the rows the data can touch, "
+                        "and at least the busiest feature's 60,000 ids)")
+    data.num_embeddings = [300_000] * 26
+    assert table_warning(DLRMTrainConfig(), data) is None
 
 
 @pytest.mark.parametrize("n,batch,world,best", [(8000, 256, 1, 160), (8000, 256, 4, 160), (8000, 256, 3, 159),
@@ -205,7 +278,7 @@ def test_epoch_warning_names_the_batch_size_that_gives_50_steps(n, batch, world,
     msg = epoch_warning(DLRMTrainConfig(batch_size=batch), n, world)
     assert msg.startswith(f"one epoch is only {n // batch} steps ({n} training rows / --batch-size {batch})")
     assert f"use --batch-size {best} or smaller for >= 50 steps per epoch ({n // best} at {best})" in msg
-    assert "more --epochs would only repeat the same" in msg and "\n" not in msg
+    assert "more --epochs will not help: more passes over the same few rows overfit them" in msg and "\n" not in msg
     assert best % world == 0 and n // best >= MIN_STEPS_PER_EPOCH
     assert epoch_warning(DLRMTrainConfig(batch_size=best), n, world) is None
     assert epoch_warning(DLRMTrainConfig(batch_size=best + world), n, world) is not None

@@ -49,3 +49,65 @@ def test_data_info_lists_every_spec_kind():
     action = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
     text = action.choices["info"].format_help()
     assert all(f"\n  {name}:" in text for name in KINDS), text
+
+
+def _readme_commands() -> list[str]:
+    """Every ``graphdist ...`` command the README shows: lines of its fenced blocks (joined across
+    backslash continuations, ``$ `` prompts dropped) and inline code spans."""
+    import re
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    out, in_block, cur = [], False, ""
+    for ln in text.splitlines():
+        if ln.startswith("```"):
+            in_block, cur = not in_block, ""
+            continue
+        if in_block:
+            cur += ln.rstrip("\\").strip() + " "
+            if not ln.rstrip().endswith("\\"):
+                cmd = cur.strip().removeprefix("$ ")
+                cur = ""
+                for part in cmd.split("&&"):
+                    if part.strip().startswith("graphdist "):
+                        out.append(part.strip())
+        else:
+            # in prose, a command with its arguments (not a mention such as `graphdist partition`)
+            out += [m for m in re.findall(r"`(graphdist [^`]+)`", ln) if len(m.split()) >= 4]
+    return out
+
+
+def test_every_readme_command_parses_with_the_cli_flags():
+    """A README command uses the CLI's own flags (one once named a benchmark script's
+    ``--dataset``); placeholders such as SPEC, K or ``...`` are filled in before parsing."""
+    import shlex
+    cmds = _readme_commands()
+    assert len(cmds) > 40
+    fill = {"SPEC": "sbm:", "K": "2", "N": "2", "DIR": "d", "FILE": "f", "FILE.png": "f.png", "R.json": "r.json",
+            "HOST:PORT": "h:1", "GIB": "1", "B": "8", "P": "0.5", "MIN:MAX": "1:2"}
+    bad = []
+    for cmd in cmds:
+        if "..." in cmd or "[" in cmd or "|" in cmd or "<" in cmd:
+            continue  # a synopsis, not a command
+        words = [fill.get(w, w) for w in shlex.split(cmd.split(" #")[0])[1:]]
+        try:
+            build_parser().parse_args(words)
+        except SystemExit as e:
+            if e.code:
+                bad.append(cmd)
+    assert bad == [], bad
+
+
+def test_every_flag_the_readme_names_is_a_cli_flag():
+    """A flag in the README's prose (`` `--flag ...` ``) is one of the CLI's, or belongs to the
+    script the sentence names (listed here with it)."""
+    import re
+    from pathlib import Path
+    scripts = {"--dest": "scripts/fetch_planetoid.py", "--bits": "examples/gat_cora.py",
+               "--rdzv-": "torchrun's --rdzv-* family"}
+    p = build_parser()
+    sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
+    flags = {o for sp in sub.choices.values() for a in sp._actions for o in a.option_strings}
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    named = set(re.findall(r"`(--[a-z0-9-]+)[^`]*`", text))
+    assert len(named) > 50
+    assert sorted(named - flags - set(scripts)) == []

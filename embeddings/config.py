@@ -87,8 +87,9 @@ class DLRMTrainConfig:
     """save every N steps (0: only at the end when --checkpoint-dir is set)"""
     keep_checkpoints: int = 2
     """keep the newest N snapshots in --checkpoint-dir"""
-    resume: bool = False
-    """continue from the latest checkpoint in --checkpoint-dir"""
+    resume: Literal[False, True, "auto"] = False
+    """continue from the latest checkpoint in --checkpoint-dir; auto: if there is one, else start
+    (what a worker group restarted by --max-restarts needs)"""
     progress: bool = True
     """tqdm progress bar on rank 0"""
     print_plan: bool = field(default=True, metadata={"cli": False})

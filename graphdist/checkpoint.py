@@ -218,11 +218,20 @@ def check_settings(snap, saved: dict | None, cfg, free=RESUME_FREE) -> None:
                           "resume with the same settings, or start a new --checkpoint-dir")
 
 
+def resuming(cfg) -> bool:
+    """Whether this run continues from a checkpoint: ``--resume``, or ``--resume auto`` when
+    ``--checkpoint-dir`` holds one (its ``latest``). With ``--max-restarts`` a restarted worker
+    group decides again, so it continues from the checkpoint its failed predecessor wrote."""
+    if cfg.resume == "auto":
+        return bool(cfg.checkpoint_dir) and (Path(cfg.checkpoint_dir) / "latest").is_file()
+    return bool(cfg.resume)
+
+
 def recorded_setting(cfg, name: str, unrecorded=None):
     """On ``--resume``, the value of setting ``name`` in the latest checkpoint's settings (what
     the checkpointed run resolved, e.g. ``halo`` or ``halo_rounds``), ``unrecorded`` when that
     checkpoint was written before the setting existed; None without a checkpoint."""
-    if not (cfg.resume and cfg.checkpoint_dir):
+    if not (resuming(cfg) and cfg.checkpoint_dir):
         return None
     ck = Checkpointer(cfg.checkpoint_dir)
     snap = ck.latest()
@@ -235,7 +244,7 @@ def with_recorded(cfg, name: str):
     """``cfg`` with setting ``name`` as the checkpointed run resolved it, when ``cfg`` leaves it to
     be chosen (0) and resumes: a resumed run keeps the choice (``type(cfg).UNRECORDED[name]``
     for a checkpoint written before the setting existed). Otherwise ``cfg`` unchanged."""
-    if getattr(cfg, name) or not cfg.resume:
+    if getattr(cfg, name) or not resuming(cfg):
         return cfg
     unrecorded = getattr(type(cfg), "UNRECORDED", {}).get(name)
     return dataclasses.replace(cfg, **{name: int(recorded_setting(cfg, name, unrecorded) or 0)})

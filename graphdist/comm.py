@@ -255,8 +255,20 @@ def first_sentences(text: str, limit: int = 200) -> str:
 
 
 def _store():
-    from torch.distributed.distributed_c10d import _get_default_store
-    return _get_default_store()
+    from graphdist.runtime import job_store
+    return job_store()
+
+
+def restart_round() -> int:
+    """How many times torch's agent has restarted this worker group (``--max-restarts``): 0 on
+    the first start."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
+
+
+def _key(*parts, round_: int | None = None) -> str:
+    """A store key of one worker group's round: the agent's store outlives a restart, so a key
+    left by the failed group must not speak for the new one."""
+    return "/".join(["graphdist", str(restart_round() if round_ is None else round_), *map(str, parts)])
 
 
 def publish_error(message: str) -> None:
@@ -265,7 +277,7 @@ def publish_error(message: str) -> None:
     if world()[1] == 1:
         return
     try:
-        _store().set(f"graphdist/error/{world()[0]}", message[:500])
+        _store().set(_key("error", world()[0]), message[:500])
     except Exception:  # noqa: BLE001 - the store may be gone too
         pass
 
@@ -280,17 +292,27 @@ def publish_failure(exc: BaseException) -> None:
     publish_error(text.strip().splitlines()[0] if text.strip() else type(exc).__name__)
 
 
-def _published_errors(ws: int) -> dict[int, str]:
+def _published_errors(ws: int, round_: int | None = None) -> dict[int, str]:
+    """The one-line errors ranks published in a round of the worker group (this one by default)."""
     out = {}
     try:
         store = _store()
         for r in range(ws):
-            key = f"graphdist/error/{r}"
+            key = _key("error", r, round_=round_)
             if store.check([key]):
                 out[r] = store.get(key).decode(errors="replace")
     except Exception:  # noqa: BLE001
         pass
     return out
+
+
+def restart_cause() -> str:
+    """Why the previous round of this worker group ended, in the words of its failed ranks (what
+    they published), or a default when none said anything (killed, out of memory, a lost link)."""
+    told = _published_errors(world()[1], round_=restart_round() - 1)
+    if not told:
+        return "no rank said why: killed, out of memory, or its peers lost"
+    return "; ".join(f"rank {r} failed: {m}" for r, m in sorted(told.items()))
 
 
 def find_dead_ranks(tag: str, wait_s: float = 3.0) -> list[int] | None:
@@ -300,8 +322,8 @@ def find_dead_ranks(tag: str, wait_s: float = 3.0) -> list[int] | None:
     rank, ws = world()
     try:
         store = _store()
-        store.set(f"graphdist/alive/{tag}/{rank}", "1")
-        keys = [f"graphdist/alive/{tag}/{r}" for r in range(ws)]
+        store.set(_key("alive", tag, rank), "1")
+        keys = [_key("alive", tag, r) for r in range(ws)]
         deadline = time.monotonic() + wait_s
         while True:
             missing = [r for r, k in enumerate(keys) if not store.check([k])]

@@ -140,6 +140,12 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...]
                                 default=None, help=doc, metavar=f.metadata.get("metavar", f.name.upper()))
             continue
         flag = flag_name(f)
+        words = [a for a in get_args(tp) if isinstance(a, str)] if get_origin(tp) is Literal else []
+        if words and {True, False} <= set(a for a in get_args(tp) if isinstance(a, bool)):
+            # a switch that also takes a word: `--resume` (True) or `--resume auto`
+            target.add_argument(flag, nargs="?", const=True, choices=words, metavar="|".join(words),
+                                help=f"{doc} (the flag alone: yes)", **kw)
+            continue
         if tp is bool and optional:
             kw["action"] = argparse.BooleanOptionalAction
             target.add_argument(flag, help=doc + " (default: automatic)", **kw)

@@ -143,13 +143,14 @@ def write_report(path, report: dict, *, indent: int = 2) -> None:
 
 def check_run_outputs(cfg) -> None:
     """Every output path of a trainer's config is writable, before any work: ``report``, and
-    ``checkpoint_dir`` (with ``resume``: it must already hold a checkpoint, and is not created),
+    ``checkpoint_dir`` (with ``--resume``: it must already hold a checkpoint, and is not created;
+    ``--resume auto`` starts afresh in an empty one),
     plus ``cache_dir`` where the config has one. One line naming the flag otherwise."""
     from graphdist.errors import MissingFileError
     if cfg.report:
         check_output_file(cfg.report, "--report")
     if cfg.checkpoint_dir:
-        if getattr(cfg, "resume", False) and not (Path(cfg.checkpoint_dir) / "latest").is_file():
+        if getattr(cfg, "resume", False) is True and not (Path(cfg.checkpoint_dir) / "latest").is_file():
             where = "does not exist" if not Path(cfg.checkpoint_dir).exists() else "has no 'latest' file"
             raise MissingFileError(f"--resume: no checkpoint in {cfg.checkpoint_dir} ({where})")
         check_output_dir(cfg.checkpoint_dir, "--checkpoint-dir")

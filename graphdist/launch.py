@@ -40,11 +40,16 @@ class Nodes:
     """a multi-node job's meeting point: a free port on one of its nodes (torch's c10d rendezvous)"""
     rdzv_id: str = "graphdist"
     """job id, the same on every node (two jobs sharing an endpoint need different ids)"""
+    max_restarts: int = 0
+    """restart the workers this many times when one fails (torch's elastic agent restarts the
+    whole group); with --resume auto and --checkpoint-dir they continue from the last checkpoint"""
 
     def validate(self) -> None:
         from graphdist.errors import ConfigError
         if self.nnodes < 1:
             raise ConfigError(f"--nnodes must be >= 1, got {self.nnodes}")
+        if self.max_restarts < 0:
+            raise ConfigError(f"--max-restarts must be >= 0, got {self.max_restarts}")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise ConfigError(f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (one node's address "
                               "and a free port, the same on every node)")
@@ -100,7 +105,7 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
     else:
         endpoint, run_id = nodes.rdzv_endpoint, nodes.rdzv_id
     lc = LaunchConfig(min_nodes=nodes.nnodes, max_nodes=nodes.nnodes, nproc_per_node=nproc, run_id=run_id,
-                      rdzv_backend="c10d", rdzv_endpoint=endpoint, max_restarts=0,
+                      rdzv_backend="c10d", rdzv_endpoint=endpoint, max_restarts=nodes.max_restarts,
                       monitor_interval=monitor_interval, start_method="spawn")
     # the agent's own log repeats what the workers and this function already say; its modules
     # set their own levels (LOGLEVEL, default WARNING), so each logger is quietened by name
@@ -168,8 +173,8 @@ def run_job(fn, cfg, nproc: int, nodes: Nodes | None = None) -> dict | None:
 
     from graphdist.errors import JobFailed
     nodes = nodes or Nodes()
-    if not ((nproc > 1 or nodes.nnodes > 1) and not under_launcher()):
-        return fn(cfg)
+    if not ((nproc > 1 or nodes.nnodes > 1 or nodes.max_restarts > 0) and not under_launcher()):
+        return fn(cfg)  # (a job that may be restarted runs under the agent, even on one process)
     with tempfile.TemporaryDirectory(prefix="graphdist-job-") as d:
         path = os.path.join(d, "report.json")
         before = os.environ.get(RESULT_ENV)
@@ -208,6 +213,7 @@ def rank_main(train, cfg, summary) -> dict:
         raise
     finally:
         shutdown()
+    rep["run/restarts"] = comm.restart_round()
     if env_world()[0] == 0:
         show = getattr(cfg, "summary", True)
         if show:

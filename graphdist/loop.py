@@ -141,6 +141,11 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
     when checkpointing). Raises :class:`~graphdist.errors.Interrupted` on a signal."""
     from tqdm import tqdm
     ckpt = Checkpointer(lc.checkpoint_dir, lc.keep_checkpoints) if lc.checkpoint_dir else None
+    if comm.restart_round() > 0:  # torch's agent restarted the worker group (--max-restarts)
+        where = f"from the latest checkpoint in {lc.checkpoint_dir}" if lc.resume else "from the start (no checkpoint)"
+        cause = comm.restart_cause()
+        if comm.world()[0] == 0:
+            get_logger().warning(f"restart {comm.restart_round()} of the worker group ({cause}); continuing {where}")
     start = _resume(ckpt, lc, task) if lc.resume else 0
     meta_base = {**lc.identity, "settings": run_settings(lc.settings, lc.free) if lc.settings is not None else None}
 

@@ -81,12 +81,28 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> DistCont
     else:
         dev = torch.device("cpu")
     if not dist.is_initialized():
-        # a single process without a launcher meets nobody: an in-memory store, no TCP port to
-        # take (two jobs started at once cannot race for one)
-        alone = {"store": dist.HashStore()} if world == 1 and "MASTER_ADDR" not in os.environ else {}
+        global _JOB_STORE
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if world == 1 and "MASTER_ADDR" not in os.environ:
+            # a single process without a launcher meets nobody: an in-memory store, no TCP port to
+            # take (two jobs started at once cannot race for one)
+            store = {"store": dist.HashStore()}
+        elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+            # the agent's store outlives a worker group that it restarts (--max-restarts), and with
+            # it the keys of the failed group: a restarted rank would read a dead peer's address
+            # and fail to connect. Each round of the group keys its process group apart.
+            try:
+                _JOB_STORE = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world,
+                                           is_master=False, timeout=timeout)
+            except Exception as e:  # noqa: BLE001 - rendezvous failures are user-facing
+                raise DistributedError(f"rank {rank}: could not reach the job's store at {os.environ['MASTER_ADDR']}:"
+                                       f"{os.environ['MASTER_PORT']}: {e}") from e
+            restarts = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+            store = {"store": dist.PrefixStore(f"graphdist/round{restarts}", _JOB_STORE)}
+        else:
+            store = {}
         try:
-            dist.init_process_group(backend=backend, rank=rank, world_size=world,
-                                    timeout=datetime.timedelta(seconds=timeout_s), **alone)
+            dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timeout, **store)
         except Exception as e:  # noqa: BLE001 - rendezvous failures are user-facing
             raise DistributedError(f"rank {rank}: could not join the process group of {world} "
                                    f"({backend}): {e}") from e
@@ -94,6 +110,19 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> DistCont
         backend = dist.get_backend()
         rank, world = dist.get_rank(), dist.get_world_size()
     return DistContext(rank, world, local, backend, dev)
+
+
+_JOB_STORE = None
+
+
+def job_store():
+    """The store every rank of the job shares, for what must outlive one round of a worker group
+    that torch's agent restarts (a failed rank's last words): the agent's, under an agent; else
+    the default process group's."""
+    if _JOB_STORE is not None:
+        return _JOB_STORE
+    from torch.distributed.distributed_c10d import _get_default_store
+    return _get_default_store()
 
 
 def shutdown() -> list[str]:

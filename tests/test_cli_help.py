@@ -111,3 +111,25 @@ def test_every_flag_the_readme_names_is_a_cli_flag():
     named = set(re.findall(r"`(--[a-z0-9-]+)[^`]*`", text))
     assert len(named) > 50
     assert sorted(named - flags - set(scripts)) == []
+
+
+def test_resume_takes_auto_and_max_restarts_a_count(tmp_path, capsys):
+    from graphdist import config
+    from graphdist.checkpoint import resuming
+    from graphdist.gnn.config import GCNConfig
+    p = _sub("train-gcn")
+    ck = str(tmp_path / "ck")
+
+    def cfg(*argv):
+        return config.from_namespace(GCNConfig, p.parse_args(["sbm:", "--checkpoint-dir", ck, *argv]))
+    assert (cfg().resume, cfg("--resume").resume, cfg("--resume", "auto").resume) == (False, True, "auto")
+    assert cfg("--max-restarts", "2").nodes.max_restarts == 2
+    assert not resuming(cfg("--resume", "auto"))  # nothing to continue from: a fresh start
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "latest").write_text("step_00000004\n")
+    assert resuming(cfg("--resume", "auto")) and resuming(cfg("--resume")) and not resuming(cfg())
+    assert main(["train-gcn", "sbm:", "--resume", "maybe"]) == 2
+    assert main(["train-gcn", "sbm:nodes=50", "--max-restarts", "-1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "argument --resume: invalid choice: 'maybe'" in err[0]
+    assert err[1] == "graphdist: error: --max-restarts must be >= 0, got -1"

@@ -3,6 +3,7 @@ exit 130 / 143, resumable), a node lost from a multi-node job, unwritable output
 runs in its own process group, signalled the way a terminal or a scheduler would."""
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -162,6 +163,34 @@ def test_a_worker_ends_with_its_killed_agent(tmp_path, launcher):
                 os.kill(w, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_killed_worker_is_restarted_and_the_job_ends_with_the_unbroken_result(tmp_path):
+    """--max-restarts 1 --resume auto: a worker killed mid-run (as the out-of-memory killer
+    would) makes the agent restart the group, which continues from the last checkpoint; the job
+    exits 0 with the losses of a run that was never broken, and counts the restart."""
+    run = ["train-gcn", "sbm:nodes=3000,classes=3,avg_degree=8,features=16,seed=0", "--parts", "2", "--method",
+           "random", "--no-progress", "--timeout", "60", "--epochs", "300", "--nproc", "2"]
+    whole = tmp_path / "whole.json"
+    r = subprocess.run([sys.executable, "-m", "graphdist", *run, "--report", str(whole)], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    ck, rep = tmp_path / "ck", tmp_path / "r.json"
+    agent = _start(run + ["--checkpoint-dir", str(ck), "--checkpoint-every", "10", "--resume", "auto",
+                          "--max-restarts", "1", "--report", str(rep)])
+    try:
+        _wait_for(ck / "latest", [agent])
+        os.kill(_tree(agent.pid)[-1], signal.SIGKILL)
+        _, err = agent.communicate(timeout=300)
+    finally:
+        _kill_all(agent)
+    assert agent.returncode == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert re.search(r"restart 1 of the worker group \(no rank said why: killed, out of memory, or its peers "
+                     r"lost\); continuing from the latest checkpoint in ", err), err[-3000:]
+    got, want = json.loads(rep.read_text()), json.loads(whole.read_text())
+    assert got["run/restarts"] == 1 and want["run/restarts"] == 0
+    assert got["losses"] == want["losses"] and got["test_acc"] == want["test_acc"]
 
 
 def _node(port: int, ck: Path):

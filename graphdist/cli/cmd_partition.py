@@ -151,5 +151,5 @@ def register(sub) -> None:
         p = sub.add_parser(name, help=help_, description=textwrap.fill(_DESCRIPTIONS[name], 79),
                            epilog=kinds_help("graph") if name != "quality" else None,
                            formatter_class=argparse.RawDescriptionHelpFormatter)
-        config.add_arguments(p, cls)
+        config.add_arguments(p, cls, skip=("max_restarts",))  # a partition has no checkpoint to continue from
         p.set_defaults(func=fn)

@@ -118,8 +118,9 @@ class GCNConfig:
     """checkpoint every N epochs (and at the last epoch)"""
     keep_checkpoints: int = 2
     """keep the newest N snapshots in --checkpoint-dir"""
-    resume: bool = False
-    """continue from the latest checkpoint in --checkpoint-dir"""
+    resume: Literal[False, True, "auto"] = False
+    """continue from the latest checkpoint in --checkpoint-dir; auto: if there is one, else start
+    (what a worker group restarted by --max-restarts needs)"""
     timeout_s: float = field(default=300.0, metadata={"flag": "--timeout"})
     """collective timeout in seconds: a silent peer makes the others fail after this long"""
     malloc_mmap_mb: int = 4

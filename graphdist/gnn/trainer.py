@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from graphdist import comm
-from graphdist.checkpoint import with_recorded
+from graphdist.checkpoint import resuming, with_recorded
 from graphdist.errors import ConfigError
 from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
 from graphdist.gnn.models import GNN
@@ -128,7 +128,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     task = GCNTask(cfg, net, opt, y, ids, masks, counts, dev, auto_bits)
     lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
-                    resume=cfg.resume, progress=cfg.progress and ctx.is_rank0, settings=cfg,
+                    resume=resuming(cfg), progress=cfg.progress and ctx.is_rank0, settings=cfg,
                     identity={"fingerprint": lg.fingerprint})
     res = run_loop(task, lc, callbacks)
     link = getattr(net, "link", None)

@@ -82,8 +82,9 @@ class RecConfig:
     """checkpoint every N epochs (and at the last epoch)"""
     keep_checkpoints: int = 2
     """keep the newest N snapshots in --checkpoint-dir"""
-    resume: bool = False
-    """continue from the latest checkpoint in --checkpoint-dir"""
+    resume: Literal[False, True, "auto"] = False
+    """continue from the latest checkpoint in --checkpoint-dir; auto: if there is one, else start
+    (what a worker group restarted by --max-restarts needs)"""
     malloc_mmap_mb: int = 4
     """CPU: tensors above N MiB get their own mmap, so freed memory returns to the OS at once (the
     per-step temporaries otherwise fragment glibc's heap); 0 = glibc default"""

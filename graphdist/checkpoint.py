@@ -218,6 +218,14 @@ def check_settings(snap, saved: dict | None, cfg, free=RESUME_FREE) -> None:
                           "resume with the same settings, or start a new --checkpoint-dir")
 
 
+def partition_id(owned) -> str:
+    """Which rows each rank owns, as one hash over all ranks (collective): a checkpoint holding
+    state by rank position (table rows, stale halo rows) only fits the same partition."""
+    import hashlib
+    mine = hashlib.blake2b(owned.cpu().numpy().tobytes(), digest_size=8).hexdigest()
+    return hashlib.blake2b("/".join(comm.all_gather_object(mine)).encode(), digest_size=8).hexdigest()
+
+
 def resuming(cfg) -> bool:
     """Whether this run continues from a checkpoint: ``--resume``, or ``--resume auto`` when
     ``--checkpoint-dir`` holds one (its ``latest``). With ``--max-restarts`` a restarted worker

@@ -163,3 +163,16 @@ def test_bad_staleness_is_one_line(argv, match, capsys):
     assert main(["train-gcn", SPEC, *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and match in err[0], err
+
+
+def test_resume_onto_another_partition_is_refused_in_one_line(tmp_path, capfd):
+    """The held halo rows are saved by rank: a resume onto another partition of the same graph
+    and k (where they would be a shape error, or silently wrong rows) stops with one line."""
+    ck = str(tmp_path / "ck")
+    run = ["train-gcn", SPEC, "--parts", "2", "--halo-staleness", "1", "--no-progress", "--checkpoint-dir", ck]
+    assert main(run + ["--method", "random", "--epochs", "3"]) == 0
+    capfd.readouterr()
+    assert main(run + ["--method", "metis", "--epochs", "5", "--resume"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "has partition_id " in err[0] and "resume on the same data and partition" in err[0], err
+    assert main(run + ["--method", "random", "--epochs", "5", "--resume"]) == 0  # the same partition resumes

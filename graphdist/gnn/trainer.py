@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from graphdist import comm
-from graphdist.checkpoint import resuming, with_recorded
+from graphdist.checkpoint import partition_id, resuming, with_recorded
 from graphdist.errors import ConfigError
 from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
 from graphdist.gnn.models import GNN
@@ -126,10 +126,13 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     lg = lg.without_edges()  # the adjacency and the exchangers hold what training needs
     opt = torch.optim.Adam(net.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
     task = GCNTask(cfg, net, opt, y, ids, masks, counts, dev, auto_bits)
+    identity = {"fingerprint": lg.fingerprint}
+    if cfg.halo_staleness:  # the held halo rows are saved by rank: they fit this partition only
+        identity["partition_id"] = partition_id(ids)
     lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=resuming(cfg), progress=cfg.progress and ctx.is_rank0, settings=cfg,
-                    identity={"fingerprint": lg.fingerprint})
+                    identity=identity)
     res = run_loop(task, lc, callbacks)
     link = getattr(net, "link", None)
     if getattr(net, "stale", None) is not None:

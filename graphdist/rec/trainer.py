@@ -19,14 +19,13 @@ keys and the history; ``resume`` continues to the same result (sampling needs no
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import statistics
 from dataclasses import asdict
 
 import torch
 
 from graphdist import comm
-from graphdist.checkpoint import resuming, with_recorded
+from graphdist.checkpoint import partition_id, resuming, with_recorded
 from graphdist.halo.exchange import CommStats
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.rounds import in_rounds
@@ -93,7 +92,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     fingerprint = lg.fingerprint
     del lg  # the adjacency and the exchange hold what training needs of the part
     popular = evaluator.popularity()
-    part_id = _partition_id(rd.owned)
+    part_id = partition_id(rd.owned)
     nb = rd.index.num_batches(cfg.batch_size)
     epochs = cfg.epochs if cfg.steps is None else min(cfg.epochs, -(-cfg.steps // nb))
     task = _RecTask(cfg, model, opt, adj, halo, halo_eval, rd, U, rank, ws, dev, evaluator, nb)
@@ -206,9 +205,3 @@ def _evaluate(model, adj, halo, evaluator) -> dict:
     out = evaluator(model(adj, halo))
     halo.stats.bytes, halo.stats.rows = saved
     return out
-
-
-def _partition_id(owned: torch.Tensor) -> str:
-    """Which rows each rank owns, as one hash (a checkpoint only fits the same partition)."""
-    mine = hashlib.blake2b(owned.cpu().numpy().tobytes(), digest_size=8).hexdigest()
-    return hashlib.blake2b("/".join(comm.all_gather_object(mine)).encode(), digest_size=8).hexdigest()

@@ -60,6 +60,10 @@ class Task:
     def loaded(self, state: dict) -> None:
         """After ``state`` was filled from a checkpoint (e.g. push it into the model)."""
 
+    def resharded(self, was: dict) -> None:
+        """After a resume from a snapshot of another world size or partition (``was``): forget
+        what the history says about the old layout (e.g. its traffic per epoch)."""
+
 
 @dataclass
 class LoopConfig:
@@ -89,6 +93,12 @@ class LoopConfig:
     """config fields that may differ on resume"""
     identity: dict = field(default_factory=dict)
     """facts a snapshot must share with this run (graph fingerprint, partition id, plan digest)"""
+    recorded: dict = field(default_factory=dict)
+    """facts a snapshot records without requiring them on resume (the partition of a run whose
+    state is replicated): what a resharded run reports it came from"""
+    reshard: bool = False
+    """the task's state is the same on every rank (replicated), so a snapshot written by another
+    number of ranks or on another partition of the same data loads as it is"""
 
 
 @dataclass
@@ -99,6 +109,9 @@ class LoopResult:
     """units done at the end"""
     stopped: bool
     """ended before ``total`` (early stopping or a callback)"""
+    resharded_from: dict | None = None
+    """the snapshot's world size and recorded facts, when it was written by another number of
+    ranks or another partition (``LoopConfig.reshard``); None otherwise"""
 
 
 def _segments(start: int, total: int, every: int) -> list[range]:
@@ -111,7 +124,7 @@ def _segments(start: int, total: int, every: int) -> list[range]:
     return out
 
 
-def _resume(ckpt: Checkpointer | None, lc: LoopConfig, task: Task) -> int:
+def _resume(ckpt: Checkpointer | None, lc: LoopConfig, task: Task) -> tuple[int, dict | None]:
     if ckpt is None:  # validate() refuses --resume without --checkpoint-dir
         raise MissingFileError("--resume needs --checkpoint-dir")
     snap = ckpt.latest()
@@ -119,8 +132,11 @@ def _resume(ckpt: Checkpointer | None, lc: LoopConfig, task: Task) -> int:
         raise MissingFileError(f"--resume: no checkpoint in {lc.checkpoint_dir} (no 'latest' file)")
     meta = ckpt.read_meta(snap)
     ws = comm.world()[1]
-    if meta.get("world_size") != ws:
-        raise ArtifactError(f"checkpoint {snap} was written by {meta.get('world_size')} ranks, this run has {ws}")
+    resharded = meta.get("world_size") != ws or any(meta.get(k, v) != v for k, v in lc.recorded.items())
+    if meta.get("world_size") != ws and not lc.reshard:
+        raise ArtifactError(f"checkpoint {snap} was written by {meta.get('world_size')} ranks, this run has {ws}, "
+                            "and its state belongs to those ranks (it cannot be resharded): resume on "
+                            f"{meta.get('world_size')} ranks and the same partition")
     for k, v in lc.identity.items():
         if meta.get(k) != v:
             raise ArtifactError(f"checkpoint {snap} has {k} {meta.get(k)}, this run has {v}: resume on the same "
@@ -131,8 +147,14 @@ def _resume(ckpt: Checkpointer | None, lc: LoopConfig, task: Task) -> int:
     ckpt.load(snap, state)
     task.loaded(state)
     task.history = meta["history"]
+    if resharded:
+        was = {"world_size": meta.get("world_size"), **{k: meta.get(k) for k in lc.recorded}}
+        task.resharded(was)
+        get_logger().info(f"resumed from {lc.unit} {int(meta['step'])} in {lc.checkpoint_dir}, resharded from "
+                          + ", ".join(f"{k} {v}" for k, v in was.items()) + f" onto {ws} ranks")
+        return int(meta["step"]), was
     get_logger().info(f"resumed from {lc.unit} {int(meta['step'])} in {lc.checkpoint_dir}")
-    return int(meta["step"])
+    return int(meta["step"]), None
 
 
 def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], bool], ...] = ()) -> LoopResult:
@@ -146,8 +168,8 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
         cause = comm.restart_cause()
         if comm.world()[0] == 0:
             get_logger().warning(f"restart {comm.restart_round()} of the worker group ({cause}); continuing {where}")
-    start = _resume(ckpt, lc, task) if lc.resume else 0
-    meta_base = {**lc.identity, "settings": run_settings(lc.settings, lc.free) if lc.settings is not None else None}
+    start, was = _resume(ckpt, lc, task) if lc.resume else (0, None)
+    meta_base = {**lc.identity, **lc.recorded, "settings": run_settings(lc.settings, lc.free) if lc.settings is not None else None}
 
     def save(t: int) -> None:
         task.before_save()
@@ -191,7 +213,7 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
         raise
     finally:
         bar.close()
-    return LoopResult(start, done, stopped)
+    return LoopResult(start, done, stopped, was)
 
 
 def _poll(signalled: GracefulStop) -> int | None:

@@ -126,10 +126,14 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     lg = lg.without_edges()  # the adjacency and the exchangers hold what training needs
     opt = torch.optim.Adam(net.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
     task = GCNTask(cfg, net, opt, y, ids, masks, counts, dev, auto_bits)
-    identity = {"fingerprint": lg.fingerprint}
-    if cfg.halo_staleness:  # the held halo rows are saved by rank: they fit this partition only
-        identity["partition_id"] = partition_id(ids)
-    lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", checkpoint_dir=cfg.checkpoint_dir,
+    # weights and Adam state are the same on every rank: a snapshot loads onto any number of
+    # ranks and any partition of the same graph (resharding); the held halo rows of
+    # --halo-staleness are saved by rank, and fit the partition that wrote them only
+    identity, part = {"fingerprint": lg.fingerprint}, {"partition_id": partition_id(ids)}
+    if cfg.halo_staleness:
+        identity.update(part)
+    lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", reshard=not cfg.halo_staleness,
+                    recorded={} if cfg.halo_staleness else part, checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=resuming(cfg), progress=cfg.progress and ctx.is_rank0, settings=cfg,
                     identity=identity)
@@ -182,6 +186,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "world_size": ws,
         "partition": pinfo,
         "epochs_run": len(hist["losses"]),
+        "run/resharded_from": res.resharded_from,
         "final/train_acc": hist["train_acc"][-1] if hist["train_acc"] else None,
         "val_acc": hist["val_acc"],
         "device": str(dev),
@@ -339,6 +344,10 @@ class GCNTask(Task):
         st = getattr(self.net, "stale", None)
         stale = st.state(comm.world()[0]) if st is not None else {}
         return {"model": msd, "optim": osd, **stale}  # stale halo rows: per rank
+
+    def resharded(self, was: dict) -> None:
+        for k in ("halo_rows_bytes", "halo_rows_bytes_sum"):  # the old partition's traffic
+            self.history.pop(k, None)
 
     def loaded(self, state: dict) -> None:
         from torch.distributed.checkpoint.state_dict import set_state_dict

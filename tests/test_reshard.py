@@ -1,0 +1,54 @@
+"""Resume on another number of ranks or another partition (resharding): a GCN's weights and
+Adam state are the same on every rank, so a checkpoint written at k = 4 continues at k = 2 or
+k = 1 on other partitions of the same graph, to the losses of the unbroken k = 4 run (k ranks
+compute what one process computes, up to the order of float sums)."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from graphdist.cli import main
+
+SPEC = "sbm:nodes=600,classes=3,avg_degree=6,features=8,seed=2"
+RUN = ["train-gcn", SPEC, "--method", "metis", "--no-progress", "--hidden", "16"]
+
+
+def _report(path):
+    return json.loads(path.read_text())
+
+
+def test_a_k4_checkpoint_resumes_at_k2_and_k1_with_the_unbroken_losses(tmp_path, capfd):
+    whole = tmp_path / "whole.json"
+    assert main(RUN + ["--parts", "4", "--epochs", "8", "--report", str(whole)]) == 0
+    ck = tmp_path / "ck4"
+    assert main(RUN + ["--parts", "4", "--epochs", "4", "--checkpoint-dir", str(ck)]) == 0
+    shutil.copytree(ck, tmp_path / "ck4-copy")
+    want = _report(whole)
+    for k, d in ((2, ck), (1, tmp_path / "ck4-copy")):
+        rep = tmp_path / f"k{k}.json"
+        capfd.readouterr()
+        assert main(RUN + ["--parts", str(k), "--epochs", "8", "--checkpoint-dir", str(d), "--resume",
+                           "--report", str(rep)]) == 0
+        got = _report(rep)
+        assert got["world_size"] == k and len(got["losses"]) == 8
+        assert got["losses"][:4] == want["losses"][:4]  # the history came with the checkpoint
+        assert got["losses"][4:] == pytest.approx(want["losses"][4:], rel=1e-5, abs=1e-6)
+        was = got["run/resharded_from"]
+        assert was["world_size"] == 4 and isinstance(was["partition_id"], str)
+        assert "resharded from world_size 4" in capfd.readouterr().err
+        if k > 1:  # the traffic reported is this partition's, not the old one's
+            assert got["comm/halo_bytes_per_epoch"] != want["comm/halo_bytes_per_epoch"]
+
+
+def test_a_checkpoint_with_state_by_rank_is_not_resharded(tmp_path, capfd):
+    """Stale halo rows belong to the ranks that wrote them: another world size is refused in one
+    line, never a shape error."""
+    ck = str(tmp_path / "ck")
+    run = RUN + ["--halo-staleness", "1", "--checkpoint-dir", ck]
+    assert main(run + ["--parts", "2", "--epochs", "2"]) == 0
+    capfd.readouterr()
+    assert main(run + ["--parts", "1", "--epochs", "4", "--resume"]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "was written by 2 ranks, this run has 1" in err[0] and "cannot be resharded" in err[0], err

@@ -220,7 +220,7 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
     task = _DLRMTask(cfg, sm, make_pipeline(cfg, sm.dmp, sm.opt, device), train_data, device, step_callbacks)
     lc = LoopConfig(total=T, unit="step", desc="train-dlrm", checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
-                    resume=resuming(cfg), progress=cfg.progress and rank == 0, poll_every=STOP_POLL_STEPS,
+                    resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and rank == 0, poll_every=STOP_POLL_STEPS,
                     settings=cfg, identity={"plan_digest": sm.plan_digest})
     sm.dmp.train()
     run_loop(task, lc, callbacks)

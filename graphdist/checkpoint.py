@@ -165,7 +165,7 @@ class Checkpointer:
 RESUME_FREE = frozenset({
     "spec", "partition", "parts", "nproc", "nodes", "report", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
     "resume", "progress", "summary", "timeout_s", "malloc_mmap_mb", "print_plan", "cache_dir", "epochs", "steps",
-    "eval_every", "memory_budget_gb", "link_gbps", "link_latency_us"})
+    "eval_every", "memory_budget_gb", "link_gbps", "link_latency_us", "tensorboard", "max_restarts"})
 """Config fields that do not change a run's result and may differ on ``--resume``: where the data
 and outputs are (the data itself is checked by its fingerprint), how many workers start where (the
 world size is checked), how often to save and evaluate, what is shown, and the length (a resumed

@@ -136,7 +136,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...]
             kw["required"] = True
         if f.metadata.get("positional"):
             kw.pop("dest")
-            target.add_argument(f.name, nargs="?" if optional or default else None,
+            target.add_argument(f.name, nargs="+" if get_origin(tp) is list else "?" if optional or default else None,
                                 default=None, help=doc, metavar=f.metadata.get("metavar", f.name.upper()))
             continue
         flag = flag_name(f)

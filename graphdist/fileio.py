@@ -145,7 +145,8 @@ def check_run_outputs(cfg) -> None:
     """Every output path of a trainer's config is writable, before any work: ``report``, and
     ``checkpoint_dir`` (with ``--resume``: it must already hold a checkpoint, and is not created;
     ``--resume auto`` starts afresh in an empty one),
-    plus ``cache_dir`` where the config has one. One line naming the flag otherwise."""
+    plus ``cache_dir`` and ``tensorboard`` where the config has them. One line naming the flag
+    otherwise."""
     from graphdist.errors import MissingFileError
     if cfg.report:
         check_output_file(cfg.report, "--report")
@@ -156,6 +157,8 @@ def check_run_outputs(cfg) -> None:
         check_output_dir(cfg.checkpoint_dir, "--checkpoint-dir")
     if getattr(cfg, "cache_dir", None):
         check_output_dir(cfg.cache_dir, "--cache-dir")
+    if getattr(cfg, "tensorboard", None):
+        check_output_dir(cfg.tensorboard, "--tensorboard")
 
 
 def cache_home() -> Path:

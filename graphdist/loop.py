@@ -60,6 +60,11 @@ class Task:
     def loaded(self, state: dict) -> None:
         """After ``state`` was filled from a checkpoint (e.g. push it into the model)."""
 
+    def scalars(self) -> dict:
+        """Extra values to chart after each unit (``--tensorboard``), by tag; the history's
+        per-unit series are charted without this."""
+        return {}
+
     def resharded(self, was: dict) -> None:
         """After a resume from a snapshot of another world size or partition (``was``): forget
         what the history says about the old layout (e.g. its traffic per epoch)."""
@@ -96,6 +101,9 @@ class LoopConfig:
     recorded: dict = field(default_factory=dict)
     """facts a snapshot records without requiring them on resume (the partition of a run whose
     state is replicated): what a resharded run reports it came from"""
+    tensorboard: str | None = None
+    """write the run's curves here as TensorBoard event files (rank 0): every per-unit series of
+    the history (loss, accuracies, epoch time, traffic), the task's own scalars, and memory"""
     reshard: bool = False
     """the task's state is the same on every rank (replicated), so a snapshot written by another
     number of ranks or on another partition of the same data loads as it is"""
@@ -112,6 +120,33 @@ class LoopResult:
     resharded_from: dict | None = None
     """the snapshot's world size and recorded facts, when it was written by another number of
     ranks or another partition (``LoopConfig.reshard``); None otherwise"""
+
+
+class _Board:
+    """``--tensorboard DIR`` on rank 0: after each unit, the new entries of every history series
+    that has one value per unit (the values a segment adds at its end are charted then, at their
+    own units), the task's scalars, and the process's peak resident memory."""
+
+    def __init__(self, log_dir: str, task: Task):
+        from torch.utils.tensorboard import SummaryWriter
+        self.w, self.task = SummaryWriter(log_dir=log_dir), task
+        self.seen = {k: len(v) for k, v in task.history.items() if isinstance(v, list)}
+
+    def write(self, done: int) -> None:
+        import resource
+        for k, v in self.task.history.items():
+            if not isinstance(v, list) or len(v) != done or len(v) <= self.seen.get(k, 0):
+                continue
+            for i in range(self.seen.get(k, 0), len(v)):
+                if isinstance(v[i], (int, float)) and not isinstance(v[i], bool):
+                    self.w.add_scalar(k, v[i], i + 1)
+            self.seen[k] = len(v)
+        for tag, val in self.task.scalars().items():
+            self.w.add_scalar(tag, val, done)
+        self.w.add_scalar("mem/peak_rss_bytes", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, done)
+
+    def close(self) -> None:
+        self.w.close()
 
 
 def _segments(start: int, total: int, every: int) -> list[range]:
@@ -177,6 +212,7 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
 
     bar = tqdm(total=lc.total, initial=start, desc=lc.desc, unit=lc.unit, dynamic_ncols=True,
                disable=not (comm.world()[0] == 0 and lc.progress))
+    board = _Board(lc.tensorboard, task) if lc.tensorboard and comm.world()[0] == 0 else None
     done, saved, stopped, signum = start, start if lc.resume else 0, False, None
     try:
         with GracefulStop() as signalled:
@@ -188,6 +224,8 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
                         bar.update(1)
                         if shown:
                             bar.set_postfix(shown)
+                        if board is not None:
+                            board.write(t)
                         stopped = any([bool(cb(t, task.history)) for cb in callbacks]) or task.should_stop()
                         if t % lc.poll_every == 0 or t == seg[-1] or stopped:
                             signum = _poll(signalled)
@@ -196,6 +234,8 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
                 finally:
                     gen.close()
                 task.end_segment()
+                if board is not None:
+                    board.write(done)  # series a segment adds at its end (the DLRM's losses)
                 boundary = done == seg[-1] and (lc.checkpoint_every > 0 or done == lc.total)
                 if ckpt is not None and (boundary or stopped or signum == signal.SIGTERM):
                     save(done)
@@ -213,6 +253,8 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
         raise
     finally:
         bar.close()
+        if board is not None:
+            board.close()
     return LoopResult(start, done, stopped, was)
 
 

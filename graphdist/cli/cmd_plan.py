@@ -13,7 +13,7 @@ from graphdist.gnn.plan import PlanConfig
 
 _TRAINING_ONLY = ("nproc", "nodes", "lr", "weight_decay", "weight_decay_all", "epochs", "row_normalize", "patience",
                   "reorder", "device", "report", "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume",
-                  "timeout_s", "malloc_mmap_mb", "progress", "summary", "max_restarts")
+                  "timeout_s", "malloc_mmap_mb", "progress", "summary", "max_restarts", "tensorboard")
 
 
 def _handler(args) -> int:

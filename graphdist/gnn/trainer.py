@@ -135,7 +135,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", reshard=not cfg.halo_staleness,
                     recorded={} if cfg.halo_staleness else part, checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
-                    resume=resuming(cfg), progress=cfg.progress and ctx.is_rank0, settings=cfg,
+                    resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and ctx.is_rank0, settings=cfg,
                     identity=identity)
     res = run_loop(task, lc, callbacks)
     link = getattr(net, "link", None)
@@ -344,6 +344,10 @@ class GCNTask(Task):
         st = getattr(self.net, "stale", None)
         stale = st.state(comm.world()[0]) if st is not None else {}
         return {"model": msd, "optim": osd, **stale}  # stale halo rows: per rank
+
+    def scalars(self) -> dict:
+        rb = self.history.get("halo_rows_bytes")  # fixed by the plan: rows, bytes per epoch
+        return {"comm/halo_bytes_per_epoch": rb[1]} if rb else {}
 
     def resharded(self, was: dict) -> None:
         for k in ("halo_rows_bytes", "halo_rows_bytes_sum"):  # the old partition's traffic

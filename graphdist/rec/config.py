@@ -82,6 +82,9 @@ class RecConfig:
     """checkpoint every N epochs (and at the last epoch)"""
     keep_checkpoints: int = 2
     """keep the newest N snapshots in --checkpoint-dir"""
+    tensorboard: str | None = field(default=None, metadata={"metavar": "DIR"})
+    """write the run's curves here for TensorBoard (loss, metrics, time, traffic, memory per
+    epoch or step; rank 0): tensorboard --logdir DIR"""
     resume: Literal[False, True, "auto"] = False
     """continue from the latest checkpoint in --checkpoint-dir; auto: if there is one, else start
     (what a worker group restarted by --max-restarts needs)"""

@@ -98,7 +98,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     task = _RecTask(cfg, model, opt, adj, halo, halo_eval, rd, U, rank, ws, dev, evaluator, nb)
     lc = LoopConfig(total=epochs, unit="epoch", desc="train-rec", checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
-                    resume=resuming(cfg), progress=cfg.progress and ctx.is_rank0, settings=cfg,
+                    resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and ctx.is_rank0, settings=cfg,
                     identity={"fingerprint": fingerprint, "partition_id": part_id})
     task.total = epochs
     res = run_loop(task, lc, callbacks)

@@ -167,3 +167,18 @@ def cache_home() -> Path:
     beside the user's data, whose folder may be read-only or shared."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "graphdist"
+
+
+def atomic_savefig(fig, path) -> None:
+    """Save a matplotlib figure to ``path`` atomically (a temporary file of the same suffix, so
+    the same format, renamed over it), and close the figure."""
+    import matplotlib.pyplot as plt
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.stem}.tmp-{os.getpid()}{p.suffix}")
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, p)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)

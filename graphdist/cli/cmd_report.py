@@ -60,8 +60,6 @@ def summary(name: str, rep: dict) -> str:
 
 
 def plot(reps: dict[str, dict], path: str) -> None:
-    import os
-
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -80,14 +78,8 @@ def plot(reps: dict[str, dict], path: str) -> None:
         axes[0][1].set(title=", ".join(names), xlabel="epoch or step")
         axes[0][1].legend(fontsize=8)
     fig.tight_layout()
-    p = Path(path)
-    tmp = p.with_name(f".{p.stem}.tmp-{os.getpid()}{p.suffix}")  # same suffix: the format
-    try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, p)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)
+    from graphdist.fileio import atomic_savefig
+    atomic_savefig(fig, path)
 
 
 def _handler(args) -> int:

@@ -376,12 +376,5 @@ def plot_compare(report: dict, path) -> None:
     fig.suptitle(f"{report['graph']}  ({report['nodes']:,} nodes, {report['edges']:,} edges)  "
                  f"hatched = over the {lim:.0%} imbalance limit", fontsize=11)
     fig.tight_layout()
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.stem}.tmp-{os.getpid()}{p.suffix}")  # same suffix: the format
-    try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, p)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)
+    from graphdist.fileio import atomic_savefig
+    atomic_savefig(fig, path)

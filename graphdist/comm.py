@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from graphdist.errors import DistributedError
+from graphdist.runtime import restart_round
 
 
 def world(group=None) -> tuple[int, int]:
@@ -257,12 +258,6 @@ def first_sentences(text: str, limit: int = 200) -> str:
 def _store():
     from graphdist.runtime import job_store
     return job_store()
-
-
-def restart_round() -> int:
-    """How many times torch's agent has restarted this worker group (``--max-restarts``): 0 on
-    the first start."""
-    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
 def _key(*parts, round_: int | None = None) -> str:

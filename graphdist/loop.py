@@ -198,11 +198,10 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
     when checkpointing). Raises :class:`~graphdist.errors.Interrupted` on a signal."""
     from tqdm import tqdm
     ckpt = Checkpointer(lc.checkpoint_dir, lc.keep_checkpoints) if lc.checkpoint_dir else None
-    if comm.restart_round() > 0:  # torch's agent restarted the worker group (--max-restarts)
+    if comm.restart_round() > 0 and comm.world()[0] == 0:  # the agent restarted the group (--max-restarts)
         where = f"from the latest checkpoint in {lc.checkpoint_dir}" if lc.resume else "from the start (no checkpoint)"
-        cause = comm.restart_cause()
-        if comm.world()[0] == 0:
-            get_logger().warning(f"restart {comm.restart_round()} of the worker group ({cause}); continuing {where}")
+        get_logger().warning(f"restart {comm.restart_round()} of the worker group ({comm.restart_cause()}); "
+                             f"continuing {where}")
     start, was = _resume(ckpt, lc, task) if lc.resume else (0, None)
     meta_base = {**lc.identity, **lc.recorded, "settings": run_settings(lc.settings, lc.free) if lc.settings is not None else None}
 

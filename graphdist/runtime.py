@@ -97,8 +97,7 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> DistCont
             except Exception as e:  # noqa: BLE001 - rendezvous failures are user-facing
                 raise DistributedError(f"rank {rank}: could not reach the job's store at {os.environ['MASTER_ADDR']}:"
                                        f"{os.environ['MASTER_PORT']}: {e}") from e
-            restarts = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
-            store = {"store": dist.PrefixStore(f"graphdist/round{restarts}", _JOB_STORE)}
+            store = {"store": dist.PrefixStore(f"graphdist/round{restart_round()}", _JOB_STORE)}
         else:
             store = {}
         try:
@@ -113,6 +112,12 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> DistCont
 
 
 _JOB_STORE = None
+
+
+def restart_round() -> int:
+    """How many times torch's agent has restarted this worker group (``--max-restarts``): 0 on
+    the first start."""
+    return int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") or 0)
 
 
 def job_store():

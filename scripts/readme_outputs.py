@@ -1,11 +1,12 @@
-"""Check (or rewrite) the README's output blocks against what their commands print today.
+"""Check (or rewrite) the output blocks of the README and the docs pages against what their
+commands print today.
 
     python scripts/readme_outputs.py            # check every marked block; exit 1 on a drift
-    python scripts/readme_outputs.py --write    # run them and write what they print into the README
+    python scripts/readme_outputs.py --write    # run them and write what they print into the pages
     python scripts/readme_outputs.py --list     # the marked blocks and their commands
 
-A block is marked by an HTML comment (invisible on the rendered page) on the line before its
-opening fence::
+The pages are README.md and every ``docs/**/*.md``. A block is marked by an HTML comment
+(invisible on the rendered page) on the line before its opening fence::
 
     ```
     graphdist partition ... --out runs/parts          <- the commands: the fenced block above
@@ -23,7 +24,8 @@ directory (a later one may read what an earlier one wrote, e.g. ``runs/parts``),
 must be printed by them, in order, after figures that depend on the machine and its load are
 masked (milliseconds, seconds, MiB of memory, samples per second): accuracies, losses, rows,
 bytes and epochs must match exactly. A block whose real data is not in the data homes is skipped,
-saying which file is missing.
+saying which file is missing. Blocks with the same commands (an example the README repeats from
+a guide) run once and are checked each against that one run.
 """
 from __future__ import annotations
 
@@ -39,6 +41,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+DOCS = REPO / "docs"
 MARK = re.compile(r"^<!-- output: (the commands above|the \$ lines) -->$")
 VOLATILE = [  # (pattern, stands for): what a machine and its load change, masked on both sides
     (re.compile(r"\d[\d,]*(\.\d+)? ms"), "<t> ms"),
@@ -61,6 +64,13 @@ class Block:
     """0-based indices of the first and one past the last line of the block's body"""
     data: list[str] = field(default_factory=list)
     """relative data paths the commands read (``KIND:PATH`` specs), looked up in the data homes"""
+    doc: Path = README
+    """the page the block is on"""
+
+    @property
+    def where(self) -> str:
+        """``page:line`` relative to the repository, for messages and test ids"""
+        return f"{self.doc.relative_to(REPO)}:{self.line}"
 
 
 def _fences(lines: list[str]) -> list[tuple[int, int]]:
@@ -87,7 +97,12 @@ def _commands(text_lines: list[str]) -> list[str]:
     return [c for c in joined if c.startswith("graphdist ")]
 
 
-def blocks(lines: list[str]) -> list[Block]:
+def pages() -> list[Path]:
+    """README.md and every Markdown page of the docs site, in a fixed order."""
+    return [README, *sorted(p for p in DOCS.rglob("*.md") if "hooks" not in p.relative_to(DOCS).parts)]
+
+
+def blocks(lines: list[str], doc: Path = README) -> list[Block]:
     fences = _fences(lines)
     out = []
     for n, (a, b) in enumerate(fences):
@@ -102,10 +117,23 @@ def blocks(lines: list[str]) -> list[Block]:
             pa, pb = fences[n - 1]
             cmds, expected = _commands(lines[pa + 1:pb]), body
         if not cmds:
-            raise SystemExit(f"readme_outputs: {README.name}:{a + 1}: a marked block without commands above it")
+            raise SystemExit(f"readme_outputs: {doc.relative_to(REPO)}:{a + 1}: a marked block without commands above it")
         data = [w.split(":", 1)[1].split(",")[0] for c in cmds for w in shlex.split(c)
                 if re.match(r"^(planetoid|edgelist|ratings|criteo|lightgcn|ogb|npz):[^/]", w)]
-        out.append(Block(a + 1, cmds, expected, a + 1, b, data))
+        out.append(Block(a + 1, cmds, expected, a + 1, b, data, doc))
+    return out
+
+
+def all_blocks() -> list[Block]:
+    """The marked blocks of every page (README.md first)."""
+    return [b for p in pages() for b in blocks(p.read_text().splitlines(), p)]
+
+
+def by_commands(found: list[Block]) -> dict[tuple[str, ...], list[Block]]:
+    """The blocks grouped by their commands, in order of first appearance: each group runs once."""
+    out: dict[tuple[str, ...], list[Block]] = {}
+    for b in found:
+        out.setdefault(tuple(b.commands), []).append(b)
     return out
 
 
@@ -166,29 +194,35 @@ def rewrite(lines: list[str], block: Block, got: list[str]) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help="write what the commands print into the README")
+    ap.add_argument("--write", action="store_true", help="write what the commands print into the pages")
     ap.add_argument("--list", action="store_true", help="list the marked blocks and their commands")
     args = ap.parse_args(argv)
-    lines = README.read_text().splitlines()
-    found, bad = blocks(lines), 0
-    for b in reversed(found) if args.write else found:
-        if args.list:
-            print(f"README.md:{b.line}: " + " && ".join(b.commands))
-            continue
-        miss = missing_data(b)
+    found, bad = all_blocks(), 0
+    if args.list:
+        for b in found:
+            print(f"{b.where}: " + " && ".join(b.commands))
+        return 0
+    printed: dict[tuple[str, ...], list[str]] = {}
+    for cmds, group in by_commands(found).items():
+        miss = missing_data(group[0])
         if miss:
-            print(f"README.md:{b.line}: skipped, not in the data homes: {', '.join(miss)}")
+            print(f"{group[0].where}: skipped, not in the data homes: {', '.join(miss)}")
             continue
-        got = run(b)
-        if args.write:
-            rewrite(lines, b, got)
-            print(f"README.md:{b.line}: written")
-            continue
-        d = drift(b, got)
-        bad += bool(d)
-        print(f"README.md:{b.line}: " + ("ok" if not d else "drifted; not printed now:\n  " + "\n  ".join(d)))
+        printed[cmds] = run(group[0])
+        for b in group:
+            if not args.write:
+                d = drift(b, printed[cmds])
+                bad += bool(d)
+                print(f"{b.where}: " + ("ok" if not d else "drifted; not printed now:\n  " + "\n  ".join(d)))
     if args.write:
-        README.write_text("\n".join(lines) + "\n")
+        for page in pages():
+            lines = page.read_text().splitlines()
+            mine = [b for b in blocks(lines, page) if tuple(b.commands) in printed]
+            for b in reversed(mine):  # bottom up: a rewritten block may change the lines below it
+                rewrite(lines, b, printed[tuple(b.commands)])
+                print(f"{b.where}: written")
+            if mine:
+                page.write_text("\n".join(lines) + "\n")
     return 1 if bad else 0
 
 

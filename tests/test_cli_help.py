@@ -51,12 +51,24 @@ def test_data_info_lists_every_spec_kind():
     assert all(f"\n  {name}:" in text for name in KINDS), text
 
 
-def _readme_commands() -> list[str]:
-    """Every ``graphdist ...`` command the README shows: lines of its fenced blocks (joined across
-    backslash continuations, ``$ `` prompts dropped) and inline code spans."""
-    import re
+def _pages() -> list:
+    """README.md and every page of the docs site (``docs/**/*.md``)."""
     from pathlib import Path
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    repo = Path(__file__).resolve().parents[1]
+    return [repo / "README.md", *sorted(p for p in (repo / "docs").rglob("*.md") if "hooks" not in p.parts)]
+
+
+def test_the_checks_read_the_readme_and_every_guide():
+    names = {p.relative_to(p.parents[1]).as_posix() if p.parent.name == "guides" else p.name for p in _pages()}
+    assert {"README.md", "guides/gcn.md", "guides/dlrm.md", "guides/recommender.md", "guides/pyg.md"} <= names, names
+
+
+def _readme_commands(text: str | None = None) -> list[str]:
+    """Every ``graphdist ...`` command the README and the docs pages show: lines of their fenced
+    blocks (joined across backslash continuations, ``$ `` prompts dropped) and inline code spans."""
+    import re
+    if text is None:
+        return [c for p in _pages() for c in _readme_commands(p.read_text())]
     out, in_block, cur = [], False, ""
     for ln in text.splitlines():
         if ln.startswith("```"):
@@ -76,9 +88,9 @@ def _readme_commands() -> list[str]:
     return out
 
 
-def test_every_readme_command_parses_with_the_cli_flags():
-    """A README command uses the CLI's own flags (one once named a benchmark script's
-    ``--dataset``); placeholders such as SPEC, K or ``...`` are filled in before parsing."""
+def test_every_documented_command_parses_with_the_cli_flags():
+    """A command in the README or the docs uses the CLI's own flags (one once named a benchmark
+    script's ``--dataset``); placeholders such as SPEC, K or ``...`` are filled in before parsing."""
     import shlex
     cmds = _readme_commands()
     assert len(cmds) > 40
@@ -97,17 +109,16 @@ def test_every_readme_command_parses_with_the_cli_flags():
     assert bad == [], bad
 
 
-def test_every_flag_the_readme_names_is_a_cli_flag():
-    """A flag in the README's prose (`` `--flag ...` ``) is one of the CLI's, or belongs to the
-    script the sentence names (listed here with it)."""
+def test_every_flag_the_docs_name_is_a_cli_flag():
+    """A flag in the prose of the README or a docs page (`` `--flag ...` ``) is one of the CLI's,
+    or belongs to the script the sentence names (listed here with it)."""
     import re
-    from pathlib import Path
     scripts = {"--dest": "scripts/fetch_planetoid.py", "--bits": "examples/gat_cora.py",
-               "--rdzv-": "torchrun's --rdzv-* family"}
+               "--test": "scripts/install.sh", "--rdzv-": "torchrun's --rdzv-* family"}
     p = build_parser()
     sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
     flags = {o for sp in sub.choices.values() for a in sp._actions for o in a.option_strings}
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = "\n".join(p.read_text() for p in _pages())
     named = set(re.findall(r"`(--[a-z0-9-]+)[^`]*`", text))
     assert len(named) > 50
     assert sorted(named - flags - set(scripts)) == []

@@ -1,6 +1,7 @@
-"""Every README output block marked ``<!-- output: ... -->`` is what its commands print today
-(``scripts/readme_outputs.py``; ``--write`` rewrites the blocks after a change that moves a
-figure). Times and memory are masked; rows, bytes, accuracies, losses and epochs must match."""
+"""Every output block marked ``<!-- output: ... -->`` in README.md and the docs pages
+(``docs/**/*.md``) is what its commands print today (``scripts/readme_outputs.py``; ``--write``
+rewrites the blocks after a change that moves a figure). Times and memory are masked; rows, bytes,
+accuracies, losses and epochs must match. Blocks with the same commands run once."""
 from __future__ import annotations
 
 import importlib.util
@@ -15,7 +16,8 @@ ro = importlib.util.module_from_spec(_spec)
 sys.modules.setdefault("readme_outputs", ro)  # its dataclasses look their module up
 _spec.loader.exec_module(ro)
 
-BLOCKS = ro.blocks(ro.README.read_text().splitlines())
+BLOCKS = ro.all_blocks()
+GROUPS = ro.by_commands(BLOCKS)
 
 
 def test_the_checker_masks_what_a_machine_changes_and_nothing_else():
@@ -32,18 +34,38 @@ def test_the_checker_masks_what_a_machine_changes_and_nothing_else():
                                                                          ["graphdist c"], ["y 2"])
 
 
-def test_the_readme_marks_its_output_blocks():
-    assert len(BLOCKS) >= 6
+def test_the_pages_mark_their_output_blocks():
+    """The README shows marked examples, and so do the guides (the blocks the README had before
+    the docs site: data info, partition and quality, the demo, train-gcn, Cora's exchanges, stale
+    halos and sampling, the DLRM warnings)."""
+    where = {b.doc.relative_to(ro.REPO).as_posix() for b in BLOCKS}
+    assert "README.md" in where and any(w.startswith("docs/guides/") for w in where), where
+    assert len(GROUPS) >= 7
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"line{b.line}" for b in BLOCKS])
-def test_a_readme_output_block_is_what_its_commands_print(block, monkeypatch):
+def test_repeated_blocks_are_grouped_and_pages_are_all_scanned(tmp_path, monkeypatch):
+    lines = ["```", "graphdist a", "```", "<!-- output: the commands above -->", "```", "x 1", "```"]
+    for name in ("README.md", "docs/guides/g.md", "docs/hooks/skip.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(ro, "REPO", tmp_path)
+    monkeypatch.setattr(ro, "README", tmp_path / "README.md")
+    monkeypatch.setattr(ro, "DOCS", tmp_path / "docs")
+    found = ro.all_blocks()
+    assert [b.where for b in found] == ["README.md:5", "docs/guides/g.md:5"]
+    assert list(ro.by_commands(found)) == [("graphdist a",)]
+
+
+@pytest.mark.parametrize("cmds", list(GROUPS), ids=[GROUPS[c][0].where for c in GROUPS])
+def test_a_marked_output_block_is_what_its_commands_print(cmds, monkeypatch):
+    group = GROUPS[cmds]
     monkeypatch.setenv("GRAPHDIST_DATA", str(SHARED_DATA))  # the real data of this machine, if any
-    missing = ro.missing_data(block)
+    missing = ro.missing_data(group[0])
     if missing:
         pytest.skip(f"real data not present: {', '.join(missing)}")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    got = ro.run(block, timeout=300)
-    assert ro.drift(block, got) == [], (f"README.md:{block.line} no longer shows what "
-                                        f"{' && '.join(block.commands)} prints (python scripts/readme_outputs.py "
-                                        f"--write updates it):\n" + "\n".join(got[-40:]))
+    got = ro.run(group[0], timeout=300)
+    for block in group:
+        assert ro.drift(block, got) == [], (f"{block.where} no longer shows what "
+                                            f"{' && '.join(block.commands)} prints (python scripts/readme_outputs.py "
+                                            f"--write updates it):\n" + "\n".join(got[-40:]))

@@ -1,7 +1,7 @@
-"""Every real-data spec in the README and the dataset cards resolves as written: its path is
-relative to the data home (never ``../shared`` or an absolute path of this machine) and starts
-with the folder of a dataset card, which says where the file comes from; and the ones whose
-files this machine has resolve through ``$GRAPHDIST_DATA``."""
+"""Every real-data spec in the README, the docs pages and the dataset cards resolves as written:
+its path is relative to the data home (never ``../shared`` or an absolute path of this machine)
+and starts with the folder of a dataset card, which says where the file comes from; and the ones
+whose files this machine has resolve through ``$GRAPHDIST_DATA``."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import REPO, SHARED_DATA
 
-DOCS = [REPO / "README.md", REPO / "datasets" / "README.md", *sorted((REPO / "datasets").glob("*/README.md"))]
+DOCS = [REPO / "README.md", *sorted(p for p in (REPO / "docs").rglob("*.md") if "hooks" not in p.parts),
+        REPO / "datasets" / "README.md", *sorted((REPO / "datasets").glob("*/README.md"))]
 SPEC = re.compile(r"\b(planetoid|edgelist|ratings|lightgcn|npz|ogb|criteo):([A-Za-z0-9_./~-]+)")
 EXAMPLES = {"bad.txt", "ratings.csv"}  # files the README writes itself to show an error
 
@@ -23,11 +24,13 @@ def _paths():
         for kind, path in SPEC.findall(doc.read_text()):
             if path.isupper() or path.split("/")[0].isupper() or path in EXAMPLES:
                 continue  # a placeholder (FILE, DIR, ROOT/NAME)
-            out.add((doc.name if doc.parent == REPO else f"{doc.parent.name}/{doc.name}", kind, path))
+            out.add((doc.relative_to(REPO).as_posix(), kind, path))
     return sorted(out)
 
 
-def test_the_readme_has_real_data_specs():
+def test_the_readme_and_the_docs_have_real_data_specs():
+    docs = {d for d, _, _ in _paths()}
+    assert "README.md" in docs and "docs/guides/gcn.md" in docs and "docs/datasets.md" in docs, docs
     kinds = {k for _, k, _ in _paths()}
     assert {"planetoid", "edgelist", "ratings"} <= kinds, kinds
 

@@ -21,9 +21,9 @@ pytest.importorskip("mkdocstrings_handlers.python", reason="the docs extras: pip
 def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("site")
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(REPO)}
-    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(out)],
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+    assert r.returncode == 0 and "WARNING" not in r.stderr, r.stdout[-4000:] + r.stderr[-4000:]
     return out
 
 
@@ -74,3 +74,15 @@ def test_the_api_reference_renders_the_docstrings(site):
             assert words(doc) in text, (page, name, words(doc))
     parts = " ".join(_text(site / "api" / "partitioners" / "index.html").split())
     assert words(partition.__doc__, 6) in parts
+
+
+def test_a_broken_link_or_anchor_is_a_warning():
+    """What ``--strict`` turns into errors: a link to a missing page or anchor, a link the site
+    cannot resolve, a page outside the navigation (``mkdocs.yml``'s ``validation``)."""
+    import logging
+
+    from mkdocs.config import load_config
+    cfg = load_config(str(REPO / "mkdocs.yml"))
+    v = cfg.validation
+    assert (v.links.not_found, v.links.anchors, v.links.unrecognized_links, v.nav.omitted_files,
+            v.nav.not_found) == (logging.WARNING,) * 5

@@ -2,7 +2,7 @@
 
     import graphdist.gnn.pyg as gd
 
-    part = gd.load_part("planetoid:../shared/datasets/planetoid/Cora")   # this rank's part
+    part = gd.load_part("planetoid:planetoid/Cora")   # this rank's part (path in the data home)
     model = gd.distribute(MyGAT(...), part)           # wraps every MessagePassing layer
     opt = torch.optim.Adam(model.parameters(), lr=0.005)
     for epoch in range(200):

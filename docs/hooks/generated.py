@@ -7,6 +7,9 @@ the site never drifts from them.
   are in the repository;
 - ``data-cards/*.md``: the dataset cards ``datasets/*/README.md`` (and ``datasets/README.md``);
 - ``examples/*.md``: the example scripts of ``examples/``, whole.
+
+The docstrings use Sphinx roles (``:class:`~graphdist.errors.GraphdistError` ``); on the API pages
+the role's name is dropped and ``~a.b.C`` shows as ``C``, as Sphinx shows it.
 """
 from __future__ import annotations
 
@@ -74,3 +77,12 @@ def on_files(files, config):
     for ex in sorted((REPO / "examples").glob("*.py")):
         add(f"examples/{ex.stem}.md", f"# examples/{ex.name}\n\n```python\n{ex.read_text().rstrip()}\n```\n")
     return files
+
+
+_ROLE = re.compile(r":(?:class|func|meth|mod|data|attr|exc):<code>(~?)([^<]*)</code>")
+
+
+def on_page_content(html, page, config, files):
+    if not page.file.src_uri.startswith("api/"):
+        return html
+    return _ROLE.sub(lambda m: f"<code>{m.group(2).rsplit('.', 1)[-1] if m.group(1) else m.group(2)}</code>", html)

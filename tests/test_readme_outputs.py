@@ -56,6 +56,24 @@ def test_repeated_blocks_are_grouped_and_pages_are_all_scanned(tmp_path, monkeyp
     assert list(ro.by_commands(found)) == [("graphdist a",)]
 
 
+def test_write_runs_a_repeated_block_once_and_rewrites_it_on_every_page(tmp_path, monkeypatch, capsys):
+    lines = ["```", "graphdist a", "```", "<!-- output: the commands above -->", "```", "rows 1, loss 0.5", "```"]
+    for name in ("README.md", "docs/guides/g.md"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(ro, "REPO", tmp_path)
+    monkeypatch.setattr(ro, "README", tmp_path / "README.md")
+    monkeypatch.setattr(ro, "DOCS", tmp_path / "docs")
+    monkeypatch.setattr(ro, "missing_data", lambda block: [])
+    calls = []
+    monkeypatch.setattr(ro, "run", lambda block, timeout=600: calls.append(block.commands) or ["rows 2, loss 0.25"])
+    assert ro.main([]) == 1  # drifted on both pages
+    assert ro.main(["--write"]) == 0 and ro.main([]) == 0
+    assert calls == [["graphdist a"]] * 3  # once per run of the script, not once per page
+    for name in ("README.md", "docs/guides/g.md"):
+        assert (tmp_path / name).read_text().splitlines()[5] == "rows 2, loss 0.25"
+
+
 @pytest.mark.parametrize("cmds", list(GROUPS), ids=[GROUPS[c][0].where for c in GROUPS])
 def test_a_marked_output_block_is_what_its_commands_print(cmds, monkeypatch):
     group = GROUPS[cmds]

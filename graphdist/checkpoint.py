@@ -41,7 +41,7 @@ from graphdist.errors import ArtifactError, ConfigError, Interrupted, MissingFil
 from graphdist.fileio import atomic_write_json, atomic_write_text, fsync_dir, fsync_file
 
 __all__ = ["Checkpointer", "interrupted", "run_settings", "check_settings", "recorded_setting", "with_recorded",
-           "RESUME_FREE"]
+           "RESUME_FREE", "state_layout", "layout_diff", "partition_id"]
 
 _META = "meta.json"
 _LATEST = "latest"
@@ -151,6 +151,14 @@ class Checkpointer:
         except (OSError, ValueError) as e:
             raise ArtifactError(f"{Path(snap) / _META}: unreadable ({e})") from None
 
+    def layout(self, snap) -> dict:
+        """``{key: global shape}`` of every tensor in snapshot ``snap`` (DCP's flattened keys, as
+        :func:`state_layout` gives them for a state dict): what a state must look like to load it."""
+        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+        md = FileSystemReader(str(snap)).read_metadata().state_dict_metadata
+        return {k: tuple(v.size) for k, v in md.items() if isinstance(v, TensorStorageMetadata)}
+
     def load(self, snap, state: dict) -> dict:
         """Fill ``state`` in place from snapshot ``snap``; returns its meta."""
         import torch.distributed.checkpoint as dcp
@@ -216,6 +224,30 @@ def check_settings(snap, saved: dict | None, cfg, free=RESUME_FREE) -> None:
     if diffs:
         raise ConfigError(f"--resume: checkpoint {snap} was written with other settings ({'; '.join(diffs)}); "
                           "resume with the same settings, or start a new --checkpoint-dir")
+
+
+def state_layout(state: dict) -> dict:
+    """``{key: global shape}`` of the tensors of a DCP state dict (ShardedTensor and DTensor by
+    their whole size), keyed as DCP stores them."""
+    import torch
+    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
+    flat, _ = flatten_state_dict(state)
+    return {k: tuple(v.size()) for k, v in flat.items() if isinstance(v, torch.Tensor)}
+
+
+def layout_diff(saved: dict, want: dict, most: int = 3) -> str:
+    """What keeps a snapshot of tensor layout ``saved`` from filling a state of layout ``want``
+    (both :func:`state_layout`): the keys it lacks and the shapes that differ, the first
+    ``most`` of each; "" when every wanted tensor is there with its shape. Keys the snapshot has
+    beyond ``want`` are not read."""
+    missing = [k for k in want if k not in saved]
+    shapes = [f"{k} {list(saved[k])} -> {list(want[k])}" for k in want if k in saved and saved[k] != want[k]]
+    out = []
+    if missing:
+        out.append(f"{len(missing)} tensors it does not hold ({', '.join(missing[:most])}{', ...' if len(missing) > most else ''})")
+    if shapes:
+        out.append(f"{len(shapes)} of other shapes ({'; '.join(shapes[:most])}{'; ...' if len(shapes) > most else ''})")
+    return " and ".join(out)
 
 
 def partition_id(owned) -> str:

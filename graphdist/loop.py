@@ -25,11 +25,17 @@ from typing import Callable, Iterator
 import torch
 
 from graphdist import comm
-from graphdist.checkpoint import RESUME_FREE, Checkpointer, check_settings, interrupted, run_settings
+from graphdist.checkpoint import (RESUME_FREE, Checkpointer, check_settings, interrupted, layout_diff, run_settings,
+                                  state_layout)
 from graphdist.errors import USER_ERRORS, ArtifactError, MissingFileError
 from graphdist.runtime import GracefulStop, get_logger
 
-__all__ = ["Task", "LoopConfig", "LoopResult", "run_loop"]
+__all__ = ["Task", "LoopConfig", "LoopResult", "run_loop", "facts"]
+
+
+def facts(d: dict) -> str:
+    """``world_size 4, partition_id 1f2e...``: a layout's facts in one line's words."""
+    return ", ".join(f"{k} {v}" for k, v in d.items())
 
 
 class Task:
@@ -69,6 +75,22 @@ class Task:
         """After a resume from a snapshot of another world size or partition (``was``): forget
         what the history says about the old layout (e.g. its traffic per epoch)."""
 
+    def load_resharded(self, ckpt: Checkpointer, snap, was: dict, now: dict) -> None:
+        """Fill the state from snapshot ``snap``, written by another world size or partition
+        (``was``: its world size and recorded facts; ``now``: this run's); only with
+        ``LoopConfig.reshard``. The
+        default loads :meth:`state` through DCP, which places replicated tensors and the shards of
+        ShardedTensors / DTensors wherever this layout keeps them, after checking that the
+        snapshot holds every tensor with its whole shape (else one line naming what differs).
+        A task whose state is kept by rank under its own keys overrides it. Collective."""
+        state = self.state()
+        diff = layout_diff(ckpt.layout(snap), state_layout(state))
+        if diff:
+            raise ArtifactError(f"checkpoint {snap} ({facts(was)}) cannot be resharded onto this run "
+                                f"({facts(now)}): it has {diff}")
+        ckpt.load(snap, state)
+        self.loaded(state)
+
 
 @dataclass
 class LoopConfig:
@@ -105,8 +127,11 @@ class LoopConfig:
     """write the run's curves here as TensorBoard event files (rank 0): every per-unit series of
     the history (loss, accuracies, epoch time, traffic), the task's own scalars, and memory"""
     reshard: bool = False
-    """the task's state is the same on every rank (replicated), so a snapshot written by another
-    number of ranks or on another partition of the same data loads as it is"""
+    """a snapshot written by another number of ranks or on another partition (another value of a
+    ``recorded`` fact) loads into this run (:meth:`Task.load_resharded`): the state is replicated,
+    sharded tensors DCP places anew, or the task redistributes it itself"""
+    why_not: str = ""
+    """without ``reshard``: why the state cannot move to another layout (in the refusal's line)"""
 
 
 @dataclass
@@ -167,26 +192,32 @@ def _resume(ckpt: Checkpointer | None, lc: LoopConfig, task: Task) -> tuple[int,
         raise MissingFileError(f"--resume: no checkpoint in {lc.checkpoint_dir} (no 'latest' file)")
     meta = ckpt.read_meta(snap)
     ws = comm.world()[1]
-    resharded = meta.get("world_size") != ws or any(meta.get(k, v) != v for k, v in lc.recorded.items())
-    if meta.get("world_size") != ws and not lc.reshard:
-        raise ArtifactError(f"checkpoint {snap} was written by {meta.get('world_size')} ranks, this run has {ws}, "
-                            "and its state belongs to those ranks (it cannot be resharded): resume on "
-                            f"{meta.get('world_size')} ranks and the same partition")
+    # a fact the snapshot does not record (written before it was recorded) is taken as unchanged
+    was = {"world_size": meta.get("world_size"), **{k: meta.get(k, v) for k, v in lc.recorded.items()}}
+    now = {"world_size": ws, **lc.recorded}
+    resharded = was != now
+    if resharded and not lc.reshard:
+        raise ArtifactError(f"checkpoint {snap} was written by {was['world_size']} ranks, this run has {ws} "
+                            f"({facts(was)} -> {facts(now)}), and its state belongs to those ranks (it "
+                            f"cannot be resharded{': ' + lc.why_not if lc.why_not else ''}): resume on "
+                            f"{was['world_size']} ranks and the same partition")
     for k, v in lc.identity.items():
         if meta.get(k) != v:
             raise ArtifactError(f"checkpoint {snap} has {k} {meta.get(k)}, this run has {v}: resume on the same "
                                 "data and partition")
     if lc.settings is not None:
         check_settings(snap, meta.get("settings"), lc.settings, lc.free)
-    state = task.state()
-    ckpt.load(snap, state)
-    task.loaded(state)
+    if resharded:
+        task.load_resharded(ckpt, snap, was, now)
+    else:
+        state = task.state()
+        ckpt.load(snap, state)
+        task.loaded(state)
     task.history = meta["history"]
     if resharded:
-        was = {"world_size": meta.get("world_size"), **{k: meta.get(k) for k in lc.recorded}}
         task.resharded(was)
         get_logger().info(f"resumed from {lc.unit} {int(meta['step'])} in {lc.checkpoint_dir}, resharded from "
-                          + ", ".join(f"{k} {v}" for k, v in was.items()) + f" onto {ws} ranks")
+                          f"{facts(was)} onto {ws} ranks")
         return int(meta["step"]), was
     get_logger().info(f"resumed from {lc.unit} {int(meta['step'])} in {lc.checkpoint_dir}")
     return int(meta["step"]), None

@@ -38,7 +38,7 @@ from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.link import Link
 from graphdist.halo.rounds import in_rounds
-from graphdist.halo.stale import StaleHalos
+from graphdist.halo.stale import STALE_WHY_NOT, StaleHalos
 from graphdist.halo.setup import check_plan, load_local
 from graphdist.halo.spmm import SparseAdj
 from graphdist.loop import LoopConfig, Task, run_loop
@@ -128,15 +128,13 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     task = GCNTask(cfg, net, opt, y, ids, masks, counts, dev, auto_bits)
     # weights and Adam state are the same on every rank: a snapshot loads onto any number of
     # ranks and any partition of the same graph (resharding); the held halo rows of
-    # --halo-staleness are saved by rank, and fit the partition that wrote them only
-    identity, part = {"fingerprint": lg.fingerprint}, {"partition_id": partition_id(ids)}
-    if cfg.halo_staleness:
-        identity.update(part)
+    # --halo-staleness belong to the cut of the partition that wrote them (halo/stale.py)
     lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", reshard=not cfg.halo_staleness,
-                    recorded={} if cfg.halo_staleness else part, checkpoint_dir=cfg.checkpoint_dir,
+                    why_not=STALE_WHY_NOT if cfg.halo_staleness else "", recorded={"partition_id": partition_id(ids)},
+                    checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and ctx.is_rank0, settings=cfg,
-                    identity=identity)
+                    identity={"fingerprint": lg.fingerprint})
     res = run_loop(task, lc, callbacks)
     link = getattr(net, "link", None)
     if getattr(net, "stale", None) is not None:

@@ -19,12 +19,35 @@ Smoothing (PipeGCN-GF, ``--staleness-smoothing gamma``): the rows used are
 :meth:`StaleHalos.state` / :meth:`StaleHalos.load` put the held rows (and the smoothed ones) in
 the checkpoint, per rank, so a resumed run continues bit for bit. Evaluation must use another,
 exact exchanger (the trainer builds one).
+
+Resharding (resume on another number of ranks or another partition) is refused
+(:data:`STALE_WHY_NOT`), because what is held belongs to the cut of the partition that wrote it:
+
+* the held forward rows of layer ``l`` are ``h_l(t)`` of the old halo nodes only. A new partition
+  has other halo nodes; for ``l >= 1`` the previous epoch's activations of a node that was in no
+  old halo were never kept (only the input layer's rows, the features, could be rebuilt);
+* a held backward row is a *sum over one peer's destinations* of that peer's edge terms
+  (``sum_v a_uv g_v(t)`` for the node ``u`` a rank sent to peer ``p``). A new partition groups
+  the destinations into other peers; the old sums can be neither split nor regrouped (the
+  smoothed rows of ``--staleness-smoothing`` likewise);
+* and even with every row rebuilt the resumed run would not be the unbroken one: the edges that
+  read last epoch's rows are the cut edges, so on another partition other edges would be stale
+  from the first resumed epoch (at k = 1 none: the run would turn exact), and the losses differ
+  from the unbroken run's by the staleness itself, not by float rounding.
+
+A stale run resumes on the partition it was written on (the same ``partition_id``: the same
+rows on every rank, from any artifact holding that assignment).
 """
 from __future__ import annotations
 
 import torch
 
-__all__ = ["StaleHalos"]
+__all__ = ["StaleHalos", "STALE_WHY_NOT"]
+
+STALE_WHY_NOT = ("with --halo-staleness the edges cut by the partition read last epoch's rows, held by the ranks "
+                 "as rows of their old halo and gradient sums per old peer; another partition cuts other edges, "
+                 "so neither those rows nor the unbroken run's losses carry over")
+"""Why a ``--halo-staleness`` checkpoint is not resharded (the loop's refusal line quotes it)."""
 
 _DIRS = ("forward", "backward")
 

@@ -130,6 +130,9 @@ class LoopConfig:
     """a snapshot written by another number of ranks or on another partition (another value of a
     ``recorded`` fact) loads into this run (:meth:`Task.load_resharded`): the state is replicated,
     sharded tensors DCP places anew, or the task redistributes it itself"""
+    layout_free: frozenset = frozenset({"method"})
+    """config fields that only choose the layout (the partitioner; DLRM's sharding): with
+    ``reshard`` they may differ on resume, as the layout may"""
     why_not: str = ""
     """without ``reshard``: why the state cannot move to another layout (in the refusal's line)"""
 
@@ -197,16 +200,15 @@ def _resume(ckpt: Checkpointer | None, lc: LoopConfig, task: Task) -> tuple[int,
     now = {"world_size": ws, **lc.recorded}
     resharded = was != now
     if resharded and not lc.reshard:
-        raise ArtifactError(f"checkpoint {snap} was written by {was['world_size']} ranks, this run has {ws} "
-                            f"({facts(was)} -> {facts(now)}), and its state belongs to those ranks (it "
-                            f"cannot be resharded{': ' + lc.why_not if lc.why_not else ''}): resume on "
-                            f"{was['world_size']} ranks and the same partition")
+        raise ArtifactError(f"checkpoint {snap} was written on {facts(was)}, this run has {facts(now)}; its state "
+                            f"belongs to those ranks (it cannot be resharded{': ' + lc.why_not if lc.why_not else ''}): "
+                            f"resume on {was['world_size']} ranks and the same partition")
     for k, v in lc.identity.items():
         if meta.get(k) != v:
             raise ArtifactError(f"checkpoint {snap} has {k} {meta.get(k)}, this run has {v}: resume on the same "
                                 "data and partition")
     if lc.settings is not None:
-        check_settings(snap, meta.get("settings"), lc.settings, lc.free)
+        check_settings(snap, meta.get("settings"), lc.settings, lc.free | lc.layout_free if lc.reshard else lc.free)
     if resharded:
         task.load_resharded(ckpt, snap, was, now)
     else:
@@ -217,7 +219,7 @@ def _resume(ckpt: Checkpointer | None, lc: LoopConfig, task: Task) -> tuple[int,
     if resharded:
         task.resharded(was)
         get_logger().info(f"resumed from {lc.unit} {int(meta['step'])} in {lc.checkpoint_dir}, resharded from "
-                          f"{facts(was)} onto {ws} ranks")
+                          f"{facts(was)} onto {ws} rank{'' if ws == 1 else 's'}")
         return int(meta["step"]), was
     get_logger().info(f"resumed from {lc.unit} {int(meta['step'])} in {lc.checkpoint_dir}")
     return int(meta["step"]), None

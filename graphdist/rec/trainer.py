@@ -99,7 +99,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     lc = LoopConfig(total=epochs, unit="epoch", desc="train-rec", checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and ctx.is_rank0, settings=cfg,
-                    identity={"fingerprint": fingerprint, "partition_id": part_id})
+                    identity={"fingerprint": fingerprint}, recorded={"partition_id": part_id}, reshard=True)
     task.total = epochs
     res = run_loop(task, lc, callbacks)
     hist, epoch = task.history, res.done
@@ -122,8 +122,8 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "time/eval_s": te.seconds,
         "comm/halo_bytes_per_epoch": mean(hist["halo_bytes"]),
         "comm/item_bytes_per_epoch": mean(hist["item_bytes"]),
-        "comm/halo_bytes_per_step": sum(hist["halo_bytes"]) / max(sum(steps), 1),
-        "comm/item_bytes_per_step": sum(hist["item_bytes"]) / max(sum(steps), 1),
+        "comm/halo_bytes_per_step": sum(hist["halo_bytes"]) / max(sum(steps[len(steps) - len(hist["halo_bytes"]):]), 1),
+        "comm/item_bytes_per_step": sum(hist["item_bytes"]) / max(sum(steps[len(steps) - len(hist["item_bytes"]):]), 1),
         "comm/halo": cfg.halo if ws > 1 else "none",
         "comm/halo_bits": cfg.halo_bits,
         "comm/halo_rounds": halo.rounds,
@@ -140,6 +140,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "eval_users_sampled": cfg.eval_users is not None,
         "eval/item_rows_peak": evaluator.stats.get("peak_item_rows"),
         "epochs_run": len(hist["losses"]),
+        "run/resharded_from": res.resharded_from,
         "data": {"users": U, "items": int(rd.item_owner.size), "train": rd.index.num_samples,
                  "test": sum(comm.all_gather_object(int(rd.test.shape[0])))},
         "device": str(dev),
@@ -188,15 +189,26 @@ class _RecTask(Task):
             yield post
 
     def state(self) -> dict:
-        """This rank's rows and their Adam moments under rank-specific keys (sharded, each stored
-        by its owner); Adam's step count is the same everywhere (stored once)."""
+        """This rank's rows, their global node ids and their Adam moments under rank-specific
+        keys (sharded, each stored by its owner); Adam's step count is the same everywhere
+        (stored once)."""
         w = self.model.weight
         st = self.opt.state[w]
         if not st:  # before the first step: Adam's initial state
             st.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(w), exp_avg_sq=torch.zeros_like(w))
         r = self.rank
-        return {f"embedding.rank{r}": w.detach(), f"adam_exp_avg.rank{r}": st["exp_avg"],
+        return {f"ids.rank{r}": self.rd.owned.to(torch.int64), f"embedding.rank{r}": w.detach(), f"adam_exp_avg.rank{r}": st["exp_avg"],
                 f"adam_exp_avg_sq.rank{r}": st["exp_avg_sq"], "adam_step": st["step"]}
+
+    def load_resharded(self, ckpt, snap, was: dict, now: dict) -> None:
+        """The rows (and Adam moments) of this rank's nodes, from the shards of another partition
+        (:func:`graphdist.rec.reshard.load_rows`)."""
+        from graphdist.rec.reshard import load_rows
+        load_rows(ckpt, snap, was, now, self.state(), self.rd.owned)
+
+    def resharded(self, was: dict) -> None:
+        for k in ("halo_bytes", "item_bytes"):  # the old partition's traffic
+            self.history[k] = []
 
 
 @torch.no_grad()

@@ -221,9 +221,10 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
     lc = LoopConfig(total=T, unit="step", desc="train-dlrm", checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and rank == 0, poll_every=STOP_POLL_STEPS,
-                    settings=cfg, identity={"plan_digest": sm.plan_digest})
+                    settings=cfg, recorded={"plan_digest": sm.plan_digest}, reshard=True,
+                    layout_free=frozenset({"sharding", "sparse_groups"}))
     sm.dmp.train()
-    run_loop(task, lc, callbacks)
+    res = run_loop(task, lc, callbacks)
     task.sync_now()  # one model to evaluate
     losses = task.history["losses"]
     tput = task.steps_run * cfg.batch_size / task.t_train if task.t_train > 0 else 0.0
@@ -239,7 +240,7 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
             "throughput/samples_per_s": tput, "steps": len(losses), "losses": losses,
             "sharding_plan": {n: {"type": t["type"], "ranks": t["ranks"]} for n, t in desc["tables"].items()},
             "world_size": world, "sparse_groups": cfg.sparse_groups,
-            "plan": desc, "plan_digest": sm.plan_digest,
+            "plan": desc, "plan_digest": sm.plan_digest, "run/resharded_from": res.resharded_from,
             "mem/peak_bytes": int(max(peaks)), "mem/peak_bytes_per_rank": [int(p) for p in peaks],
             "comm/replica_sync_bytes_per_step": round(max(m for _, m, _ in per_rank)),
             "comm/replica_sync_whole_bytes_per_step": round(max(w for _, _, w in per_rank)),

@@ -87,7 +87,8 @@ class Task:
         diff = layout_diff(ckpt.layout(snap), state_layout(state))
         if diff:
             raise ArtifactError(f"checkpoint {snap} ({facts(was)}) cannot be resharded onto this run "
-                                f"({facts(now)}): it has {diff}")
+                                f"({facts(now)}): it has {diff}; resume on {was['world_size']} ranks with the "
+                                "layout that wrote it")
         ckpt.load(snap, state)
         self.loaded(state)
 

@@ -12,7 +12,8 @@ import pytest
 from graphdist.cli import main
 
 SPEC = "sbm:nodes=600,classes=3,avg_degree=6,features=8,seed=2"
-RUN = ["train-gcn", SPEC, "--method", "metis", "--no-progress", "--hidden", "16"]
+RUN = ["train-gcn", SPEC, "--no-progress", "--hidden", "16"]
+METIS = ["--method", "metis"]
 
 
 def _report(path):
@@ -21,15 +22,16 @@ def _report(path):
 
 def test_a_k4_checkpoint_resumes_at_k2_and_k1_with_the_unbroken_losses(tmp_path, capfd):
     whole = tmp_path / "whole.json"
-    assert main(RUN + ["--parts", "4", "--epochs", "8", "--report", str(whole)]) == 0
+    assert main(RUN + METIS + ["--parts", "4", "--epochs", "8", "--report", str(whole)]) == 0
     ck = tmp_path / "ck4"
-    assert main(RUN + ["--parts", "4", "--epochs", "4", "--checkpoint-dir", str(ck)]) == 0
+    assert main(RUN + METIS + ["--parts", "4", "--epochs", "4", "--checkpoint-dir", str(ck)]) == 0
     shutil.copytree(ck, tmp_path / "ck4-copy")
     want = _report(whole)
-    for k, d in ((2, ck), (1, tmp_path / "ck4-copy")):
+    # k = 2 on another partitioner's parts: the partitioner is free when the state reshards
+    for k, d, method in ((2, ck, ["--method", "random"]), (1, tmp_path / "ck4-copy", METIS)):
         rep = tmp_path / f"k{k}.json"
         capfd.readouterr()
-        assert main(RUN + ["--parts", str(k), "--epochs", "8", "--checkpoint-dir", str(d), "--resume",
+        assert main(RUN + method + ["--parts", str(k), "--epochs", "8", "--checkpoint-dir", str(d), "--resume",
                            "--report", str(rep)]) == 0
         got = _report(rep)
         assert got["world_size"] == k and len(got["losses"]) == 8
@@ -47,7 +49,7 @@ def test_a_checkpoint_with_state_by_rank_is_not_resharded(tmp_path, capfd):
     """Stale halo rows belong to the ranks that wrote them: another world size is refused in one
     line, never a shape error."""
     ck = str(tmp_path / "ck")
-    run = RUN + ["--halo-staleness", "1", "--checkpoint-dir", ck]
+    run = RUN + METIS + ["--halo-staleness", "1", "--checkpoint-dir", ck]
     assert main(run + ["--parts", "2", "--epochs", "2"]) == 0
     capfd.readouterr()
     assert main(run + ["--parts", "1", "--epochs", "4", "--resume"]) == 2

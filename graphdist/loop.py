@@ -44,6 +44,10 @@ class Task:
     history: dict
     """JSON data kept in every checkpoint's meta and restored on resume (losses, metrics, ...)."""
 
+    optional: tuple = ()
+    """prefixes of :meth:`state` keys a snapshot may lack (written before they were saved); on a
+    resume onto the same layout they keep their current values"""
+
     def run(self, units: range) -> Iterator[dict | None]:
         """Train units ``units`` (1-based numbers, ascending), yielding after each one: the values
         to show on the progress bar (or None). Collective."""
@@ -214,6 +218,9 @@ def _resume(ckpt: Checkpointer | None, lc: LoopConfig, task: Task) -> tuple[int,
         task.load_resharded(ckpt, snap, was, now)
     else:
         state = task.state()
+        if task.optional:
+            held = ckpt.layout(snap)
+            state = {k: v for k, v in state.items() if k in held or not k.startswith(task.optional)}
         ckpt.load(snap, state)
         task.loaded(state)
     task.history = meta["history"]

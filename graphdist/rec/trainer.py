@@ -197,8 +197,11 @@ class _RecTask(Task):
         if not st:  # before the first step: Adam's initial state
             st.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(w), exp_avg_sq=torch.zeros_like(w))
         r = self.rank
-        return {f"ids.rank{r}": self.rd.owned.to(torch.int64), f"embedding.rank{r}": w.detach(), f"adam_exp_avg.rank{r}": st["exp_avg"],
-                f"adam_exp_avg_sq.rank{r}": st["exp_avg_sq"], "adam_step": st["step"]}
+        return {f"ids.rank{r}": self.rd.owned.to(torch.int64), f"embedding.rank{r}": w.detach(),
+                f"adam_exp_avg.rank{r}": st["exp_avg"], f"adam_exp_avg_sq.rank{r}": st["exp_avg_sq"],
+                "adam_step": st["step"]}
+
+    optional = ("ids.rank",)  # checkpoints written before resharding: the same partition still resumes
 
     def load_resharded(self, ckpt, snap, was: dict, now: dict) -> None:
         """The rows (and Adam moments) of this rank's nodes, from the shards of another partition

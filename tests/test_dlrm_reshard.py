@@ -2,8 +2,9 @@
 of their row-wise AdaGrad sums and the dense replicas wherever the new plan keeps them): a 1D
 row-wise checkpoint written at W = 4 continues
 
-* at W = 2 (1D): to the unbroken W = 4 run's losses (at G = 1 the update is the global-batch
-  mean whatever W is), and to a single-process reference started from the checkpoint's tensors;
+* at W = 2 (1D), row-wise and table-wise: to the unbroken W = 4 run's losses (at G = 1 the update
+  is the global-batch mean whatever W and the plan are), and to a single-process reference
+  started from the checkpoint's tensors;
 * as 2D with G = 2 replicas (W = 4): to the single-process G-replica reference (see
   tests/test_dlrm_2d.py) started from the checkpoint's tensors, read here without any sharding;
 
@@ -103,22 +104,29 @@ def _reference(snap: str, groups: int) -> list[float]:
     return losses
 
 
-def test_a_w4_row_wise_checkpoint_resumes_at_w2_and_as_2d(tmp_path):
-    ck, ck2d = str(tmp_path / "ck"), str(tmp_path / "ck2d")
-    whole = run_ranks(_job, 4, (dict(steps=STEPS),), timeout=300)[0]
-    cut = run_ranks(_job, 4, (dict(steps=CUT, checkpoint_dir=ck),), timeout=300)[0]
-    shutil.copytree(ck, ck2d)
-    snap = os.path.join(str(tmp_path), "snap")
-    shutil.copytree(os.path.join(ck, f"step_{CUT:08d}"), snap)
-    w2 = run_ranks(_job, 2, (dict(steps=STEPS, checkpoint_dir=ck, resume=True),), timeout=300)[0]
-    two_d = run_ranks(_job, 4, (dict(steps=STEPS, checkpoint_dir=ck2d, resume=True, sparse_groups=2),),
+def test_a_w4_row_wise_checkpoint_resumes_at_w2_as_table_wise_and_as_2d(tmp_path):
+    ck = str(tmp_path / "ck")
+    whole = run_ranks(_job, 4, (dict(steps=STEPS, checkpoint_dir=ck, checkpoint_every=CUT),), timeout=300)[0]
+    snap = os.path.join(ck, f"step_{CUT:08d}")
+    dirs = {}
+    for name in ("w2", "tw", "2d"):  # what a crash right after step CUT's checkpoint leaves
+        d = dirs[name] = str(tmp_path / f"ck-{name}")
+        shutil.copytree(snap, os.path.join(d, f"step_{CUT:08d}"))
+        with open(os.path.join(d, "latest"), "w") as f:
+            f.write(f"step_{CUT:08d}\n")
+    cut = {"losses": whole["losses"][:CUT], "digest": whole["digest"]}
+    w2 = run_ranks(_job, 2, (dict(steps=STEPS, checkpoint_dir=dirs["w2"], resume=True),), timeout=300)[0]
+    table_wise = run_ranks(_job, 2, (dict(steps=STEPS, checkpoint_dir=dirs["tw"], resume=True,
+                                          sharding="table_wise"),), timeout=300)[0]
+    two_d = run_ranks(_job, 4, (dict(steps=STEPS, checkpoint_dir=dirs["2d"], resume=True, sparse_groups=2),),
                       timeout=300)[0]
-    assert cut["losses"] == whole["losses"][:CUT]
-    for r in (w2, two_d):
+    for r in (w2, two_d, table_wise):
         assert r["losses"][:CUT] == cut["losses"]  # the history came with the checkpoint
         assert r["was"] == {"world_size": 4, "plan_digest": cut["digest"]} and r["digest"] != cut["digest"], r
     np.testing.assert_allclose(w2["losses"][CUT:], whole["losses"][CUT:], atol=1e-5, rtol=0)
-    np.testing.assert_allclose(w2["losses"][CUT:], _reference(snap, 1), atol=1e-5, rtol=0)
+    ref1 = _reference(snap, 1)
+    np.testing.assert_allclose(w2["losses"][CUT:], ref1, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(table_wise["losses"][CUT:], ref1, atol=1e-5, rtol=0)  # another --sharding
     ref2 = _reference(snap, 2)
     np.testing.assert_allclose(two_d["losses"][CUT:], ref2, atol=1e-5, rtol=0)
     assert max(abs(a - b) for a, b in zip(ref2, whole["losses"][CUT:])) > 1e-4  # 2D is another model

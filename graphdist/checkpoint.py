@@ -244,7 +244,8 @@ def layout_diff(saved: dict, want: dict, most: int = 3) -> str:
     shapes = [f"{k} {list(saved[k])} -> {list(want[k])}" for k in want if k in saved and saved[k] != want[k]]
     out = []
     if missing:
-        out.append(f"{len(missing)} tensors it does not hold ({', '.join(missing[:most])}{', ...' if len(missing) > most else ''})")
+        more = ", ..." if len(missing) > most else ""
+        out.append(f"{len(missing)} tensors it does not hold ({', '.join(missing[:most])}{more})")
     if shapes:
         out.append(f"{len(shapes)} of other shapes ({'; '.join(shapes[:most])}{'; ...' if len(shapes) > most else ''})")
     return " and ".join(out)

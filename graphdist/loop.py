@@ -205,8 +205,9 @@ def _resume(ckpt: Checkpointer | None, lc: LoopConfig, task: Task) -> tuple[int,
     now = {"world_size": ws, **lc.recorded}
     resharded = was != now
     if resharded and not lc.reshard:
+        why = f": {lc.why_not}" if lc.why_not else ""
         raise ArtifactError(f"checkpoint {snap} was written on {facts(was)}, this run has {facts(now)}; its state "
-                            f"belongs to those ranks (it cannot be resharded{': ' + lc.why_not if lc.why_not else ''}): "
+                            f"belongs to those ranks (it cannot be resharded{why}): "
                             f"resume on {was['world_size']} ranks and the same partition")
     for k, v in lc.identity.items():
         if meta.get(k) != v:

@@ -56,3 +56,15 @@ def test_a_checkpoint_with_state_by_rank_is_not_resharded(tmp_path, capfd):
     err = capfd.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "was written on world_size 2, partition_id " in err[0], err
     assert "this run has world_size 1, partition_id " in err[0] and "cannot be resharded" in err[0], err
+
+
+def test_layout_diff_names_missing_tensors_and_other_shapes():
+    """What keeps a snapshot from filling a state (the default resharding check), on paper."""
+    import torch
+
+    from graphdist.checkpoint import layout_diff, state_layout
+    want = state_layout({"model": {"w": torch.zeros(2, 4), "b": torch.zeros(4)}, "optim": {"m": torch.zeros(3)}})
+    assert want == {"model.w": (2, 4), "model.b": (4,), "optim.m": (3,)}
+    assert layout_diff({**want, "extra": (9,)}, want) == ""  # keys beyond the state are not read
+    got = layout_diff({"model.w": (4, 4), "model.b": (4,)}, want)
+    assert got == "1 tensors it does not hold (optim.m) and 1 of other shapes (model.w [4, 4] -> [2, 4])", got

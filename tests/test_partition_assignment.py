@@ -104,13 +104,14 @@ def test_parts_is_required_without_an_assignment(tmp_path, capsys):
 
 
 def test_a_run_that_would_not_fit_stops_before_partitioning(tmp_path, capsys, monkeypatch):
-    import graphdist.halo.budget as budget
+    import graphdist.memory as memory
+    import graphdist.partition.budget as budget
     import partitioners
-    from graphdist.halo.budget import estimate
+    from graphdist.partition.budget import estimate
     g = load_graph(SPEC)
     need = estimate(g, "metis", 4)
     assert need > budget.graph_bytes(g) > 0
-    monkeypatch.setattr(budget, "available_bytes", lambda: need - 1)
+    monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
     called = []
     monkeypatch.setattr(partitioners, "partition", lambda *a, **k: called.append(1))
     out = tmp_path / "art"
@@ -119,17 +120,17 @@ def test_a_run_that_would_not_fit_stops_before_partitioning(tmp_path, capsys, mo
     assert f"needs about {need / 2**30:.1f} GiB of memory, and {(need - 1) / 2**30:.1f} GiB is available" in err
     assert "--method metis at k=4" in err and not called and not out.exists()
     # the machine has room but this process's own limit (ulimit -d / -v) has not
-    monkeypatch.setattr(budget, "available_bytes", lambda: 4 * need)
-    monkeypatch.setattr(budget, "process_ceiling", lambda: need - 1)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 4 * need)
+    monkeypatch.setattr(memory, "process_ceiling", lambda: need - 1)
     assert main(["partition", SPEC, "--parts", "4", "--method", "metis", "--out", str(out)]) == 2
     assert f"and {(need - 1) / 2**30:.1f} GiB is available" in _one_line(capsys) and not called
     monkeypatch.undo()
-    monkeypatch.setattr(budget, "available_bytes", lambda: need)  # exactly enough: it runs
+    monkeypatch.setattr(memory, "available_bytes", lambda: need)  # exactly enough: it runs
     assert main(["partition", SPEC, "--parts", "4", "--method", "metis", "--out", str(out)]) == 0
 
 
 def test_estimate_grows_with_the_graph_and_the_method():
-    from graphdist.halo.budget import estimate
+    from graphdist.partition.budget import estimate
     small, big = load_graph(SPEC), load_graph("sbm:nodes=3000,classes=3,avg_degree=6,features=4,seed=1")
     for m in ("metis", "kaminpar", "auto", "fennel"):
         assert estimate(big, m, 4) > estimate(small, m, 4)
@@ -139,7 +140,7 @@ def test_estimate_grows_with_the_graph_and_the_method():
 def test_the_estimate_follows_where_metis_keeps_its_levels(monkeypatch):
     """METIS (alone or as auto's start) on disk: the estimate takes the on-disk per-edge
     coefficient, exactly, for the backend's own choice."""
-    from graphdist.halo.budget import PER_EDGE, PER_NODE_PART, WRITE_PER_EDGE, estimate, graph_bytes
+    from graphdist.partition.budget import PER_EDGE, PER_NODE_PART, WRITE_PER_EDGE, estimate, graph_bytes
     from partitioners import backends
     g = load_graph("sbm:nodes=3000,classes=3,avg_degree=6,features=4,seed=1")
     monkeypatch.setattr(backends, "scratch_dir", lambda: "/var/tmp")  # a folder on disk, whatever /tmp is here

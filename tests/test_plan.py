@@ -98,12 +98,12 @@ def test_a_rank_that_cannot_fit_stops_with_one_line(artifacts, monkeypatch):
     from graphdist.errors import ConfigError
     from graphdist.gnn.config import GCNConfig
     from graphdist.gnn.plan import check_fits
-    from graphdist.halo import budget
+    from graphdist import memory
     from graphdist.halo.parts import load_part
     lg = load_part(artifacts / "k1", 0)
     cfg = GCNConfig(partition=str(artifacts / "k1"), layers=2, hidden=64)
     check_fits(cfg, lg, 1)  # this machine has room for a 40k-node graph
-    monkeypatch.setattr(budget, "available_bytes", lambda: 2**28)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2**28)
     with pytest.raises(ConfigError, match=r"needs about 0\.\d GiB on this machine \(1 rank\(s\)\), and 0\.2 GiB"):
         check_fits(cfg, lg, 1)
 
@@ -120,7 +120,8 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
     from graphdist.errors import ConfigError
     from graphdist.gnn.config import GCNConfig
     from graphdist.gnn.plan import ROUNDS, check_fits, part_stats, rank_memory
-    from graphdist.halo import budget, build_plan
+    from graphdist import memory
+    from graphdist.halo import build_plan
     g = load_graph("sbm:nodes=8000,classes=4,avg_degree=12,features=64,seed=0")
     a = torch.randint(0, 4, (g.num_nodes,), generator=torch.Generator().manual_seed(0))
     lg = build_plan(g, a, 0, 4)
@@ -132,19 +133,19 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
     assert need[1] <= need[2] < 1.001 * need[1]  # two rounds are in flight at a time
     assert need[2] > need[4] > need[8] >= need[16]
     assert check_fits(cfg, lg, 4) == 1  # this machine holds it whole
-    monkeypatch.setattr(budget, "available_bytes", lambda: (need[4] + need[8]) // 2)
+    monkeypatch.setattr(memory, "available_bytes", lambda: (need[4] + need[8]) // 2)
     assert check_fits(cfg, lg, 4) == 8
     assert check_fits(dataclasses.replace(cfg, halo_rounds=64), lg, 4) == 64
     with pytest.raises(ConfigError, match=r"in 4 halo rounds, and"):
         check_fits(dataclasses.replace(cfg, halo_rounds=4), lg, 4)
-    monkeypatch.setattr(budget, "available_bytes", lambda: need[64] - 1)
+    monkeypatch.setattr(memory, "available_bytes", lambda: need[64] - 1)
     with pytest.raises(ConfigError, match=r"in 64 halo rounds, and"):
         check_fits(cfg, lg, 4)
     # the machine has room, but a rank's own limit (ulimit -d / -v) takes rounds, or stops it
-    monkeypatch.setattr(budget, "available_bytes", lambda: 2 * need[1])
-    monkeypatch.setattr(budget, "process_ceiling", lambda: (need[4] + need[8]) // 2)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2 * need[1])
+    monkeypatch.setattr(memory, "process_ceiling", lambda: (need[4] + need[8]) // 2)
     assert check_fits(cfg, lg, 4) == 8
-    monkeypatch.setattr(budget, "process_ceiling", lambda: need[64] - 1)
+    monkeypatch.setattr(memory, "process_ceiling", lambda: need[64] - 1)
     with pytest.raises(ConfigError, match=r"GiB per rank in 64 halo rounds, and a rank may hold only .* ulimit -d"):
         check_fits(cfg, lg, 4)
     # plan, in stats mode, with a replication that makes the halo three times the rows

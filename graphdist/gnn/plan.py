@@ -401,7 +401,7 @@ def check_fits(cfg, lg, world_size: int) -> int:
     import os
 
     from graphdist import comm
-    from graphdist.halo.budget import available_bytes, process_ceiling, resident_bytes
+    from graphdist.memory import available_bytes, process_ceiling, resident_bytes
     cands = round_choices(cfg, world_size)
     if lg.x is None:
         return cands[0]

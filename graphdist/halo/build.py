@@ -99,7 +99,7 @@ def _log(rank: int, msg: str) -> None:
 def build_artifact(cfg) -> dict:
     """This rank's share of the build in an existing process group of k ranks (k = the
     assignment's parts); returns the summary on every rank."""
-    from graphdist.halo.tools import read_assignment
+    from graphdist.halo.assignment import read_assignment
     from graphdist.specs import parse_spec
     t0 = time.perf_counter()
     rank, k = comm.world()

@@ -78,7 +78,7 @@ def check_rank_fits(lg, rd, cfg, n_eval_users: int, have: int | None = None, cei
     available there, and each rank's against its own process limit (``ulimit -d`` / ``-v``); one
     line naming the memory needed on every rank when it does not fit. ``have`` and ``ceiling``
     replace what this machine reports."""
-    from graphdist.halo.budget import available_bytes, process_ceiling
+    from graphdist.memory import available_bytes, process_ceiling
     need = estimate_rank_bytes(lg, rd, cfg, n_eval_users)
     have = available_bytes() if have is None else int(have)
     ceiling = process_ceiling() if ceiling is None else int(ceiling)

@@ -10,7 +10,7 @@ partitioner, the quality metrics, the parts), each linear in the stored edges ``
     need = max(graph - spilled + partitioner, graph + write)    partitioner = a * E + b * N * k
 
 where ``spilled`` is the features, which wait on disk while the partitioner runs when they are
-larger than :data:`SPILL_BYTES` (:func:`graphdist.halo.tools.features_on_disk`).
+larger than :data:`SPILL_BYTES` (:func:`graphdist.partition.tools.features_on_disk`).
 """
 from __future__ import annotations
 
@@ -73,40 +73,12 @@ def estimate(graph, method: str, k: int) -> int:
     return max(g - spilled + part, g + write)
 
 
-def available_bytes() -> int:
-    """Memory this process may still grow into on this machine: ``MemAvailable`` (or less where its
-    memory cgroup leaves less, :mod:`partitioners.sysmem`) plus its own resident set (Linux); else
-    the machine's physical memory. The machine's free memory is shared by its processes; a
-    process's own limits are :func:`process_ceiling`."""
-    from partitioners.sysmem import mem_available
-    avail = mem_available()
-    rss = resident_bytes()
-    if avail is None or rss is None:
-        from graphdist.runtime import host_memory_bytes
-        return host_memory_bytes()
-    return avail + rss
-
-
-def process_ceiling() -> int | None:
-    """The resident size this process may reach under its own limits (``ulimit -d`` / ``-v``, for
-    example a per-rank cap standing in for one device's memory): its resident set plus
-    :func:`partitioners.sysmem.process_headroom`; None when it has no such limit."""
-    from partitioners.sysmem import process_headroom
-    room, rss = process_headroom(), resident_bytes()
-    return None if room is None or rss is None else room + rss
-
-
-def resident_bytes() -> int | None:
-    """This process's resident set (``VmRSS``); None where it cannot be read."""
-    from partitioners.sysmem import proc_status_bytes
-    return proc_status_bytes("VmRSS").get("VmRSS")
-
-
 def check_fits(graph, method: str, k: int, have: int | None = None) -> int:
     """Raise :class:`ConfigError` (one line: needed and available GiB) when the estimate exceeds
     the memory available; returns the estimate."""
     need = estimate(graph, method, k)
     if have is None:
+        from graphdist.memory import available_bytes, process_ceiling
         from partitioners.sysmem import smallest
         have = smallest(available_bytes(), process_ceiling())
     have = int(have)

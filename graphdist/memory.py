@@ -8,13 +8,15 @@ from __future__ import annotations
 
 __all__ = ["PROCESS_BYTES", "resident_bytes", "available_bytes", "process_ceiling"]
 
-PROCESS_BYTES = 300 * 2 ** 20
-"""Resident bytes of a graphdist process before its data arrives: Python, torch, graphdist with
-its imports (PyG, torchrec) and a gloo process group. Measured by ``python
-benchmarks/memory_constants.py`` (the ``VmRSS`` of a fresh ``python -m graphdist.worker``-shaped
-process after those imports and ``init_distributed``, ranks 1 and 2 of 2, on this repository's
-2-core CPU box, torch 2.x CPU): see BENCHMARKS.md, "Memory model constants"; rounded up to the
-next 20 MiB over the largest rank measured."""
+PROCESS_BYTES = 340 * 2 ** 20
+"""Resident bytes of a graphdist process before its data counts: Python, torch, graphdist with its
+imports and a gloo process group. Measured as the peak resident set per rank
+(``mem/peak_bytes_per_rank``, the worker's ``VmHWM``) of ``train-gcn`` on a 400-node graph and
+``train-rec`` on 300 users, at k = 1 and 2, each in fresh processes started as a user starts them:
+``python benchmarks/memory_constants.py`` (BENCHMARKS.md, "Memory model constants"): 339 MiB for
+``train-gcn`` (PyG imported) and 275-292 MiB for ``train-rec`` on the 2-core CPU box with torch
+2.x; the largest, rounded up. ``graphdist partition`` adds it too (its coefficients per edge were
+fitted above the graph, not the process)."""
 
 
 def resident_bytes() -> int | None:

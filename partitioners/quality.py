@@ -37,7 +37,9 @@ QUALITY_KEYS = ("edge_cut", "edge_cut_fraction", "comm_volume", "max_recv", "max
                 "moved_max_recv")
 """Keys of :func:`quality` (plus ``bytes_per_layer`` when a feature width is given)."""
 
-_DENSE_LIMIT = 1 << 28  # N*k cells of the dense membership bitmap (256 MiB of bool)
+DENSE_PAIR_CELLS = 1 << 28
+"""N x k cells of the dense (node, part) membership bitmap (256 MiB of bool); above it the
+halo pairs come from sorting the cut edges' keys."""
 
 
 def check_assignment(graph, assignment, k: int | None = None) -> tuple[np.ndarray, int]:
@@ -94,7 +96,7 @@ class _Cache:
     def pairs(self) -> tuple[np.ndarray, np.ndarray]:
         if self._pairs is None:
             n, k = self.a.size, self.k
-            if n * k <= _DENSE_LIMIT:
+            if n * k <= DENSE_PAIR_CELLS:
                 kt = np.int32 if n * k < 2**31 else np.int64
                 key = self.src.astype(kt) * kt(k)
                 key += self.dst_part

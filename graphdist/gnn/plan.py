@@ -254,7 +254,7 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
     for i in range(len(layers) - 1, -1, -1):
         lay = layers[i]
         fi, fo, first = lay["f_in"], lay["f_out"], lay["train_first"]
-        into = lay["needs_input_grad"] or i > 0
+        into = i > 0 or cfg.label_rate > 0  # the layer's input needs a gradient (not the raw features)
         steps = ([fi] if into else []) + ([fi] if into else []) if first else [fo] + ([fi] if into else [])
         for j, width in enumerate(steps):
             sparse = (first and j == 1) or (not first and j == 0)

@@ -62,7 +62,7 @@ TARGETS = [  # (module, attribute, label); the attribute is replaced where it is
     ("partitioners.quality", "_Cache", "quality cache"),
     ("partitioners.cover", "halo_cover", "halo_cover"),
     ("partitioners.cover", "matching_size", "matching_size"),
-    ("graphdist.halo.plan", "_Shared", "plan shared"),
+    ("graphdist.halo.plan", "SharedArrays", "plan shared"),
     ("graphdist.halo.plan", "build_plan", "build_plan"),
     ("graphdist.halo.plan", "validate_plans", "validate_plans"),
     ("graphdist.halo.parts", "build_plans", "build_plans"),

@@ -74,15 +74,13 @@ def estimate_rank_bytes(lg, rd, cfg, n_eval_users: int) -> int:
     return int(need)
 
 
-def check_rank_fits(lg, rd, cfg, n_eval_users: int, have: int | None = None, ceiling: int | None = None) -> int:
+def check_rank_fits(lg, rd, cfg, n_eval_users: int) -> int:
     """Collective: every rank's estimate, summed over the ranks of this node, against the memory
     available there, and each rank's against its own process limit (``ulimit -d`` / ``-v``); one
-    line naming the memory needed on every rank when it does not fit. ``have`` and ``ceiling``
-    replace what this machine reports."""
+    line naming the memory needed on every rank when it does not fit."""
     from graphdist.memory import available_bytes, process_ceiling
     need = estimate_rank_bytes(lg, rd, cfg, n_eval_users)
-    have = available_bytes() if have is None else int(have)
-    ceiling = process_ceiling() if ceiling is None else int(ceiling)
+    have, ceiling = available_bytes(), process_ceiling()
     local = comm.all_gather_object((_host(), need, have, ceiling))
     mine = _host()
     node = [x for x in local if x[0] == mine]

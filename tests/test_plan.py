@@ -4,7 +4,7 @@ the process footprint) is within 10% of the measured one: the run's ``mem/peak_b
 less the peak of a 2-rank run on a 400-node graph (the footprint as measured, in fresh worker
 processes: 338-339 MiB at k = 1 and 2 alike, benchmarks/memory_constants.py; memory, not time, so a
 loaded machine does not move it). The graphs are sized so
-that this part is 0.6-1.6 times the footprint: a model predicting the footprint alone is off by
+that this part is 0.6-1.0 times the footprint (measured): a model predicting the footprint alone is off by
 100% of it."""
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
     python benchmarks/partition_profile.py SPEC --parts 4 --method metis --out /tmp/p4
 
-Runs exactly what ``graphdist partition`` runs (:func:`graphdist.halo.tools.partition_to_artifact`)
+Runs exactly what ``graphdist partition`` runs (:func:`graphdist.partition.tools.partition_to_artifact`)
 with a thread sampling this process' resident set (``/proc/self/statm``, every 10 ms) and the
 library's main steps wrapped as named phases (generation, CSR build, symmetric CSR, the METIS /
 KaMinPar call, quality, the halo cover, the plans, part writing, hashing). Prints one row per
@@ -62,7 +62,7 @@ TARGETS = [  # (module, attribute, label); the attribute is replaced where it is
     ("partitioners.quality", "_Cache", "quality cache"),
     ("partitioners.cover", "halo_cover", "halo_cover"),
     ("partitioners.cover", "matching_size", "matching_size"),
-    ("graphdist.halo.plan", "_Shared", "plan shared"),
+    ("graphdist.halo.plan", "SharedArrays", "plan shared"),
     ("graphdist.halo.plan", "build_plan", "build_plan"),
     ("graphdist.halo.plan", "validate_plans", "validate_plans"),
     ("graphdist.halo.parts", "build_plans", "build_plans"),
@@ -70,9 +70,9 @@ TARGETS = [  # (module, attribute, label); the attribute is replaced where it is
     ("graphdist.halo.parts", "save_part", "save part"),
     ("graphdist.halo.artifact", "file_sha256", "sha256"),
     ("graphdist.halo.artifact", "write_artifact", "write_artifact"),
-    ("graphdist.halo.tools", "quality", "quality"),
-    ("graphdist.halo.tools", "partition", "partition (api)"),
-    ("graphdist.halo.tools", "load_graph", "load_graph"),
+    ("graphdist.partition.tools", "quality", "quality"),
+    ("graphdist.partition.tools", "partition", "partition (api)"),
+    ("graphdist.partition.tools", "load_graph", "load_graph"),
 ]
 
 
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--min-seconds", type=float, default=0.5, help="hide phases shorter than this")
     args = ap.parse_args(argv)
-    from graphdist.halo.tools import PartitionConfig, partition_to_artifact
+    from graphdist.partition.tools import PartitionConfig, partition_to_artifact
     install()
     s = Sampler()
     s.start()

@@ -7,7 +7,7 @@ from typing import Literal
 
 from embeddings.model import ModelConfig
 from embeddings.sharding import SHARDING_TYPES
-from graphdist.config import check_choices
+from graphdist.config import RunConfig, check_choices
 from graphdist.launch import Nodes
 from graphdist.errors import ConfigError
 
@@ -17,7 +17,7 @@ DENSE_OPTIMIZERS = ("adagrad", "adam", "sgd")
 
 
 @dataclass
-class DLRMTrainConfig:
+class DLRMTrainConfig(RunConfig):
     """Everything a DLRM training run needs; same values on every rank."""
 
     spec: str = field(default="criteo-synth:", metadata={"positional": True, "metavar": "SPEC"})
@@ -79,22 +79,8 @@ class DLRMTrainConfig:
     memory_budget_gb: float | None = None
     """per-rank memory for embeddings + optimizer state; a plan that needs more stops
     (default: device memory, or host RAM / local ranks on CPU)"""
-    report: str | None = field(default=None, metadata={"metavar": "FILE"})
-    """write the JSON report here (rank 0)"""
-    checkpoint_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
-    """directory for torch.distributed.checkpoint snapshots (shared by all ranks)"""
     checkpoint_every: int = 0
     """save every N steps (0: only at the end when --checkpoint-dir is set)"""
-    keep_checkpoints: int = 2
-    """keep the newest N snapshots in --checkpoint-dir"""
-    tensorboard: str | None = field(default=None, metadata={"metavar": "DIR"})
-    """write the run's curves here for TensorBoard (loss, metrics, time, traffic, memory per
-    epoch or step; rank 0): tensorboard --logdir DIR"""
-    resume: Literal[False, True, "auto"] = False
-    """continue from the latest checkpoint in --checkpoint-dir; auto: if there is one, else start
-    (what a worker group restarted by --max-restarts needs)"""
-    progress: bool = True
-    """tqdm progress bar on rank 0"""
     print_plan: bool = field(default=True, metadata={"cli": False})
     """print the sharding plan table on rank 0"""
 

@@ -89,9 +89,12 @@ def _int_list(text: str) -> list[int]:
 
 
 def _fields(cls):
-    """Flattened ``(owner class, field)`` pairs; nested dataclass fields come out at the top."""
+    """Flattened ``(owner class, field)`` pairs; nested dataclass fields come out at the top, the
+    :class:`RunConfig` fields a trainer's config inherits after its own (the order of ``--help``)."""
     hints = _hints(cls)
-    for f in dataclasses.fields(cls):
+    run = {f.name for f in dataclasses.fields(RunConfig)} if issubclass(cls, RunConfig) else set()
+    fields = dataclasses.fields(cls)
+    for f in [f for f in fields if f.name not in run] + [f for f in fields if f.name in run]:
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
             yield from _fields(tp)
@@ -228,3 +231,26 @@ def check_choices(cfg) -> None:
             check_choices(v)
         elif get_origin(tp) is Literal and not (optional and v is None) and v not in get_args(tp):
             raise ConfigError(f"{flag_name(f)} must be one of {', '.join(map(str, get_args(tp)))}, got {v!r}")
+
+
+@dataclasses.dataclass
+class RunConfig:
+    """The fields of a training run every trainer shares (``GCNConfig``, ``RecConfig``,
+    ``DLRMTrainConfig`` extend it): its report, checkpoints, curves, resume and progress bar."""
+
+    report: str | None = dataclasses.field(default=None, metadata={"metavar": "FILE"})
+    """write the JSON report here (rank 0)"""
+    checkpoint_dir: str | None = dataclasses.field(default=None, metadata={"metavar": "DIR"})
+    """write torch.distributed.checkpoint snapshots into this directory (shared by all ranks)"""
+    checkpoint_every: int = 10
+    """checkpoint every N epochs (and at the last epoch)"""
+    keep_checkpoints: int = 2
+    """keep the newest N snapshots in --checkpoint-dir"""
+    tensorboard: str | None = dataclasses.field(default=None, metadata={"metavar": "DIR"})
+    """write the run's curves here for TensorBoard (loss, metrics, time, traffic, memory per
+    epoch or step; rank 0): tensorboard --logdir DIR"""
+    resume: Literal[False, True, "auto"] = False
+    """continue from the latest checkpoint in --checkpoint-dir; auto: if there is one, else start
+    (what a worker group restarted by --max-restarts needs)"""
+    progress: bool = True
+    """tqdm progress bar on rank 0"""

@@ -353,3 +353,16 @@ def set_mmap_threshold(mb: int) -> None:
         libc.mallopt(-3, int(mb) << 20)  # M_MMAP_THRESHOLD
     except (OSError, AttributeError):
         pass
+
+
+def start_rank(cfg) -> DistContext:
+    """What a trainer does first on its rank (``train-gcn``, ``train-rec``): check ``cfg``, and its
+    outputs on global rank 0 when a launcher other than graphdist's started the workers (under
+    torchrun nobody checked before); under ``cfg.malloc_mmap_mb`` (CPU) give every larger tensor
+    its own mapping; create the process group on ``cfg.device`` with ``cfg.timeout_s``."""
+    cfg.validate()
+    if env_world()[0] == 0:
+        cfg.check_outputs()
+    if cfg.malloc_mmap_mb > 0 and cfg.device != "cuda":
+        set_mmap_threshold(cfg.malloc_mmap_mb)
+    return init_distributed(cfg.device, cfg.timeout_s)

@@ -100,13 +100,15 @@ def _cut_edges(graph, a: np.ndarray, k: int):
     return u, v, small[u], small[v]
 
 
-_DENSE_LIMIT = 1 << 25  # N * k cells for the bitmap ranking of pair keys (int32 ranks: 128 MiB)
+DENSE_RANK_CELLS = 1 << 25
+"""N x k cells of the bitmap ranking of pair keys (a bool mask and its int32 running count:
+160 MiB); above it ``np.unique`` of the keys."""
 
 
 def _rank(keys: np.ndarray, size: int):
     """``(sorted distinct keys, index of each key among them, int32 when it fits)`` (a bitmap
     when ``size`` is small)."""
-    if size <= _DENSE_LIMIT:
+    if size <= DENSE_RANK_CELLS:
         mask = np.zeros(size, dtype=bool)
         mask[keys] = True
         rank = np.cumsum(mask, dtype=np.int32) - 1

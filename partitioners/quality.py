@@ -37,7 +37,9 @@ QUALITY_KEYS = ("edge_cut", "edge_cut_fraction", "comm_volume", "max_recv", "max
                 "moved_max_recv")
 """Keys of :func:`quality` (plus ``bytes_per_layer`` when a feature width is given)."""
 
-_DENSE_LIMIT = 1 << 28  # N*k cells of the dense membership bitmap (256 MiB of bool)
+DENSE_PAIR_CELLS = 1 << 28
+"""N x k cells of the dense (node, part) membership bitmap (256 MiB of bool); above it the
+halo pairs come from sorting the cut edges' keys."""
 
 
 def check_assignment(graph, assignment, k: int | None = None) -> tuple[np.ndarray, int]:
@@ -94,7 +96,7 @@ class _Cache:
     def pairs(self) -> tuple[np.ndarray, np.ndarray]:
         if self._pairs is None:
             n, k = self.a.size, self.k
-            if n * k <= _DENSE_LIMIT:
+            if n * k <= DENSE_PAIR_CELLS:
                 kt = np.int32 if n * k < 2**31 else np.int64
                 key = self.src.astype(kt) * kt(k)
                 key += self.dst_part
@@ -161,7 +163,8 @@ def max_send(graph, assignment, k: int | None = None) -> int:
     return int(s.max()) if s.size else 0
 
 
-def _imbalance(weights: np.ndarray, a: np.ndarray, k: int) -> float:
+def imbalance(weights: np.ndarray | None, a: np.ndarray, k: int) -> float:
+    """max over parts / mean over parts - 1 of ``weights`` summed per part (``None``: node counts)."""
     loads = np.bincount(a, weights=weights, minlength=k)
     total = float(loads.sum())
     return float(loads.max() / (total / k) - 1.0) if total > 0 else 0.0
@@ -170,14 +173,14 @@ def _imbalance(weights: np.ndarray, a: np.ndarray, k: int) -> float:
 def node_imbalance(graph, assignment, k: int | None = None) -> float:
     """``max part size / (N / k) - 1`` (``k`` defaults to ``max id + 1``)."""
     a, k = check_assignment(graph, assignment, k)
-    return _imbalance(None, a, k)
+    return imbalance(None, a, k)
 
 
 def edge_imbalance(graph, assignment, k: int | None = None) -> float:
     """``max part in-edges / (E / k) - 1``; a part's edges are the in-edges of its nodes."""
     a, k = check_assignment(graph, assignment, k)
     deg = np.diff(as_numpy(graph.indptr)).astype(np.float64)
-    return _imbalance(deg, a, k)
+    return imbalance(deg, a, k)
 
 
 def replication_factor(graph, assignment) -> float:
@@ -219,8 +222,8 @@ def quality(graph, assignment, feature_dim: int | None = None, k: int | None = N
         "comm_volume": vol,
         "max_recv": int(recv.max()) if k else 0,
         "max_send": int(send.max()) if k else 0,
-        "node_imbalance": _imbalance(None, a, k),
-        "edge_imbalance": _imbalance(deg, a, k),
+        "node_imbalance": imbalance(None, a, k),
+        "edge_imbalance": imbalance(deg, a, k),
         "replication_factor": (n + vol) / n if n else 1.0,
         "moved_rows": moved,
         "moved_max_recv": int(moved_recv.max()) if k else 0,

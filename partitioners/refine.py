@@ -37,7 +37,9 @@ from partitioners.common import Weights, group_cumsum, in_csr
 
 __all__ = ["VolumeRefiner", "PinCounts", "refine", "column_net_pins"]
 
-_DENSE_LIMIT = 1 << 25  # cells of the dense [nets, k] pin-count array (128 MiB of int32)
+DENSE_PIN_CELLS = 1 << 25
+"""Cells of the dense ``[nets, k]`` pin-count array (128 MiB of int32; built from an int64
+``bincount``); above it the sorted-key form, sized by the pins."""
 
 
 def column_net_pins(graph) -> sp.csr_matrix:
@@ -59,12 +61,12 @@ def _small(a: np.ndarray, k: int) -> np.ndarray:
 class PinCounts:
     """``Phi[e, q]``, pins of net ``e`` in part ``q``: dense or sparse (see the module docstring)."""
 
-    def __init__(self, cols: np.ndarray, parts: np.ndarray, n_nets: int, k: int, dense_limit: int | None = None):
+    def __init__(self, cols: np.ndarray, parts: np.ndarray, n_nets: int, k: int):
         self.n_nets, self.k = n_nets, k
         kt = np.int32 if n_nets * k < 2**31 - 1 else np.int64
         key = cols.astype(kt) * kt(k)
         key += parts
-        if n_nets * k <= (_DENSE_LIMIT if dense_limit is None else dense_limit):
+        if n_nets * k <= DENSE_PIN_CELLS:
             self.flat = np.bincount(key, minlength=n_nets * k).astype(np.int32)
             self.keys = None
         else:

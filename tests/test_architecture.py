@@ -1,6 +1,9 @@
-"""The import direction ARCHITECTURE.md draws, read from the code: the core (``graphdist/*.py``)
-imports no room above it, ``partitioners`` nothing of graphdist, and DLRM (``embeddings``) not
-the partitioned-graph room; only ``graphdist/comm.py`` calls torch.distributed collectives."""
+"""The import direction ARCHITECTURE.md draws, read from the code of every module of every
+package: ``partitioners`` imports nothing of graphdist; the core (``graphdist/*.py`` and
+``graphdist/data/``) no room above it; ``halo/`` the core; ``partition/`` the core and ``halo/``;
+the graph workloads the core, ``halo/`` and ``partition/`` but not each other; DLRM
+(``embeddings``) the core only; the CLI everything. No module imports another's private name.
+Only ``graphdist/comm.py`` calls torch.distributed collectives."""
 from __future__ import annotations
 
 import ast
@@ -9,7 +12,39 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-ROOMS = ("graphdist.halo", "graphdist.gnn", "graphdist.rec", "graphdist.cli", "embeddings")
+OURS = ("graphdist", "embeddings", "partitioners")
+CORE = "graphdist (core)"
+BANNED = {  # room -> the rooms it may not import
+    "partitioners": ("graphdist", "embeddings"),
+    CORE: ("graphdist.halo", "graphdist.partition", "graphdist.gnn", "graphdist.rec", "graphdist.cli", "embeddings"),
+    "graphdist.data": ("graphdist.halo", "graphdist.partition", "graphdist.gnn", "graphdist.rec", "graphdist.cli",
+                       "embeddings"),
+    "graphdist.halo": ("graphdist.partition", "graphdist.gnn", "graphdist.rec", "graphdist.cli", "embeddings"),
+    "graphdist.partition": ("graphdist.gnn", "graphdist.rec", "graphdist.cli", "embeddings"),
+    "graphdist.gnn": ("graphdist.rec", "graphdist.cli", "embeddings"),
+    "graphdist.rec": ("graphdist.gnn", "graphdist.cli", "embeddings"),
+    "embeddings": ("graphdist.halo", "graphdist.partition", "graphdist.gnn", "graphdist.rec", "graphdist.cli"),
+    "graphdist.cli": (),
+}
+
+
+def _room(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    if parts[0] != "graphdist":
+        return parts[0]
+    if len(parts) == 2:
+        return "graphdist.cli" if parts[1] == "__main__" else CORE  # `python -m graphdist` is the CLI's entry
+    return f"graphdist.{parts[1]}"
+
+
+MODULES = sorted(p for root in OURS for p in (REPO / root).rglob("*.py"))
+
+
+def test_every_package_has_a_place():
+    packages = {p.parent for p in MODULES if p.name == "__init__.py"}
+    rooms = {_room(p / "__init__.py") for p in packages if p != REPO / "graphdist"}
+    assert rooms <= set(BANNED), f"a new room: add it to BANNED and ARCHITECTURE.md: {rooms - set(BANNED)}"
+    assert {_room(p) for p in MODULES} <= set(BANNED)
 
 
 def _imports(path: Path) -> set[str]:
@@ -27,20 +62,47 @@ def _bad(path: Path, banned) -> list[str]:
     return sorted(m for m in _imports(path) if any(m == b or m.startswith(b + ".") for b in banned))
 
 
-@pytest.mark.parametrize("path", sorted(p for p in (REPO / "graphdist").glob("*.py") if p.name != "__main__.py"),
-                         ids=lambda p: p.name)
-def test_core_imports_no_room_above_it(path):  # (__main__.py is the CLI's `python -m graphdist` entry)
-    assert _bad(path, ROOMS) == []
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_imports_point_down(path):
+    assert _bad(path, BANNED[_room(path)]) == []
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "partitioners").rglob("*.py")), ids=lambda p: p.name)
-def test_partitioners_import_nothing_of_graphdist(path):
-    assert _bad(path, ("graphdist", "embeddings")) == []
+def _private_uses(path: Path) -> list[str]:
+    """Private (``_x``, not dunder) names of graphdist, embeddings or partitioners this module
+    takes from another module: ``from m import _x``, or ``m._x`` where ``m`` was imported."""
+    tree = ast.parse(path.read_text())
+    modules, found = {}, []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.split(".")[0] in OURS:
+            for a in node.names:
+                if a.name.startswith("_") and not a.name.startswith("__"):
+                    found.append(f"{node.lineno}: from {node.module} import {a.name}")
+                modules[a.asname or a.name] = f"{node.module}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in OURS:
+                    modules[a.asname or a.name.split(".")[0]] = a.asname and a.name or a.name.split(".")[0]
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in modules
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            found.append(f"{node.lineno}: {node.value.id}.{node.attr}")
+    return found
 
 
-@pytest.mark.parametrize("path", sorted((REPO / "embeddings").rglob("*.py")), ids=lambda p: p.name)
-def test_dlrm_does_not_use_the_graph_rooms(path):
-    assert _bad(path, ("graphdist.halo", "graphdist.gnn", "graphdist.rec")) == []
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.relative_to(REPO).as_posix())
+def test_no_private_name_is_taken_from_another_module(path):
+    assert _private_uses(path) == []
+
+
+def test_the_checks_see_a_wrong_import(tmp_path):
+    """The two readers catch what they are for (a module written here, read like the others)."""
+    bad = tmp_path / "m.py"
+    bad.write_text("import graphdist.halo.plan as hp\nfrom graphdist.gnn.plan import _x\nfrom graphdist.rec import trainer\n"
+                   "hp._Shared\ntrainer._RecTask\n")
+    assert _bad(bad, BANNED["graphdist.halo"]) == ["graphdist.gnn.plan", "graphdist.gnn.plan._x", "graphdist.rec",
+                                                   "graphdist.rec.trainer"]
+    assert _bad(bad, BANNED["graphdist.gnn"]) == ["graphdist.rec", "graphdist.rec.trainer"]
+    assert len(_private_uses(bad)) == 3
 
 
 COLLECTIVES = {"all_reduce", "all_gather", "all_to_all_single", "broadcast", "barrier", "all_gather_object",

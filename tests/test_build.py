@@ -67,7 +67,7 @@ def _build_all(rank, world, d, jobs):
     from graphdist.halo import build
     from graphdist.halo.build import build_artifact
     build.BLOCK_EDGES = 97
-    from graphdist.halo.tools import PartitionConfig
+    from graphdist.partition.tools import PartitionConfig
     return [build_artifact(PartitionConfig(spec=spec, assignment=a, out=out, nproc=world)) for spec, a, out in jobs]
 
 

@@ -171,7 +171,7 @@ def test_world_size_mismatch_under_torchrun_names_torchrun_flags(launcher_env, t
     with pytest.raises(ConfigError, match=r"--parts 3 does not match the world size 2 \(start 3 workers, "
                                           r"e\.g\. torchrun --nproc-per-node 3\)"):
         load_local(GCNConfig(spec="sbm:nodes=300", parts=3), 0, 2)
-    from graphdist.halo.tools import PartitionConfig, partition_to_artifact
+    from graphdist.partition.tools import PartitionConfig, partition_to_artifact
     art = tmp_path / "p3"
     partition_to_artifact(PartitionConfig(spec="sbm:nodes=300", parts=3, out=str(art), method="random"))
     with pytest.raises(ArtifactError, match=r"has k=3 parts but the world size is 2 \(start 3 workers, "

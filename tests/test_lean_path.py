@@ -192,8 +192,8 @@ def _file_behind(t: torch.Tensor) -> str:
 def test_features_wait_on_disk_while_the_partitioner_runs(tmp_path, monkeypatch):
     """``graphdist partition``: while the partitioner runs the features are a mapped (deleted)
     file, not anonymous memory, and the artifact is byte for byte the one written without it."""
-    from graphdist.halo import budget
-    from graphdist.halo.tools import PartitionConfig, features_on_disk, partition_to_artifact
+    from graphdist.partition import budget
+    from graphdist.partition.tools import PartitionConfig, features_on_disk, partition_to_artifact
     import partitioners
 
     behind = {}

@@ -104,13 +104,14 @@ def test_parts_is_required_without_an_assignment(tmp_path, capsys):
 
 
 def test_a_run_that_would_not_fit_stops_before_partitioning(tmp_path, capsys, monkeypatch):
-    import graphdist.halo.budget as budget
+    import graphdist.memory as memory
+    import graphdist.partition.budget as budget
     import partitioners
-    from graphdist.halo.budget import estimate
+    from graphdist.partition.budget import estimate
     g = load_graph(SPEC)
     need = estimate(g, "metis", 4)
     assert need > budget.graph_bytes(g) > 0
-    monkeypatch.setattr(budget, "available_bytes", lambda: need - 1)
+    monkeypatch.setattr(memory, "available_bytes", lambda: need - 1)
     called = []
     monkeypatch.setattr(partitioners, "partition", lambda *a, **k: called.append(1))
     out = tmp_path / "art"
@@ -119,17 +120,17 @@ def test_a_run_that_would_not_fit_stops_before_partitioning(tmp_path, capsys, mo
     assert f"needs about {need / 2**30:.1f} GiB of memory, and {(need - 1) / 2**30:.1f} GiB is available" in err
     assert "--method metis at k=4" in err and not called and not out.exists()
     # the machine has room but this process's own limit (ulimit -d / -v) has not
-    monkeypatch.setattr(budget, "available_bytes", lambda: 4 * need)
-    monkeypatch.setattr(budget, "process_ceiling", lambda: need - 1)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 4 * need)
+    monkeypatch.setattr(memory, "process_ceiling", lambda: need - 1)
     assert main(["partition", SPEC, "--parts", "4", "--method", "metis", "--out", str(out)]) == 2
     assert f"and {(need - 1) / 2**30:.1f} GiB is available" in _one_line(capsys) and not called
     monkeypatch.undo()
-    monkeypatch.setattr(budget, "available_bytes", lambda: need)  # exactly enough: it runs
+    monkeypatch.setattr(memory, "available_bytes", lambda: need)  # exactly enough: it runs
     assert main(["partition", SPEC, "--parts", "4", "--method", "metis", "--out", str(out)]) == 0
 
 
 def test_estimate_grows_with_the_graph_and_the_method():
-    from graphdist.halo.budget import estimate
+    from graphdist.partition.budget import estimate
     small, big = load_graph(SPEC), load_graph("sbm:nodes=3000,classes=3,avg_degree=6,features=4,seed=1")
     for m in ("metis", "kaminpar", "auto", "fennel"):
         assert estimate(big, m, 4) > estimate(small, m, 4)
@@ -139,7 +140,8 @@ def test_estimate_grows_with_the_graph_and_the_method():
 def test_the_estimate_follows_where_metis_keeps_its_levels(monkeypatch):
     """METIS (alone or as auto's start) on disk: the estimate takes the on-disk per-edge
     coefficient, exactly, for the backend's own choice."""
-    from graphdist.halo.budget import PER_EDGE, PER_NODE_PART, WRITE_PER_EDGE, estimate, graph_bytes
+    from graphdist.memory import PROCESS_BYTES
+    from graphdist.partition.budget import PER_EDGE, WRITE_PER_EDGE, dense_bytes, estimate, graph_bytes
     from partitioners import backends
     g = load_graph("sbm:nodes=3000,classes=3,avg_degree=6,features=4,seed=1")
     monkeypatch.setattr(backends, "scratch_dir", lambda: "/var/tmp")  # a folder on disk, whatever /tmp is here
@@ -150,8 +152,41 @@ def test_the_estimate_follows_where_metis_keeps_its_levels(monkeypatch):
         monkeypatch.setattr(backends, "metis_ondisk", lambda nnz, available=None, on=on: on)
         assert backends.metis_levels(g.num_nodes, g.num_edges) == ("ondisk" if on else "memory")
         est[on] = {m: estimate(g, m, 4) for m in ("metis", "auto")}
-    e, base = g.num_edges, graph_bytes(g) + PER_NODE_PART * g.num_nodes * 4  # features of 4: none spilled
+    e, base = g.num_edges, PROCESS_BYTES + graph_bytes(g)  # features of 4: none spilled
+    assert dense_bytes(g.num_nodes, 4, "metis") == (0, 5 * g.num_nodes * 4)  # METIS: no N x k array
     assert est[False]["metis"] == base + PER_EDGE["metis32"] * e
     # on disk METIS needs less than the quality and parts step after it, which then decides
-    assert backends.METIS_BYTES_PER_EDGE["ondisk"] < WRITE_PER_EDGE and est[True]["metis"] == base + WRITE_PER_EDGE * e
+    assert backends.METIS_BYTES_PER_EDGE["ondisk"] < WRITE_PER_EDGE
+    assert est[True]["metis"] == base + WRITE_PER_EDGE * e + 5 * g.num_nodes * 4
     assert est[False]["auto"] - est[True]["auto"] == (PER_EDGE["auto"] - PER_EDGE["auto_ondisk"]) * e
+
+
+def test_n_by_k_arrays_are_counted_only_while_dense():
+    """The partition check counts each N x k array as the partitioners allocate it: dense (a fixed
+    number of bytes per cell) only up to its cap of cells, and nothing past it (the sparse form is
+    sized by the edges). At papers100M's size and k = 256 no N x k term is left, where 16 bytes per
+    node and part asked 424 GiB."""
+    from types import SimpleNamespace
+
+    from graphdist.memory import PROCESS_BYTES
+    from graphdist.partition.budget import PER_EDGE, WRITE_PER_EDGE, dense_bytes, estimate
+    from partitioners.cover import DENSE_RANK_CELLS
+    from partitioners.quality import DENSE_PAIR_CELLS
+    from partitioners.refine import DENSE_PIN_CELLS
+    assert (DENSE_RANK_CELLS, DENSE_PIN_CELLS, DENSE_PAIR_CELLS) == (2**25, 2**25, 2**28)
+    n = 2**20
+    # k = 16: 2^24 cells, all three dense: pin counts 16 B (refining methods), rank 5 B, pairs 1 B
+    assert dense_bytes(n, 16, "fennel") == (16 * 2**24, 5 * 2**24)
+    assert dense_bytes(n, 16, "auto") == (16 * 2**24, 5 * 2**24)
+    assert dense_bytes(n, 16, "kaminpar") == (0, 5 * 2**24)
+    # k = 32: exactly at the caps of 2^25 cells, still dense
+    assert dense_bytes(n, 32, "fennel") == (16 * 2**25, 5 * 2**25)
+    # k = 64: 2^26 cells, pins and ranks sorted instead; the bool bitmap of pairs is still dense
+    assert dense_bytes(n, 64, "fennel") == (0, 2**26)
+    assert dense_bytes(n, 256, "fennel") == (0, 2**28) and dense_bytes(n, 257, "fennel") == (0, 0)
+    papers = SimpleNamespace(num_nodes=111_059_956, num_edges=3_231_371_744)
+    need = estimate(papers, "fennel", 256)
+    assert dense_bytes(papers.num_nodes, 256, "fennel") == (0, 0)
+    assert need == PROCESS_BYTES + max(PER_EDGE["fennel"], WRITE_PER_EDGE) * papers.num_edges
+    assert need == estimate(papers, "fennel", 1024)  # k no longer adds anything
+    assert need < 97 * 2**30  # the old 16 * N * k term alone was 424 GiB

@@ -345,7 +345,7 @@ def test_sparse_pin_counts_match_dense(monkeypatch):
     a0 = rng.integers(0, k, n)
     dense = VolumeRefiner(g, k, w)
     phi_d = dense.phi(a0)
-    monkeypatch.setattr(pr, "_DENSE_LIMIT", 0)  # every PinCounts from here on is the sorted-key kind
+    monkeypatch.setattr(pr, "DENSE_PIN_CELLS", 0)  # every PinCounts from here on is the sorted-key kind
     sparse = VolumeRefiner(g, k, w)
     phi_s = sparse.phi(a0)
     assert phi_d.flat is not None and phi_s.flat is None

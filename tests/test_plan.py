@@ -1,6 +1,11 @@
 """``graphdist plan`` against measured runs: its halo bytes per epoch are the trainer's count
-exactly, and its per-rank peak is within 15% of the report's ``mem/peak_bytes_per_rank``
-(measured in fresh worker processes; memory, not time, so a loaded machine does not move it)."""
+exactly, and the part of its per-rank peak that depends on the graph and the model (the peak less
+the process footprint) is within 10% of the measured one: the run's ``mem/peak_bytes_per_rank``
+less the peak of a 2-rank run on a 400-node graph (the footprint as measured, in fresh worker
+processes: 338-339 MiB at k = 1 and 2 alike, benchmarks/memory_constants.py; memory, not time, so a
+loaded machine does not move it). The graphs are sized so
+that this part is 0.6-1.0 times the footprint (measured): a model predicting the footprint alone is off by
+100% of it."""
 from __future__ import annotations
 
 import json
@@ -12,7 +17,10 @@ import pytest
 from graphdist.cli import main
 from graphdist.gnn.plan import PlanConfig, plan
 
-SPEC = "sbm:nodes=40000,classes=8,avg_degree=16,features=128,seed=0"
+SPEC = "sbm:nodes=60000,classes=8,avg_degree=12,features=512,seed=0"
+TINY = "sbm:nodes=400,classes=8,avg_degree=12,features=16,seed=0"
+GRAPH_PART = 0.10
+"""Allowed relative error of the predicted peak above the footprint."""
 
 
 @pytest.fixture(scope="module")
@@ -23,46 +31,65 @@ def artifacts(tmp_path_factory):
     return root
 
 
-def _train(tmp_path, art, k: int, flags: list[str]) -> dict:
+def _train(tmp_path, k: int, args: list[str]) -> dict:
     rep = tmp_path / "r.json"
-    cmd = [sys.executable, "-m", "graphdist", "train-gcn", "--partition", str(art), "--epochs", "2", "--no-progress",
-           "--report", str(rep), *flags] + (["--nproc", str(k)] if k > 1 else [])
+    cmd = [sys.executable, "-m", "graphdist", "train-gcn", *args, "--epochs", "2", "--no-progress",
+           "--report", str(rep)] + (["--nproc", str(k)] if k > 1 else [])
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads(rep.read_text())
 
 
+@pytest.fixture(scope="module")
+def footprint(tmp_path_factory):
+    """The largest peak of the ranks of a 2-rank train-gcn run on a 400-node graph."""
+    tmp = tmp_path_factory.mktemp("tiny")
+    return max(_train(tmp, 2, [TINY, "--parts", "2", "--method", "block"])["mem/peak_bytes_per_rank"])
+
+
 CASES = [  # (k, train-gcn flags, the same as PlanConfig fields)
-    (2, ["--layers", "3", "--hidden", "32", "--halo", "mvc", "--halo-bits", "8", "--eval-halo-bits", "16"],
-     {"layers": 3, "hidden": 32, "halo": "mvc", "halo_bits": 8, "eval_halo_bits": 16}),
-    (1, ["--layers", "2", "--hidden", "64"], {"layers": 2, "hidden": 64}),
-    (2, ["--layers", "2", "--hidden", "128", "--halo", "plain", "--halo-rounds", "4"],
-     {"layers": 2, "hidden": 128, "halo": "plain", "halo_rounds": 4}),
+    (2, ["--layers", "3", "--hidden", "128", "--halo", "mvc", "--halo-bits", "8", "--eval-halo-bits", "16"],
+     {"layers": 3, "hidden": 128, "halo": "mvc", "halo_bits": 8, "eval_halo_bits": 16}),
+    (1, ["--layers", "2", "--hidden", "128"], {"layers": 2, "hidden": 128}),
+    (2, ["--layers", "2", "--hidden", "256", "--halo", "plain", "--halo-rounds", "4"],
+     {"layers": 2, "hidden": 256, "halo": "plain", "halo_rounds": 4}),
 ]
 
 
+def _graph_part(prediction: dict, measured: list[int], footprint: int) -> list[tuple[int, int]]:
+    """Per rank, (predicted, measured) bytes above the process footprint."""
+    return [(row["peak_bytes"] - row["runtime_bytes"], m - footprint)
+            for row, m in zip(prediction["ranks"], measured, strict=True)]
+
+
 @pytest.mark.parametrize("k,flags,fields", CASES, ids=["k2-mvc-3layers-8bit", "k1", "k2-plain-4rounds"])
-def test_plan_matches_the_measured_run(artifacts, tmp_path, k, flags, fields):
+def test_plan_matches_the_measured_run(artifacts, footprint, tmp_path, k, flags, fields):
     art = artifacts / f"k{k}"
-    got = _train(tmp_path, art, k, flags)
+    got = _train(tmp_path, k, ["--partition", str(art), *flags])
     want = plan(PlanConfig(partition=str(art), spmm_rate=1e9, **fields))
     assert want["comm/halo_bytes_per_epoch"] == got["comm/halo_bytes_per_epoch"]
     assert want["comm/halo_rounds"] == got["comm/halo_rounds"] == fields.get("halo_rounds", 1)
     assert (want["comm/halo_bytes_per_epoch"] > 0) == (k > 1)
-    assert len(want["mem/peak_bytes_per_rank"]) == k
-    for p, m in zip(want["mem/peak_bytes_per_rank"], got["mem/peak_bytes_per_rank"]):
-        assert abs(p / m - 1) <= 0.15, (p, m)
-    assert want["mem/peak_bytes"] == max(want["mem/peak_bytes_per_rank"]) and want["fits"] is True
+    assert want["fits"] is True
+    for pred, meas in _graph_part(want, got["mem/peak_bytes_per_rank"], footprint):
+        assert meas > 0.5 * footprint, (meas, footprint)  # the graph's part is not noise
+        assert abs(pred / meas - 1) <= GRAPH_PART, (pred, meas)
     # the table of exchange choices holds the run's own choice, with the bytes the run counted
     choices = {(c["comm/halo"], c["comm/halo_bits"]): c for c in want["comm/choices"]}
     assert len(choices) == (10 if k > 1 else 0)
     if k > 1:
         mine = choices[(fields["halo"], fields.get("halo_bits", 32))]
         assert mine["comm/halo_bytes_per_epoch"] == got["comm/halo_bytes_per_epoch"]
-        assert mine["time/epoch_s"] == pytest.approx(want["time/epoch_s"])
         assert mine["exact"] == (fields.get("halo_bits", 32) == 32)
-        times = [c["time/epoch_s"] for c in want["comm/choices"]]
-        assert times == sorted(times)
+    if fields.get("halo") == "plain":  # stats mode, from the artifact's size and quality only
+        meta = json.loads((art / "meta.json").read_text())
+        q = meta["quality"]
+        stats = plan(PlanConfig(num_nodes=meta["num_nodes"], num_edges=meta["num_edges"] // 2, features=512,
+                                classes=8, parts=k, replication=q["replication_factor"],
+                                cut_fraction=q["edge_cut_fraction"], spmm_rate=1e9, **fields))
+        assert stats["comm/halo_bytes_per_epoch"] == pytest.approx(got["comm/halo_bytes_per_epoch"], rel=1e-4)
+        for pred, meas in _graph_part(stats, got["mem/peak_bytes_per_rank"], footprint):
+            assert abs(pred / meas - 1) <= GRAPH_PART, (pred, meas)
 
 
 def test_json_keys_stats_mode_and_refusal(artifacts, capsys):
@@ -71,13 +98,8 @@ def test_json_keys_stats_mode_and_refusal(artifacts, capsys):
     out = json.loads(capsys.readouterr().out)
     assert {"mem/peak_bytes", "mem/peak_bytes_per_rank", "comm/halo_bytes_per_epoch", "fits"} <= set(out)
     assert out["fits"] is False and len(out["mem/peak_bytes_per_rank"]) == 2  # 0.1 GiB is too little
-    # stats mode: a graph given by its size; twice the nodes and edges, about twice the memory above the runtime
-    base = dict(features=128, classes=8, layers=2, hidden=64, parts=4, replication=1.5, spmm_rate=1e9)
-    small = plan(PlanConfig(num_nodes=10**6, num_edges=10**7, **base))
-    big = plan(PlanConfig(num_nodes=2 * 10**6, num_edges=2 * 10**7, **base))
-    rt = small["ranks"][0]["runtime_bytes"]
-    assert 1.9 < (big["mem/peak_bytes"] - rt) / (small["mem/peak_bytes"] - rt) < 2.1
-    assert big["comm/halo_bytes_per_epoch"] == 2 * small["comm/halo_bytes_per_epoch"] > 0
+    times = [c["time/epoch_s"] for c in out["comm/choices"]]
+    assert len(times) == 10 and times == sorted(times)  # the table of exchange choices: fastest first
     assert main(["plan", "--nodes", "1000"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--edges" in err[0]
@@ -98,12 +120,12 @@ def test_a_rank_that_cannot_fit_stops_with_one_line(artifacts, monkeypatch):
     from graphdist.errors import ConfigError
     from graphdist.gnn.config import GCNConfig
     from graphdist.gnn.plan import check_fits
-    from graphdist.halo import budget
+    from graphdist import memory
     from graphdist.halo.parts import load_part
     lg = load_part(artifacts / "k1", 0)
     cfg = GCNConfig(partition=str(artifacts / "k1"), layers=2, hidden=64)
     check_fits(cfg, lg, 1)  # this machine has room for a 40k-node graph
-    monkeypatch.setattr(budget, "available_bytes", lambda: 2**28)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2**28)
     with pytest.raises(ConfigError, match=r"needs about 0\.\d GiB on this machine \(1 rank\(s\)\), and 0\.2 GiB"):
         check_fits(cfg, lg, 1)
 
@@ -120,7 +142,8 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
     from graphdist.errors import ConfigError
     from graphdist.gnn.config import GCNConfig
     from graphdist.gnn.plan import ROUNDS, check_fits, part_stats, rank_memory
-    from graphdist.halo import budget, build_plan
+    from graphdist import memory
+    from graphdist.halo import build_plan
     g = load_graph("sbm:nodes=8000,classes=4,avg_degree=12,features=64,seed=0")
     a = torch.randint(0, 4, (g.num_nodes,), generator=torch.Generator().manual_seed(0))
     lg = build_plan(g, a, 0, 4)
@@ -132,19 +155,19 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
     assert need[1] <= need[2] < 1.001 * need[1]  # two rounds are in flight at a time
     assert need[2] > need[4] > need[8] >= need[16]
     assert check_fits(cfg, lg, 4) == 1  # this machine holds it whole
-    monkeypatch.setattr(budget, "available_bytes", lambda: (need[4] + need[8]) // 2)
+    monkeypatch.setattr(memory, "available_bytes", lambda: (need[4] + need[8]) // 2)
     assert check_fits(cfg, lg, 4) == 8
     assert check_fits(dataclasses.replace(cfg, halo_rounds=64), lg, 4) == 64
     with pytest.raises(ConfigError, match=r"in 4 halo rounds, and"):
         check_fits(dataclasses.replace(cfg, halo_rounds=4), lg, 4)
-    monkeypatch.setattr(budget, "available_bytes", lambda: need[64] - 1)
+    monkeypatch.setattr(memory, "available_bytes", lambda: need[64] - 1)
     with pytest.raises(ConfigError, match=r"in 64 halo rounds, and"):
         check_fits(cfg, lg, 4)
     # the machine has room, but a rank's own limit (ulimit -d / -v) takes rounds, or stops it
-    monkeypatch.setattr(budget, "available_bytes", lambda: 2 * need[1])
-    monkeypatch.setattr(budget, "process_ceiling", lambda: (need[4] + need[8]) // 2)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 2 * need[1])
+    monkeypatch.setattr(memory, "process_ceiling", lambda: (need[4] + need[8]) // 2)
     assert check_fits(cfg, lg, 4) == 8
-    monkeypatch.setattr(budget, "process_ceiling", lambda: need[64] - 1)
+    monkeypatch.setattr(memory, "process_ceiling", lambda: need[64] - 1)
     with pytest.raises(ConfigError, match=r"GiB per rank in 64 halo rounds, and a rank may hold only .* ulimit -d"):
         check_fits(cfg, lg, 4)
     # plan, in stats mode, with a replication that makes the halo three times the rows

@@ -121,7 +121,7 @@ def _load_job(rank, ws, artifact):
 
 def test_load_part_from_spec_artifact_and_graph(tmp_path):
     from graphdist.data import load_graph
-    from graphdist.halo.tools import PartitionConfig, partition_to_artifact
+    from graphdist.partition.tools import PartitionConfig, partition_to_artifact
     art = tmp_path / "parts"
     partition_to_artifact(PartitionConfig(spec=SPEC, parts=2, method="metis", out=str(art)))
     res = run_ranks(_load_job, 2, args=(str(art),), timeout=240)

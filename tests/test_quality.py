@@ -199,5 +199,5 @@ def test_dense_and_sorted_paths_agree(monkeypatch):
     g = Graph.from_edges(rng.integers(0, n, 3000), rng.integers(0, n, 3000), n)
     a = rng.integers(0, k, n)
     dense = quality(g, a)
-    monkeypatch.setattr(pq, "_DENSE_LIMIT", 0)  # force the np.unique path
+    monkeypatch.setattr(pq, "DENSE_PAIR_CELLS", 0)  # force the np.unique path
     assert quality(g, a) == dense

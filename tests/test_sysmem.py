@@ -64,7 +64,7 @@ def test_cgroup_v2_reads_memory_max_and_a_container_root(tmp_path):
 _LIMITED = """
 import json, resource, sys
 from partitioners.sysmem import process_headroom, proc_status_bytes
-from graphdist.halo.budget import process_ceiling
+from graphdist.memory import process_ceiling
 unlimited = process_headroom()
 vm = proc_status_bytes("VmData", "VmRSS")
 limit = vm["VmData"] + int(sys.argv[1])

@@ -1,4 +1,4 @@
-"""Partitioning commands (flags generated from the configs in :mod:`graphdist.halo.tools`).
+"""Partitioning commands (flags generated from the configs in :mod:`graphdist.partition.tools`).
 
     graphdist partition SPEC --parts K [--method M] [--imbalance 0.03] [--seed S]
                              [--balance nodes|edges|both] --out DIR
@@ -17,7 +17,7 @@ import sys
 from graphdist import config
 from graphdist.errors import ConfigError
 from graphdist.fmt import fmt_bytes, text_table
-from graphdist.halo.tools import CompareConfig, PartitionConfig, QualityConfig
+from graphdist.partition.tools import CompareConfig, PartitionConfig, QualityConfig
 
 _LABELS = [  # (key, header, format)
     ("comm_volume", "halo volume", "{:,}"),
@@ -46,7 +46,7 @@ def _print_quality(q: dict, extra: list[tuple[str, str]] = ()) -> None:
 
 
 def _partition(args) -> int:
-    from graphdist.halo.tools import partition_to_artifact
+    from graphdist.partition.tools import partition_to_artifact
     from graphdist.launch import under_launcher
     from graphdist.rec.artifact import is_ratings_spec, partition_ratings
     cfg = config.from_namespace(PartitionConfig, args)
@@ -65,7 +65,7 @@ def _partition(args) -> int:
 def _build(cfg) -> int:
     """``--nproc K``: K workers build the artifact of a given partition together."""
     from graphdist.halo.build import build_worker, check_build_request
-    from graphdist.halo.tools import check_request
+    from graphdist.partition.tools import check_request
     from graphdist.launch import run_job
     from graphdist.runtime import env_world
     check_build_request(cfg)  # first: its --assignment hint is the one a --nproc user needs
@@ -86,7 +86,7 @@ def _build(cfg) -> int:
 
 
 def _quality(args) -> int:
-    from graphdist.halo.tools import artifact_quality
+    from graphdist.partition.tools import artifact_quality
     cfg = config.from_namespace(QualityConfig, args)
     r = artifact_quality(cfg)
     meta, q = r["meta"], r["quality"]
@@ -114,7 +114,7 @@ def _quality(args) -> int:
 
 
 def _compare(args) -> int:
-    from graphdist.halo.tools import compare_table, run_compare
+    from graphdist.partition.tools import compare_table, run_compare
     cfg = config.from_namespace(CompareConfig, args)
     report = run_compare(cfg)
     print(f"{cfg.spec}: {report['nodes']:,} nodes, {report['edges']:,} directed edges; "

@@ -73,13 +73,13 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
     kw = {}
     if features and not _generated(features):
         from graphdist.specs import resolve_path
-        x = _load_npy(resolve_path(features, what="features file"))
+        x = load_npy(resolve_path(features, what="features file"))
         if x.ndim not in (1, 2) or x.shape[0] != n:
             raise DataFormatError(features, f"has {x.shape[0] if x.ndim else 0} rows but {path.name} has {n} distinct nodes")
         kw["x"] = torch.from_numpy(np.asarray(x, dtype=np.float32))
     if labels and not _generated(labels):
         from graphdist.specs import resolve_path
-        y = _load_npy(resolve_path(labels, what="labels file")).reshape(-1)
+        y = load_npy(resolve_path(labels, what="labels file")).reshape(-1)
         if y.shape[0] != n:
             raise DataFormatError(labels, f"has {y.shape[0]} labels but {path.name} has {n} distinct nodes")
         kw["y"] = torch.from_numpy(y.astype(np.int64))
@@ -138,7 +138,7 @@ def degree_features(indeg, outdeg) -> torch.Tensor:
     return torch.log1p(deg.to(torch.float32))
 
 
-def _load_npy(path: Path, *, mmap: bool = False) -> np.ndarray:
+def load_npy(path: Path, *, mmap: bool = False) -> np.ndarray:
     """A ``.npy`` array (memory-mapped with ``mmap``), or one line naming the file."""
     try:
         return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)

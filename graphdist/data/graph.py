@@ -45,7 +45,7 @@ def _as_ids(a, bound: int) -> torch.Tensor:
     return a.to(index_dtype(bound)).contiguous()
 
 
-def _np_ids(a, bound: int) -> np.ndarray:
+def np_ids(a, bound: int) -> np.ndarray:
     """Node ids as a numpy array of the narrow id dtype (a view when it already is one)."""
     a = a.numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
     return a.astype(np.int32 if index_dtype(bound) == torch.int32 else np.int64, copy=False)
@@ -140,7 +140,7 @@ class Graph:
         wider than the edges themselves (``meta["symmetric"]`` records a symmetrised build, so
         partitioners can skip ``A + A^T``)."""
         n = int(num_nodes)
-        src, dst = _np_ids(src, max(n, 1)), _np_ids(dst, max(n, 1))
+        src, dst = np_ids(src, max(n, 1)), np_ids(dst, max(n, 1))
         if not self_loops:
             keep = src != dst
             if not keep.all():
@@ -268,11 +268,11 @@ def csr_from_coo(rows, cols, num_rows: int, num_cols: int | None = None):
     n = int(num_rows)
     m = max(int(num_rows if num_cols is None else num_cols), 1)
     bound = max(n, m)
-    rows, cols = _np_ids(rows, bound), _np_ids(cols, bound)
+    rows, cols = np_ids(rows, bound), np_ids(cols, bound)
     if rows.size == 0:
         return torch.zeros(n + 1, dtype=torch.int64), torch.zeros(0, dtype=index_dtype(m))
     a = sp.coo_matrix((np.ones(rows.size, dtype=bool), (rows, cols)), shape=(n, m)).tocsr()
     a.sum_duplicates()  # sorts each row, then merges repeats in place
     indptr = torch.from_numpy(a.indptr.astype(np.int64))
-    indices = torch.from_numpy(_np_ids(a.indices, m))
+    indices = torch.from_numpy(np_ids(a.indices, m))
     return indptr, indices

@@ -31,7 +31,7 @@ BLOCK = 1 << 24
 """Bytes per block (whole lines): bounds the temporary arrays of one block."""
 
 _SPACE, _NL = 32, 10
-_TRANS = bytes.maketrans(b"\t,;\r\v\f", b"      ")
+FIELD_SEPARATORS = bytes.maketrans(b"\t,;\r\v\f", b"      ")
 _LIMIT = 2**62  # larger ids would overflow the int64 keys built from them
 
 
@@ -64,7 +64,7 @@ def _open(path: Path):
         raise MissingFileError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
-def _blocks(path: Path, start: int = 0, end: int | None = None):
+def blocks(path: Path, start: int = 0, end: int | None = None):
     """The file (or its bytes ``[start, end)``, whole lines) in blocks of whole lines (about
     ``BLOCK`` bytes each)."""
     rest = b""
@@ -114,7 +114,7 @@ def shard(path, rank: int, shards: int) -> tuple[int, int, int]:
                 pos += len(chunk)
 
     start, end = line_start(size * rank // shards), line_start(size * (rank + 1) // shards)
-    lines = sum(b.count(b"\n") for b in _blocks(path, start, end)) if end > start else 0
+    lines = sum(b.count(b"\n") for b in blocks(path, start, end)) if end > start else 0
     return start, end, lines
 
 
@@ -135,9 +135,9 @@ def _slow_line(path, text: bytes, lineno: int, ncols: int, dtype, what: str):
             raise DataFormatError(path, f"{what} {tok.decode()} is out of range (|id| < 2^62)", lineno)
 
 
-def _parse_block(path: Path, first: int, block: bytes, ncols: int, dtype, what: str):
+def parse_block(path: Path, first: int, block: bytes, ncols: int, dtype, what: str):
     """``(values [rows, ncols], line index of each row within the block)``."""
-    text = (block.replace(b"::", b"  ") if b"::" in block else block).translate(_TRANS)
+    text = (block.replace(b"::", b"  ") if b"::" in block else block).translate(FIELD_SEPARATORS)
     buf = np.frombuffer(text, dtype=np.uint8)
     nl = np.flatnonzero(buf == _NL)
     starts = np.concatenate([[0], nl[:-1] + 1])
@@ -208,8 +208,8 @@ def read_table(path, ncols: int, *, dtype=np.int64, what: str = "node id",
     path = Path(path)
     parts, firsts, lines = [], [], []
     first = first_line
-    for block in _blocks(path, *(byte_range or (0, None))):
-        v, rows, n_lines = _parse_block(path, first, block, ncols, dtype, what)
+    for block in blocks(path, *(byte_range or (0, None))):
+        v, rows, n_lines = parse_block(path, first, block, ncols, dtype, what)
         parts.append(v)
         firsts.append(first)
         lines.append(rows.astype(np.int32) if rows.size and rows.max() < 2**31 else rows)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from graphdist.config import check_choices
+from graphdist.config import RunConfig, check_choices
 from graphdist.errors import ConfigError
 from graphdist.launch import Nodes
 from partitioners import METHODS
@@ -17,7 +17,7 @@ other value is a PyG model (:mod:`graphdist.gnn.pyg.models`)."""
 
 
 @dataclass
-class GCNConfig:
+class GCNConfig(RunConfig):
     """Everything one ``graphdist train-gcn`` run needs (the same on every rank)."""
 
     UNRECORDED: ClassVar[dict] = {"halo_rounds": 1}
@@ -110,28 +110,12 @@ class GCNConfig:
     or the global id order); the result does not depend on it"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto (CUDA when available), cpu or cuda; one GPU per local rank"""
-    report: str | None = field(default=None, metadata={"metavar": "FILE"})
-    """write the JSON report here (rank 0)"""
-    checkpoint_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
-    """write torch.distributed.checkpoint snapshots into this directory (shared by all ranks)"""
-    checkpoint_every: int = 10
-    """checkpoint every N epochs (and at the last epoch)"""
-    keep_checkpoints: int = 2
-    """keep the newest N snapshots in --checkpoint-dir"""
-    tensorboard: str | None = field(default=None, metadata={"metavar": "DIR"})
-    """write the run's curves here for TensorBoard (loss, metrics, time, traffic, memory per
-    epoch or step; rank 0): tensorboard --logdir DIR"""
-    resume: Literal[False, True, "auto"] = False
-    """continue from the latest checkpoint in --checkpoint-dir; auto: if there is one, else start
-    (what a worker group restarted by --max-restarts needs)"""
     timeout_s: float = field(default=300.0, metadata={"flag": "--timeout"})
     """collective timeout in seconds: a silent peer makes the others fail after this long"""
     malloc_mmap_mb: int = 4
     """CPU: tensors above N MiB get their own mmap, so freed memory returns to the OS at once
     (measured at 1M nodes, k=4: per-rank peak 0.37x of one process with 4, 0.44-0.46x with
     glibc's default; costs page faults). 0 = glibc default"""
-    progress: bool = True
-    """tqdm progress bar on rank 0"""
     summary: bool = field(default=True, metadata={"cli": False})
     """print the one-line result summary on rank 0 (the demo prints its own)"""
 

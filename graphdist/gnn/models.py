@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphdist import comm
+from graphdist.errors import ConfigError
 from graphdist.halo.keyed import key32 as _key32
 from graphdist.halo.keyed import bits_into, blocks, id_hashes, keyed_bits
 from graphdist.halo.spmm import SparseAdj
@@ -121,31 +122,31 @@ class SAGELayer(nn.Module):
         return adj.propagate(h @ self.weight_l.t(), exchange).add_(self.bias).add_(root)
 
 
-class GlobalBatchNorm(nn.Module):
-    """Batch norm over the nodes of *all* ranks: mean and variance are all-reduced (two small
-    differentiable all-reduces), so it equals ``BatchNorm1d`` on the whole graph."""
+class GlobalBatchNorm1d(nn.BatchNorm1d):
+    """``BatchNorm1d`` whose batch statistics are those of every rank's rows together (two small
+    differentiable all-reduces), so it equals ``BatchNorm1d`` on the whole graph: the built-in
+    models' ``--batch-norm``, and :func:`graphdist.gnn.pyg.distribute` swaps it in for every
+    ``torch.nn.BatchNorm1d`` (also inside PyG's ``BatchNorm`` and ``MLP``)."""
 
-    def __init__(self, dim: int, eps: float = 1e-5, momentum: float = 0.1):
-        super().__init__()
-        self.eps, self.momentum = eps, momentum
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
-        self.register_buffer("running_mean", torch.zeros(dim))
-        self.register_buffer("running_var", torch.ones(dim))
-
-    def forward(self, h):
-        if not self.training:
-            return (h - self.running_mean) * (self.running_var + self.eps).rsqrt() * self.weight + self.bias
-        n = comm.all_reduce_sum(torch.tensor([float(h.shape[0])], device=h.device))
-        mean = comm.all_reduce_sum_autograd(h.sum(0)) / n
-        d = h - mean
+    def forward(self, x):
+        batch_stats = self.training or (self.running_mean is None and self.running_var is None)
+        if not batch_stats:
+            return super().forward(x)
+        if x.dim() != 2:
+            raise ConfigError(f"GlobalBatchNorm1d takes node rows [n, C], got shape {tuple(x.shape)}")
+        n = comm.all_reduce_sum(torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device))
+        n = float(n[0])
+        mean = comm.all_reduce_sum_autograd(x.sum(0)) / n
+        d = x - mean
         var = comm.all_reduce_sum_autograd((d * d).sum(0)) / n
-        with torch.no_grad():
-            m = self.momentum
-            self.running_mean.mul_(1 - m).add_(m * mean.detach())
-            unbiased = var.detach() * (n / (n - 1).clamp(min=1))
-            self.running_var.mul_(1 - m).add_(m * unbiased)
-        return d * (var + self.eps).rsqrt() * self.weight + self.bias
+        if self.training and self.track_running_stats:
+            with torch.no_grad():
+                self.num_batches_tracked.add_(1)
+                f = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
+                self.running_mean.mul_(1 - f).add_(f * mean.detach())
+                self.running_var.mul_(1 - f).add_(f * var.detach() * (n / max(n - 1.0, 1.0)))
+        out = d * (var + self.eps).rsqrt()
+        return out * self.weight + self.bias if self.affine else out
 
 
 def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int, *, relu: bool = False) -> torch.Tensor:
@@ -238,7 +239,7 @@ class GNN(nn.Module):
         self.dropout = dropout
         self.seed = seed
         self.convs = nn.ModuleList(layer(a, b) for a, b in zip(dims[:-1], dims[1:]))
-        self.norms = nn.ModuleList(GlobalBatchNorm(hidden) for _ in range(layers - 1)) if batch_norm else None
+        self.norms = nn.ModuleList(GlobalBatchNorm1d(hidden) for _ in range(layers - 1)) if batch_norm else None
         self.label_emb = nn.Embedding(label_classes, f_in) if label_classes else None
         if self.label_emb is not None:  # zero: training starts from the model without labels
             nn.init.zeros_(self.label_emb.weight)

@@ -23,6 +23,7 @@ import numpy as np
 
 from graphdist.errors import ConfigError
 from graphdist.gnn.config import GCNConfig
+from graphdist.memory import PROCESS_BYTES
 
 GiB = 2 ** 30
 ROUNDS = (1, 2, 4, 8, 16, 32, 64)
@@ -35,11 +36,22 @@ def round_choices(cfg, k: int) -> list[int]:
     if k == 1 or cfg.halo_staleness or cfg.boundary_rate < 1.0:
         return [1]
     return [cfg.halo_rounds] if cfg.halo_rounds else list(ROUNDS)
-RUNTIME_BYTES = 340 * 2 ** 20
-"""A trainer process before its part arrives: Python, torch, the process group (measured
-0.23-0.25 GiB at k = 1 and 4 on this CPU box, rounded up)."""
+RUNTIME_BYTES = PROCESS_BYTES
+"""A trainer process before its part arrives (the one footprint every memory check adds,
+:data:`graphdist.memory.PROCESS_BYTES`)."""
 ALLOC_SLACK = 1.05
-"""Allocator overhead on the activations (freed blocks not yet returned, page rounding)."""
+"""Allocator overhead on the activations (freed blocks not yet returned, page rounding): measured
+1.037-1.067 (``(peak - a 400-node run's peak - predicted arrays) / replayed activations`` on 40k-
+and 80k-node SBM graphs at k = 1 and 2, hidden 256 and 512: ``python benchmarks/memory_constants.py``,
+BENCHMARKS.md "Memory model constants"), the middle of that range; with it the predicted peak above
+the footprint was 0.985-1.010 of the measured one."""
+STATS_BYTES_PER_ROW = 48
+"""Stats mode: bytes of a part's arrays other than features and CSR (``PartStats.plan_bytes``: ids,
+labels, masks, degrees, both exchange plans) per owned row, with :data:`STATS_BYTES_PER_HALO_ROW`
+an upper bound over the 28 parts of SBM (20k nodes) and R-MAT (scale 14) METIS artifacts at k = 2,
+4, 8 (measured at most 0.92 of ``48 n + 32 h``; ``python benchmarks/memory_constants.py``)."""
+STATS_BYTES_PER_HALO_ROW = 32
+"""Stats mode: the same per halo row."""
 
 
 @dataclass
@@ -169,7 +181,7 @@ def stats_parts(cfg: PlanConfig) -> list[PartStats]:
         cut = int(e * cfg.cut_fraction) if k > 1 else 0
         msg = {"plain": h, "mvc": h}  # mvc moves at most the plain rows
         out.append(PartStats(n, h, int(e), int(e) - cut, 0, True, dict(msg), dict(msg), {"plain": cut, "mvc": cut},
-                             0, 43 * n + 24 * h))
+                             0, STATS_BYTES_PER_ROW * n + STATS_BYTES_PER_HALO_ROW * h))
     return out
 
 
@@ -242,7 +254,7 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
     for i in range(len(layers) - 1, -1, -1):
         lay = layers[i]
         fi, fo, first = lay["f_in"], lay["f_out"], lay["train_first"]
-        into = lay["needs_input_grad"] or i > 0
+        into = i > 0 or cfg.label_rate > 0  # the layer's input needs a gradient (not the raw features)
         steps = ([fi] if into else []) + ([fi] if into else []) if first else [fo] + ([fi] if into else [])
         for j, width in enumerate(steps):
             sparse = (first and j == 1) or (not first and j == 0)
@@ -380,13 +392,13 @@ def _parts(cfg: PlanConfig):
         k = int(read_meta(cfg.partition)["k"])
         return [load_part(cfg.partition, r) for r in range(k)], str(cfg.partition)
     from graphdist.data import load_graph
-    from graphdist.halo.plan import _check_assignment, _Shared, build_plan
+    from graphdist.halo.plan import SharedArrays, build_plan, checked_assignment
     from graphdist.halo.setup import partition_in_process
     g = load_graph(cfg.spec)
     k = int(cfg.parts or 1)
-    a = _check_assignment(g, partition_in_process(g, k, cfg.method, cfg.seed), k)
-    sh = _Shared(g, a, k)
-    return [build_plan(g, a, r, k, _shared=sh) for r in range(k)], f"{cfg.spec} ({cfg.method}, k={k})"
+    a = checked_assignment(g, partition_in_process(g, k, cfg.method, cfg.seed), k)
+    sh = SharedArrays(g, a, k)
+    return [build_plan(g, a, r, k, shared=sh) for r in range(k)], f"{cfg.spec} ({cfg.method}, k={k})"
 
 
 def check_fits(cfg, lg, world_size: int) -> int:
@@ -401,7 +413,7 @@ def check_fits(cfg, lg, world_size: int) -> int:
     import os
 
     from graphdist import comm
-    from graphdist.halo.budget import available_bytes, process_ceiling, resident_bytes
+    from graphdist.memory import available_bytes, process_ceiling, resident_bytes
     cands = round_choices(cfg, world_size)
     if lg.x is None:
         return cands[0]

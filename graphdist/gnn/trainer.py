@@ -37,22 +37,18 @@ from graphdist.halo.boundary import BoundarySampler
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.link import Link
+from graphdist.halo.quant import rel_error as quant_rel_error
 from graphdist.halo.rounds import in_rounds
 from graphdist.halo.stale import STALE_WHY_NOT, StaleHalos
 from graphdist.halo.setup import check_plan, load_local
 from graphdist.halo.spmm import SparseAdj
 from graphdist.loop import LoopConfig, Task, run_loop
-from graphdist.runtime import Timer, env_world, get_logger, init_distributed, peak_memory_bytes, set_mmap_threshold
+from graphdist.runtime import Timer, get_logger, peak_memory_bytes, start_rank
 
 
 def train(cfg: GCNConfig) -> dict:
     """Run training on this rank (the process group is created if needed); returns the report."""
-    cfg.validate()
-    if env_world()[0] == 0:  # under torchrun nobody checked before the workers started
-        cfg.check_outputs()
-    if cfg.malloc_mmap_mb > 0 and cfg.device != "cuda":
-        set_mmap_threshold(cfg.malloc_mmap_mb)
-    ctx = init_distributed(cfg.device, cfg.timeout_s)
+    ctx = start_rank(cfg)
     lg, pinfo = load_local(cfg, ctx.rank, ctx.world_size)
     box = [lg]
     del lg
@@ -158,7 +154,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     if chosen is not None:
         halo_auto = {**(halo_auto or {}), "bits": chosen}
     quantised = cfg.halo_bits < 32 or (chosen is not None and min(chosen["forward"] + chosen["backward"]) < 32)
-    rel_error = _rel_error(*net.error_sources(), dev) if quantised else None
+    rel_error = quant_rel_error(*net.error_sources(), dev) if quantised else None
     return {
         "test_acc": hist["test_acc"][best] if hist["test_acc"] else None,
         "best_val_acc": hist["val_acc"][best] if hist["val_acc"] else None,
@@ -370,23 +366,6 @@ def _label_split(cfg, train, y, ids, epoch: int, n_train: float):
     sup = train & ~prop
     denom = float(comm.all_reduce_sum(sup.sum().double().reshape(1))[0])
     return sup, torch.where(prop, y, -1), max(denom, 1.0)
-
-
-def _rel_error(exs, layers: int, dev) -> dict:
-    """Relative error ``||x_hat - x|| / ||x||`` of the quantised halo rows per layer (the tag of
-    an exchange), from exchangers ``exs``, over all ranks and the measured epochs: ``{"forward":
-    [...], "backward": [...]}`` (None where a layer sent nothing in that direction)."""
-    sums = torch.zeros(2, layers, 2, dtype=torch.float64)
-    for ex in exs:
-        for (direction, tag), (e2, n2) in ex.stats.errors.items():
-            if tag < layers:
-                sums[0 if direction == "forward" else 1, tag] += torch.tensor([e2, n2], dtype=torch.float64)
-    sums = comm.all_reduce_sum(sums.to(dev)).cpu()
-    out = {}
-    for i, name in enumerate(("forward", "backward")):
-        out[name] = [float((sums[i, j, 0] / sums[i, j, 1]).sqrt()) if sums[i, j, 1] > 0 else None
-                     for j in range(layers)]
-    return out
 
 
 def _best(val: list[float]) -> int:

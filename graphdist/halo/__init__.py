@@ -12,7 +12,7 @@
     spmm.py       the adjacency as sparse operators and ``A @ [h ; halo(h)]`` overlapped with
                   the exchange
     quant.py      quantised halo rows (offset/scale per row, stochastic rounding, packing)
-    tools.py      the partition / quality / compare library behind the CLI
+    assignment.py a partition given as a file (one part id per node), read and checked
     keyed.py      random bits that are functions of (key, global id, column): dropout masks and
                   rounding noise equal on any number of ranks
 

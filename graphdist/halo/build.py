@@ -99,7 +99,7 @@ def _log(rank: int, msg: str) -> None:
 def build_artifact(cfg) -> dict:
     """This rank's share of the build in an existing process group of k ranks (k = the
     assignment's parts); returns the summary on every rank."""
-    from graphdist.halo.tools import read_assignment
+    from graphdist.halo.assignment import read_assignment
     from graphdist.specs import parse_spec
     t0 = time.perf_counter()
     rank, k = comm.world()
@@ -127,7 +127,7 @@ def build_artifact(cfg) -> dict:
 
 def _read_edges(path: Path, rank: int, k: int):
     """This rank's edges ``(src, dst)`` renumbered to 0..N-1 by ascending original id, and N."""
-    from graphdist.data.graph import _np_ids
+    from graphdist.data.graph import np_ids
     from graphdist.data.table import read_table, shard
     start, end, lines = shard(path, rank, k)
     first = 1 + sum(comm.all_gather_object(lines)[:rank])
@@ -150,7 +150,7 @@ def _read_edges(path: Path, rank: int, k: int):
     ids = torch.from_numpy(np.unique(arr))
     ids = np.unique(comm.all_gather_rows(ids).numpy())
     n = int(ids.size)
-    inv = _np_ids(np.searchsorted(ids, arr), max(n, 1))
+    inv = np_ids(np.searchsorted(ids, arr), max(n, 1))
     del arr, ids
     return np.ascontiguousarray(inv[:, 0]), np.ascontiguousarray(inv[:, 1]), n
 
@@ -158,7 +158,7 @@ def _read_edges(path: Path, rank: int, k: int):
 def _own_rows(src, dst, a, rank: int, k: int, n: int, *, directed: bool, self_loops: bool):
     """Every edge goes to the owner of its destination; returns this rank's ``(owned ids int64,
     indptr int64, sources in global ids)``: its rows of the one-process CSR, exactly."""
-    from graphdist.data.graph import _np_ids, csr_from_coo
+    from graphdist.data.graph import csr_from_coo, np_ids
     if not self_loops:
         keep = src != dst
         src, dst = src[keep], dst[keep]
@@ -173,7 +173,7 @@ def _own_rows(src, dst, a, rank: int, k: int, n: int, *, directed: bool, self_lo
     got = got.numpy()
     owned = np.flatnonzero(a == rank).astype(np.int64)
     local_row = np.searchsorted(owned, got[:, 0])
-    indptr, cols = csr_from_coo(local_row, _np_ids(got[:, 1], max(n, 1)), owned.size, n)
+    indptr, cols = csr_from_coo(local_row, np_ids(got[:, 1], max(n, 1)), owned.size, n)
     return owned, indptr.numpy(), cols.numpy()
 
 
@@ -196,7 +196,7 @@ def _degrees(owned, indptr, cols, n: int, *, need_out: bool):
 
 def _node_data(opts, owned, n: int, indeg, outdeg, path):
     """``(x [n_own, F] float32 | None, y [n_own] int64 | None, classes)`` as the loader makes them."""
-    from graphdist.data.files import _load_npy, degree_features
+    from graphdist.data.files import degree_features, load_npy
     from graphdist.specs import resolve_path
     x = y = None
     if opts["features"] == "degree":
@@ -208,7 +208,7 @@ def _node_data(opts, owned, n: int, indeg, outdeg, path):
             x = x[:, None]
     classes = 0
     if opts["labels"]:
-        ym = _load_npy(resolve_path(opts["labels"], what="labels file"), mmap=True).reshape(-1)
+        ym = load_npy(resolve_path(opts["labels"], what="labels file"), mmap=True).reshape(-1)
         if ym.shape[0] != n:
             raise DataFormatError(opts["labels"], f"has {ym.shape[0]} labels but {path.name} has {n} distinct nodes")
         y = torch.from_numpy(ym[owned].astype(np.int64))
@@ -217,8 +217,8 @@ def _node_data(opts, owned, n: int, indeg, outdeg, path):
 
 
 def _npy_rows(p: Path, n: int, path: Path, what: str):
-    from graphdist.data.files import _load_npy
-    m = _load_npy(p, mmap=True)
+    from graphdist.data.files import load_npy
+    m = load_npy(p, mmap=True)
     if m.ndim not in (1, 2) or m.shape[0] != n:
         raise DataFormatError(str(p), f"has {m.shape[0] if m.ndim else 0} {what} but {path.name} has {n} distinct nodes")
     return m
@@ -227,7 +227,7 @@ def _npy_rows(p: Path, n: int, path: Path, what: str):
 def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg) -> str:
     """:attr:`Graph.fingerprint` of the whole graph, hashed on rank 0 from the rows every rank
     streams to it in blocks of :data:`BLOCK_EDGES` (every rank takes part; all get the print)."""
-    from graphdist.data.files import _load_npy, degree_features
+    from graphdist.data.files import degree_features, load_npy
     from graphdist.data.graph import FINGERPRINT_FIELDS, Fingerprint
     from graphdist.specs import resolve_path
     rank, k = comm.world()
@@ -261,9 +261,9 @@ def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg) -> str:
             if name == "x" and opts["features"] == "degree":
                 v = degree_features(indeg, outdeg).numpy()
             elif name == "x" and opts["features"]:
-                v = _load_npy(resolve_path(opts["features"], what="features file"), mmap=True)
+                v = load_npy(resolve_path(opts["features"], what="features file"), mmap=True)
             elif name == "y" and opts["labels"]:
-                v = _load_npy(resolve_path(opts["labels"], what="labels file"), mmap=True).reshape(-1)
+                v = load_npy(resolve_path(opts["labels"], what="labels file"), mmap=True).reshape(-1)
             shape = None if v is None else ((n, 1) if (name == "x" and v.ndim == 1) else tuple(v.shape))
             h.field(name, shape)
             if v is None:
@@ -278,7 +278,7 @@ def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg) -> str:
 
 def _quality(a, k: int, n: int, indeg, stats: list) -> dict:
     """:func:`partitioners.quality` from every part's counts, with the same values."""
-    from partitioners.quality import _imbalance
+    from partitioners.quality import imbalance
     e = int(indeg.sum())
     cut = sum(s["cut_edges"] for s in stats)
     vol = sum(s["halo_rows"] for s in stats)
@@ -289,8 +289,8 @@ def _quality(a, k: int, n: int, indeg, stats: list) -> dict:
         "comm_volume": vol,
         "max_recv": max(s["halo_rows"] for s in stats),
         "max_send": max(s["sent_rows"] for s in stats),
-        "node_imbalance": _imbalance(None, a, k),
-        "edge_imbalance": _imbalance(indeg.astype(np.float64), a, k),
+        "node_imbalance": imbalance(None, a, k),
+        "edge_imbalance": imbalance(indeg.astype(np.float64), a, k),
         "replication_factor": (n + vol) / n if n else 1.0,
         "moved_rows": moved,
         "moved_max_recv": max(s["moved_rows"] for s in stats),

@@ -21,7 +21,7 @@ import torch
 
 from graphdist.errors import ArtifactError, MissingFileError
 from graphdist.fileio import atomic_torch_save
-from graphdist.halo.plan import LocalGraph, _check_assignment, _Shared, build_plan, plan_stats, validate_plans
+from graphdist.halo.plan import LocalGraph, SharedArrays, build_plan, checked_assignment, plan_stats, validate_plans
 
 PART_FORMAT_VERSION = 3
 """2: the mvc plan (halo_raw, send_raw, pre_rows, pre_ptr, pre_src, pre_dst and counts);
@@ -42,13 +42,13 @@ def write_parts(directory, graph, assignment, k: int | None = None) -> dict:
     a = torch.as_tensor(assignment).to(torch.int64)
     if k is None:
         k = int(a.max()) + 1 if a.numel() else 1
-    a = _check_assignment(graph, a, k)
+    a = checked_assignment(graph, a, k)
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    sh = _Shared(graph, a, k)
+    sh = SharedArrays(graph, a, k)
     plans, sizes = [], []
     for r in range(k):
-        p = build_plan(graph, a, r, k, _shared=sh)
+        p = build_plan(graph, a, r, k, shared=sh)
         dst = part_path(d, r)
         save_part(p, dst)
         sizes.append(dst.stat().st_size)

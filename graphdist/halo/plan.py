@@ -1,7 +1,7 @@
 """Building the :class:`~graphdist.halo.local.LocalGraph` of every part, and checking that the
 plans of all parts agree (see :mod:`graphdist.halo.local` for the layout).
 
-Both exchange plans are cut from whole-graph arrays computed once (:class:`_Shared`):
+Both exchange plans are cut from whole-graph arrays computed once (:class:`SharedArrays`):
 
 * plain: the distinct ``(source u, receiving part)`` pairs of the cut edges, sorted by
   ``(receiving part, owner of u, u)`` for the receive side and ``(owner, receiving part, u)``
@@ -32,7 +32,9 @@ __all__ = ["LocalGraph", "ExchangeLayout", "build_plan", "build_plans", "validat
            "MODELS", "HALO_MODES"]
 
 
-def _check_assignment(graph, assignment, k) -> torch.Tensor:
+def checked_assignment(graph, assignment, k) -> torch.Tensor:
+    """``assignment`` as an int64 tensor of one part id in ``0..k-1`` per node of ``graph``, or
+    an ``ArtifactError`` naming what is wrong."""
     a = torch.as_tensor(assignment).to(torch.int64)
     if a.shape != (graph.num_nodes,):
         raise ArtifactError(f"assignment has shape {tuple(a.shape)} but the graph has {graph.num_nodes} nodes")
@@ -45,7 +47,7 @@ def _t(x) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64))
 
 
-class _Shared:
+class SharedArrays:
     """Whole-graph arrays every part's plan is cut from (computed once, vectorised)."""
 
     def __init__(self, graph, a, k):
@@ -89,10 +91,10 @@ class _Shared:
         self.t_ptr = index2ptr(self.t_row, cov.size)
 
 
-def build_plan(graph, assignment, rank: int, k: int, *, _shared: _Shared | None = None) -> LocalGraph:
+def build_plan(graph, assignment, rank: int, k: int, *, shared: SharedArrays | None = None) -> LocalGraph:
     """The :class:`LocalGraph` of one part (``rank``) of ``graph`` cut by ``assignment``."""
-    a = _check_assignment(graph, assignment, k) if _shared is None else _shared.a
-    sh = _shared or _Shared(graph, a, k)
+    a = checked_assignment(graph, assignment, k) if shared is None else shared.a
+    sh = shared or SharedArrays(graph, a, k)
     owned = sh.order[sh.starts[rank]:sh.starts[rank + 1]]
     n_own = owned.numel()
     hs, he = int(sh.h_starts[rank]), int(sh.h_starts[rank + 1])
@@ -139,9 +141,9 @@ def _fp(graph) -> str:
 
 def build_plans(graph, assignment, k: int) -> list[LocalGraph]:
     """Plans of all ``k`` parts, built in one process; validated with :func:`validate_plans`."""
-    a = _check_assignment(graph, assignment, k)
-    sh = _Shared(graph, a, k)
-    plans = [build_plan(graph, a, r, k, _shared=sh) for r in range(k)]
+    a = checked_assignment(graph, assignment, k)
+    sh = SharedArrays(graph, a, k)
+    plans = [build_plan(graph, a, r, k, shared=sh) for r in range(k)]
     validate_plans(plans)
     return plans
 

@@ -35,7 +35,7 @@ import torch.nn.functional as F
 
 from graphdist.halo.keyed import blocks, centred_into, key32, position_hashes
 
-__all__ = ["BITS", "row_bytes", "encode", "decode", "expected_sq_error"]
+__all__ = ["BITS", "row_bytes", "encode", "decode", "expected_sq_error", "rel_error"]
 
 BITS = (32, 16, 8, 4, 2)
 """Bit widths of halo rows: 32 = float32 as is, the others quantised."""
@@ -219,3 +219,23 @@ def _unpack_into(q: torch.Tensor, buf: torch.Tensor, bits: int, scratch: torch.T
         w.bitwise_or_(torch.bitwise_left_shift(w, 6, out=tmp))
         w.bitwise_or_(torch.bitwise_left_shift(w, 12, out=tmp)).bitwise_and_(0x03030303)
     q.copy_(w.view(torch.uint8)[:, :width])
+
+
+def rel_error(exs, layers: int, device) -> dict:
+    """Relative error ``||x_hat - x|| / ||x||`` of the quantised rows per layer (the tag of an
+    exchange), over all ranks and the epochs measured (``ex.measure``), from exchangers ``exs``
+    (their ``stats.errors``): ``{"forward": [...], "backward": [...]}`` (None where a layer sent
+    nothing in that direction). Collective: every rank calls it (the built-in trainer's report
+    and the PyG path's, :mod:`graphdist.gnn.pyg.report`)."""
+    from graphdist import comm
+    sums = torch.zeros(2, layers, 2, dtype=torch.float64)
+    for ex in exs:
+        for (direction, tag), (e2, n2) in ex.stats.errors.items():
+            if tag < layers:
+                sums[0 if direction == "forward" else 1, tag] += torch.tensor([e2, n2], dtype=torch.float64)
+    sums = comm.all_reduce_sum(sums.to(device)).cpu()
+    out = {}
+    for i, name in enumerate(("forward", "backward")):
+        out[name] = [float((sums[i, j, 0] / sums[i, j, 1]).sqrt()) if sums[i, j, 1] > 0 else None
+                     for j in range(layers)]
+    return out

@@ -58,12 +58,13 @@ def _writer(ratings):
 
 def partition_ratings(cfg) -> dict:
     """``graphdist partition`` for interaction specs (``cfg``: a
-    :class:`graphdist.halo.tools.PartitionConfig`): load, partition the user-item graph (or read
+    :class:`graphdist.partition.tools.PartitionConfig`): load, partition the user-item graph (or read
     ``--assignment``), write the artifact with the per-part interactions. Returns what
-    :func:`graphdist.halo.tools.partition_to_artifact` returns."""
+    :func:`graphdist.partition.tools.partition_to_artifact` returns."""
     from graphdist.halo.artifact import write_artifact
-    from graphdist.halo.budget import check_fits
-    from graphdist.halo.tools import _check_k, check_request, read_assignment
+    from graphdist.partition.budget import check_fits
+    from graphdist.halo.assignment import check_parts, read_assignment
+    from graphdist.partition.tools import check_request
     from graphdist.rec.data import load_ratings
     from partitioners import partition, quality
     check_request(cfg)
@@ -76,7 +77,7 @@ def partition_ratings(cfg) -> dict:
         params = {"k": k, "spec": cfg.spec, "assignment": str(cfg.assignment)}
     else:
         k, method = int(cfg.parts), cfg.method
-        _check_k(k, g.num_nodes)
+        check_parts(k, g.num_nodes)
         check_fits(g, method, k)
         t0 = time.perf_counter()
         a = (torch.zeros(g.num_nodes, dtype=torch.int64) if k == 1 else

@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from graphdist.config import check_choices
+from graphdist.config import RunConfig, check_choices
 from graphdist.errors import ConfigError
 from graphdist.launch import Nodes
 from partitioners import METHODS
 
 
 @dataclass
-class RecConfig:
+class RecConfig(RunConfig):
     """Everything one ``graphdist train-rec`` run needs (the same on every rank)."""
 
     UNRECORDED: ClassVar[dict] = {"halo_rounds": 1}
@@ -74,27 +74,11 @@ class RecConfig:
     """seed for partitioning, initialisation and sampling"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto (CUDA when available), cpu or cuda; one GPU per local rank"""
-    report: str | None = field(default=None, metadata={"metavar": "FILE"})
-    """write the JSON report here (rank 0)"""
-    checkpoint_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
-    """write torch.distributed.checkpoint snapshots into this directory (shared by all ranks)"""
-    checkpoint_every: int = 10
-    """checkpoint every N epochs (and at the last epoch)"""
-    keep_checkpoints: int = 2
-    """keep the newest N snapshots in --checkpoint-dir"""
-    tensorboard: str | None = field(default=None, metadata={"metavar": "DIR"})
-    """write the run's curves here for TensorBoard (loss, metrics, time, traffic, memory per
-    epoch or step; rank 0): tensorboard --logdir DIR"""
-    resume: Literal[False, True, "auto"] = False
-    """continue from the latest checkpoint in --checkpoint-dir; auto: if there is one, else start
-    (what a worker group restarted by --max-restarts needs)"""
     malloc_mmap_mb: int = 4
     """CPU: tensors above N MiB get their own mmap, so freed memory returns to the OS at once (the
     per-step temporaries otherwise fragment glibc's heap); 0 = glibc default"""
     timeout_s: float = field(default=300.0, metadata={"flag": "--timeout"})
     """collective timeout in seconds: a silent peer makes the others fail after this long"""
-    progress: bool = True
-    """tqdm progress bar on rank 0"""
     summary: bool = field(default=True, metadata={"cli": False})
     """print the one-line result summary on rank 0"""
 

@@ -158,8 +158,8 @@ def _first_data_line(block: bytes) -> tuple[int, int] | None:
 
 
 def _fields(line: bytes) -> list[bytes]:
-    from graphdist.data.table import _TRANS
-    return line.replace(b"::", b"  ").translate(_TRANS).split()
+    from graphdist.data.table import FIELD_SEPARATORS
+    return line.replace(b"::", b"  ").translate(FIELD_SEPARATORS).split()
 
 
 def _is_number(tok: bytes) -> bool:
@@ -176,7 +176,7 @@ def _read_log(path: Path):
     from graphdist.data import table as tb
     parts, firsts, lines = [], [], []
     first, ncols = 1, None
-    for block in tb._blocks(path):
+    for block in tb.blocks(path):
         if ncols is None:
             loc = _first_data_line(block)
             if loc is None:
@@ -204,7 +204,7 @@ def _read_log(path: Path):
                 first += block.count(b"\n")
                 continue
             ncols = max(2, min(len(_fields(block[loc[0]:loc[1]])), 4))
-        v, rows, n_lines = tb._parse_block(path, first, block, ncols, np.float64, "id")
+        v, rows, n_lines = tb.parse_block(path, first, block, ncols, np.float64, "id")
         parts.append(v)
         firsts.append(first)
         lines.append(rows)

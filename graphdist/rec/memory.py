@@ -5,12 +5,14 @@ line naming the memory it needs instead of being killed half-way.
 Per rank (``n`` own rows, ``h`` halo rows, ``D`` dim, ``L`` layers, ``m`` own triples per batch,
 ``s`` own triples planned per epoch, ``I_own`` own items)::
 
-    need = BASE + part file + 4 D (TABLE_COPIES n + 2 (L + 1) (n + h))      rows, Adam, layers
-           + PER_TRIPLE_DIM * m * D + PER_SAMPLE * s                         batch, epoch plan
-           + 4 D * (I_own + max shard) + 16 * users * K                      evaluation
+    need = PROCESS_BYTES + part file                                   the process, the part
+           + 4 D (TABLE_COPIES n + 2 (L + 1) (n + h))                      rows, Adam, layers
+           + PER_TRIPLE_DIM * m * D + PER_SAMPLE * s                       batch, epoch plan
+           + 4 D * (I_own + max shard) + 16 * users * K                    evaluation
 
 The coefficients are rounded up from the measured runs in BENCHMARKS.md ("Graph recommender at
-scale"); the local ranks of a node share its memory.
+scale"); ``PROCESS_BYTES`` is the process footprint every memory check adds
+(:data:`graphdist.memory.PROCESS_BYTES`, measured); the local ranks of a node share its memory.
 """
 from __future__ import annotations
 
@@ -18,12 +20,11 @@ import torch
 
 from graphdist import comm
 from graphdist.errors import ConfigError
+from graphdist.memory import PROCESS_BYTES
 
 __all__ = ["estimate_rank_bytes", "check_rank_fits", "exchange_rounds", "ROUND_BYTES", "MAX_ROUNDS"]
 
 GiB = 2 ** 30
-BASE = 300 * 2 ** 20
-"""Interpreter, torch and graphdist imported (about 235 MiB measured), rounded up."""
 TABLE_COPIES = 5
 """Rows, gradient, two Adam moments, the layer-mean."""
 PER_TRIPLE_DIM = 120
@@ -68,20 +69,18 @@ def estimate_rank_bytes(lg, rd, cfg, n_eval_users: int) -> int:
     s = min(s, nb * m)
     items_own = int(rd.item_rows().size)
     shard = max((x.size for x in getattr(rd, "_shards", [])), default=items_own)
-    need = (BASE + lg.nbytes() + 4 * D * (TABLE_COPIES * n + 2 * (L + 1) * (n + h)) + PER_TRIPLE_DIM * m * D
+    need = (PROCESS_BYTES + lg.nbytes() + 4 * D * (TABLE_COPIES * n + 2 * (L + 1) * (n + h)) + PER_TRIPLE_DIM * m * D
             + PER_SAMPLE * s + 4 * D * (items_own + shard) + 16 * n_eval_users * cfg.topk)
     return int(need)
 
 
-def check_rank_fits(lg, rd, cfg, n_eval_users: int, have: int | None = None, ceiling: int | None = None) -> int:
+def check_rank_fits(lg, rd, cfg, n_eval_users: int) -> int:
     """Collective: every rank's estimate, summed over the ranks of this node, against the memory
     available there, and each rank's against its own process limit (``ulimit -d`` / ``-v``); one
-    line naming the memory needed on every rank when it does not fit. ``have`` and ``ceiling``
-    replace what this machine reports."""
-    from graphdist.halo.budget import available_bytes, process_ceiling
+    line naming the memory needed on every rank when it does not fit."""
+    from graphdist.memory import available_bytes, process_ceiling
     need = estimate_rank_bytes(lg, rd, cfg, n_eval_users)
-    have = available_bytes() if have is None else int(have)
-    ceiling = process_ceiling() if ceiling is None else int(ceiling)
+    have, ceiling = available_bytes(), process_ceiling()
     local = comm.all_gather_object((_host(), need, have, ceiling))
     mine = _host()
     node = [x for x in local if x[0] == mine]

@@ -39,19 +39,14 @@ from graphdist.rec.metrics import RankingEval
 from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency, plan_epoch
 from graphdist.rec.sampling import sample_epoch
 from graphdist.rec.setup import load_local, rank_data
-from graphdist.runtime import Timer, env_world, get_logger, init_distributed, peak_memory_bytes, set_mmap_threshold
+from graphdist.runtime import Timer, get_logger, peak_memory_bytes, start_rank
 
 __all__ = ["train", "fit"]
 
 
 def train(cfg: RecConfig) -> dict:
     """Run training on this rank (the process group is created if needed); returns the report."""
-    cfg.validate()
-    if env_world()[0] == 0:  # under torchrun nobody checked before the workers started
-        cfg.check_outputs()
-    if cfg.malloc_mmap_mb > 0 and cfg.device != "cuda":
-        set_mmap_threshold(cfg.malloc_mmap_mb)
-    ctx = init_distributed(cfg.device, cfg.timeout_s)
+    ctx = start_rank(cfg)
     ratings, lg, pinfo = load_local(cfg, ctx.rank, ctx.world_size)
     boxes = [ratings], [lg]
     del ratings, lg

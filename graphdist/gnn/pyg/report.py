@@ -1,20 +1,18 @@
-"""What a distributed model reports: per-layer halo modes, traffic, rounding keys and errors.
+"""What a distributed model reports: per-layer halo modes, traffic and rounding keys (the rows' rounding
+error over all ranks is :func:`graphdist.halo.quant.rel_error`).
 
     summary(model)      {layer name: {"layer", "halo", "bits", "call"}}
     halo_layers(model)  [{"layer", "class", "halo", "why"}]   (train-gcn's ``halo/layers``)
     traffic(model)      halo rows and bytes sent since the last reset
     set_step(model, s)  key the rounding noise of quantised rows by step s
-    rel_error(model)    relative error of quantised rows per layer, over all ranks
 """
 from __future__ import annotations
 
-import torch
 from torch import nn
 
-from graphdist import comm
 from graphdist.gnn.pyg.wrap import DistConv
 
-__all__ = ["summary", "halo_layers", "traffic", "set_step", "rel_error", "exchangers", "num_layers"]
+__all__ = ["summary", "halo_layers", "traffic", "set_step", "exchangers", "num_layers"]
 
 
 def _states(model: nn.Module):
@@ -66,20 +64,3 @@ def set_step(model: nn.Module, step: int) -> None:
     """Key the rounding noise of quantised rows by ``step`` from now on (runs repeat exactly)."""
     for e in exchangers(model):
         e.set_step(step)
-
-
-def rel_error(exs, layers: int, device) -> dict:
-    """Relative error ``||x_hat - x|| / ||x||`` of the quantised rows per layer, over all ranks
-    and the epochs measured (``ex.measure``), from exchangers ``exs``: ``{"forward": [...],
-    "backward": [...]}`` (None where a layer sent nothing in that direction). Collective."""
-    sums = torch.zeros(2, layers, 2, dtype=torch.float64)
-    for ex in exs:
-        for (direction, tag), (e2, n2) in ex.stats.errors.items():
-            if tag < layers:
-                sums[0 if direction == "forward" else 1, tag] += torch.tensor([e2, n2], dtype=torch.float64)
-    sums = comm.all_reduce_sum(sums.to(device)).cpu()
-    out = {}
-    for i, name in enumerate(("forward", "backward")):
-        out[name] = [float((sums[i, j, 0] / sums[i, j, 1]).sqrt()) if sums[i, j, 1] > 0 else None
-                     for j in range(layers)]
-    return out

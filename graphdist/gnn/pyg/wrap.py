@@ -32,6 +32,7 @@ from torch_geometric.nn.conv import MessagePassing
 
 from graphdist import comm
 from graphdist.errors import ConfigError
+from graphdist.gnn.models import GlobalBatchNorm1d
 from graphdist.gnn.pyg.part import Part
 from graphdist.gnn.pyg.rules import LayerRule, check_module, is_batch_norm, rule_for
 from graphdist.halo.exchange import HaloExchanger
@@ -269,33 +270,6 @@ def _dist_class(cls: type) -> type:
     if cls not in _CLASSES:
         _CLASSES[cls] = type(f"Dist{cls.__name__}", (DistConv, cls), {"__module__": __name__})
     return _CLASSES[cls]
-
-
-# ---------------------------------------------------------------------------- batch norm
-class GlobalBatchNorm1d(nn.BatchNorm1d):
-    """``BatchNorm1d`` whose batch statistics are those of every rank's rows together (two small
-    differentiable all-reduces), so it equals ``BatchNorm1d`` on the whole graph; :func:`distribute`
-    swaps it in for every ``torch.nn.BatchNorm1d`` (also inside PyG's ``BatchNorm`` and ``MLP``)."""
-
-    def forward(self, x):
-        batch_stats = self.training or (self.running_mean is None and self.running_var is None)
-        if not batch_stats:
-            return super().forward(x)
-        if x.dim() != 2:
-            raise ConfigError(f"GlobalBatchNorm1d takes node rows [n, C], got shape {tuple(x.shape)}")
-        n = comm.all_reduce_sum(torch.tensor([float(x.shape[0])], dtype=torch.float64, device=x.device))
-        n = float(n[0])
-        mean = comm.all_reduce_sum_autograd(x.sum(0)) / n
-        d = x - mean
-        var = comm.all_reduce_sum_autograd((d * d).sum(0)) / n
-        if self.training and self.track_running_stats:
-            with torch.no_grad():
-                self.num_batches_tracked.add_(1)
-                f = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
-                self.running_mean.mul_(1 - f).add_(f * mean.detach())
-                self.running_var.mul_(1 - f).add_(f * var.detach() * (n / max(n - 1.0, 1.0)))
-        out = d * (var + self.eps).rsqrt()
-        return out * self.weight + self.bias if self.affine else out
 
 
 # ---------------------------------------------------------------------------- distribute

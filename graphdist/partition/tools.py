@@ -18,6 +18,7 @@ from typing import Literal
 from graphdist.config import check_choices
 from graphdist.errors import ConfigError
 from graphdist.fmt import text_table
+from graphdist.halo.assignment import check_parts, check_readable, read_assignment
 from graphdist.launch import Nodes
 from partitioners import BALANCES, METHODS
 
@@ -100,11 +101,6 @@ def _methods(text: str) -> list[str]:
     return ms
 
 
-def _check_k(k: int, n: int) -> None:
-    if k < 1 or k > n:
-        raise ConfigError(f"--parts {k} must be between 1 and the number of nodes N={n}")
-
-
 def check_request(cfg: PartitionConfig) -> None:
     """What ``graphdist partition`` checks before it loads anything: the choices, ``--out``,
     ``--parts`` or a readable ``--assignment``."""
@@ -113,16 +109,16 @@ def check_request(cfg: PartitionConfig) -> None:
     if cfg.assignment is None and cfg.parts is None:
         raise ConfigError("--parts K is required (or give --assignment FILE)")
     if cfg.assignment is not None:
-        _check_readable(cfg.assignment)
+        check_readable(cfg.assignment)
 
 
 def partition_to_artifact(cfg: PartitionConfig) -> dict:
     """Load, partition (or read ``cfg.assignment``), measure and write the artifact; returns
     ``{graph, quality, seconds, out, k, method}``. Before partitioning, the memory the run needs
-    is checked against what is available (:mod:`graphdist.halo.budget`)."""
+    is checked against what is available (:mod:`graphdist.partition.budget`)."""
     from graphdist.data import load_graph
     from graphdist.halo.artifact import write_artifact
-    from graphdist.halo.budget import check_fits
+    from graphdist.partition.budget import check_fits
     from partitioners import partition, quality
     check_request(cfg)
     g = load_graph(cfg.spec)
@@ -132,7 +128,7 @@ def partition_to_artifact(cfg: PartitionConfig) -> dict:
         check_fits(g, method, k)
     else:
         k, method = int(cfg.parts), cfg.method
-        _check_k(k, g.num_nodes)
+        check_parts(k, g.num_nodes)
         check_fits(g, method, k)
         with features_on_disk(g, Path(cfg.out).parent):
             t0 = time.perf_counter()
@@ -149,7 +145,7 @@ def partition_to_artifact(cfg: PartitionConfig) -> dict:
 
 @contextmanager
 def features_on_disk(g, near: Path):
-    """While a partitioner runs, ``g.x`` (when above :data:`graphdist.halo.budget.SPILL_BYTES`) waits in a temporary
+    """While a partitioner runs, ``g.x`` (when above :data:`graphdist.partition.budget.SPILL_BYTES`) waits in a temporary
     file beside ``near`` and ``g`` holds a copy-on-write mapping of it: the partitioner's working
     set, the peak of ``graphdist partition``, no longer sits on top of the features (0.9 GiB of a
     products-sized graph). The mapping stays for what follows (quality, the part files), which
@@ -159,7 +155,7 @@ def features_on_disk(g, near: Path):
     import numpy as np
     import torch
 
-    from graphdist.halo import budget
+    from graphdist.partition import budget
     x = g.x
     if x is None or x.numel() * x.element_size() <= budget.SPILL_BYTES or x.device.type != "cpu":
         yield
@@ -179,66 +175,6 @@ def features_on_disk(g, near: Path):
         del x
         g.x = torch.from_numpy(mapped)
     yield
-
-
-def _check_readable(path: str) -> None:
-    from graphdist.errors import MissingFileError
-    p = Path(path)
-    try:
-        with open(p, "rb") as f:
-            f.read(1)
-    except OSError as e:
-        raise MissingFileError(f"--assignment {path}: cannot read ({e.strerror or type(e).__name__})") from None
-
-
-def read_assignment(path, n: int, parts: int | None = None):
-    """``(int64 numpy [n], k)`` from a ``.npy`` array or a text file with one part id per line
-    (``#`` comments and blank lines skipped; further columns ignored). ``k`` is ``parts``, or
-    the largest id + 1. Every problem is a one-line error naming the file (and, for text, the
-    line): unreadable, not integers, wrong length, negative or ``>= parts``."""
-    import numpy as np
-
-    from graphdist.errors import DataFormatError
-    p = Path(path)
-    _check_readable(str(path))
-    line_of = None
-    if p.suffix == ".npy":
-        try:
-            arr = np.load(p, allow_pickle=False)
-        except (OSError, ValueError) as e:
-            raise DataFormatError(p, f"not a readable .npy array ({str(e).split('. ')[0]})") from None
-        if arr.ndim == 2 and arr.shape[1] == 1:
-            arr = arr[:, 0]
-        if arr.ndim != 1:
-            raise DataFormatError(p, f"has shape {list(arr.shape)}; expected one part id per node")
-        if arr.dtype.kind == "f":
-            bad = np.flatnonzero(~np.isfinite(arr) | (arr != np.round(arr)))
-            if bad.size:
-                raise DataFormatError(p, f"entry {int(bad[0])} is {float(arr[bad[0]]):g}, not an integer part id")
-        elif arr.dtype.kind not in "iub":
-            raise DataFormatError(p, f"holds {arr.dtype} values; expected integer part ids")
-        a = arr.astype(np.int64)
-    else:
-        from graphdist.data.table import read_table
-        tab = read_table(p, 1, what="part id")
-        a = tab.values[:, 0]
-        line_of = tab.line_of
-    where = (lambda i: {"line": line_of(int(i))}) if line_of else (lambda i: {})  # noqa: E731
-    entry = "" if line_of else "entry {i}: "
-    if a.size != n:
-        raise DataFormatError(p, f"has {a.size:,} part ids but the graph has {n:,} nodes")
-    if n and int(a.min()) < 0:
-        i = int(np.flatnonzero(a < 0)[0])
-        raise DataFormatError(p, f"{entry.format(i=i)}negative part id {int(a[i])}", **where(i))
-    k = int(parts) if parts else (int(a.max()) + 1 if n else 1)
-    if parts is not None and parts < 1:
-        raise ConfigError(f"--parts {parts} must be >= 1")
-    if n and int(a.max()) >= k:
-        i = int(np.flatnonzero(a >= k)[0])
-        raise DataFormatError(p, f"{entry.format(i=i)}part id {int(a[i])} is out of range for --parts {k} "
-                                 f"(ids must be 0..{k - 1})", **where(i))
-    _check_k(k, n)
-    return a, k
 
 
 def _check_artifact_out(out: str) -> None:
@@ -285,7 +221,7 @@ def run_compare(cfg: CompareConfig) -> dict:
     methods = _methods(cfg.methods)
     g = load_graph(cfg.spec)
     for k in ks:
-        _check_k(k, g.num_nodes)
+        check_parts(k, g.num_nodes)
     results = []
     jobs = [(k, m) for k in ks for m in methods]
     bar = tqdm(jobs, desc="compare", unit="run", file=sys.stderr, disable=not cfg.progress or None)

@@ -26,6 +26,7 @@ in-neighbours' rows sees exactly what it sees on the whole graph once the halo r
     models.py  train-gcn --model: the built-in PyG models, MODULE:CLASS, KeyedDropout
     net.py     PygNet: a distributed PyG model in train-gcn's epoch
     train.py   sync_grads, cross_entropy, accuracy, all_sum, main
+    sync.py    reset_parameters re-broadcast, the ranks' weights check, seed
 """
 from graphdist.gnn.models import keyed_dropout
 from graphdist.gnn.pyg.models import KeyedDropout
@@ -33,9 +34,10 @@ from graphdist.gnn.pyg.part import Part, load_part
 from graphdist.gnn.pyg.rules import RULES, LayerRule, register_local
 from graphdist.gnn.pyg.train import accuracy, all_sum, cross_entropy, main, sync_grads
 from graphdist.gnn.pyg.report import halo_layers, set_step, summary, traffic
+from graphdist.gnn.pyg.sync import check_weights, seed
 from graphdist.gnn.pyg.wrap import DistConv, GlobalBatchNorm1d, distribute, halo_rows
 from graphdist.halo.keyed import key32
 
 __all__ = ["Part", "load_part", "distribute", "DistConv", "GlobalBatchNorm1d", "register_local", "RULES",
            "LayerRule", "sync_grads", "cross_entropy", "accuracy", "all_sum", "summary", "traffic", "set_step",
-           "halo_rows", "halo_layers", "keyed_dropout", "KeyedDropout", "key32", "main"]
+           "halo_rows", "halo_layers", "keyed_dropout", "KeyedDropout", "key32", "main", "seed", "check_weights"]

@@ -22,12 +22,18 @@ __all__ = ["sync_grads", "all_sum", "cross_entropy", "accuracy", "main"]
 
 def sync_grads(model: nn.Module) -> None:
     """Sum every parameter's gradient over the ranks (one flat all-reduce). A parameter with no
-    gradient on this rank counts as zeros, so every rank sends the same layout."""
+    gradient on this rank counts as zeros, so every rank sends the same layout. On a distributed
+    model, compare the ranks' weights when due (:mod:`graphdist.gnn.pyg.sync`): one line naming
+    the first parameter that differs."""
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     comm.all_reduce_grads(params)
+    from graphdist.gnn.pyg.sync import guard_of
+    guard = guard_of(model) or next((g for g in map(guard_of, model.modules()) if g is not None), None)
+    if guard is not None:  # the weights check, when due (first step, after a reset or a load, every N)
+        guard.step(model)
 
 
 def all_sum(t: torch.Tensor) -> torch.Tensor:

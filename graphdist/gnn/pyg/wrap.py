@@ -34,6 +34,7 @@ from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.gnn.pyg.part import Part
 from graphdist.gnn.pyg.rules import LayerRule, check_module, is_batch_norm, rule_for
+from graphdist.gnn.pyg.sync import CHECK_EVERY, Guard, Resync, install
 from graphdist.halo.exchange import HaloExchanger
 
 __all__ = ["DistConv", "GlobalBatchNorm1d", "distribute", "halo_rows", "HALO_MODES"]
@@ -267,7 +268,7 @@ _CLASSES: dict[type, type] = {}
 
 def _dist_class(cls: type) -> type:
     if cls not in _CLASSES:
-        _CLASSES[cls] = type(f"Dist{cls.__name__}", (DistConv, cls), {"__module__": __name__})
+        _CLASSES[cls] = type(f"Dist{cls.__name__}", (DistConv, Resync, cls), {"__module__": __name__})
     return _CLASSES[cls]
 
 
@@ -300,23 +301,29 @@ class GlobalBatchNorm1d(nn.BatchNorm1d):
 
 # ---------------------------------------------------------------------------- distribute
 def distribute(model: nn.Module, part: Part, *, halo: str = "plain", bits: int = 32, seed: int = 0,
-               eval_bits: int | None = None) -> nn.Module:
+               eval_bits: int | None = None, check_every: int = CHECK_EVERY) -> nn.Module:
     """Make ``model`` (written for one device) run on ``part`` and return it (changed in place).
 
     ``halo``: ``plain`` (every layer) or ``mvc`` (pre-aggregated partial sums where a layer's
     aggregation is a fixed linear map; the others run plain: :func:`halo_layers` says which and
     why). ``bits``: 32, or 16/8/4/2 to quantise the rows in flight (not exact); ``eval_bits``:
     the same for layers in evaluation mode (``model.eval()``; None: ``bits``). ``seed`` keys the
-    rounding noise. Refuses, with one line naming it, a layer that is not local. A collective:
-    every rank calls it with the same model."""
+    rounding noise. ``check_every``: :func:`sync_grads` compares the ranks' weights every this
+    many steps (and on the first step after this call, a ``reset_parameters()`` or a
+    ``load_state_dict``; 0: only then); ``reset_parameters()`` re-broadcasts rank 0's weights
+    (:mod:`graphdist.gnn.pyg.sync`). Refuses, with one line naming it, a layer that is not local.
+    A collective: every rank calls it with the same model."""
     if halo not in HALO_MODES:
         raise ConfigError(f"halo must be one of {', '.join(HALO_MODES)}, got {halo!r}")
     for name, b in (("bits", bits), ("eval_bits", eval_bits)):
         if b is not None and b != 32 and part.world_size == 1:
             raise ConfigError(f"{name}={b} quantises the halo exchange, but a 1-part job has none; use {name}=32 "
                               "or k >= 2 parts")
+    if not isinstance(check_every, int) or check_every < 0:
+        raise ConfigError(f"check_every must be an integer >= 0 (steps between weight checks), got {check_every!r}")
     convs, norms = _scan(model)
     ctx = _Context(part, halo, bits, seed, eval_bits)
+    ctx.guard = Guard(check_every)
     kinds = {}
     for name, conv, rule in convs:
         kinds[name] = rule.linear(conv) if halo == "mvc" and rule.linear is not None else None
@@ -332,6 +339,7 @@ def distribute(model: nn.Module, part: Part, *, halo: str = "plain", bits: int =
     if part.world_size > 1:
         for bn in norms:
             bn.__class__ = GlobalBatchNorm1d
+    install(model, ctx.guard)
     comm.broadcast_module(model)
     return model
 

@@ -198,11 +198,14 @@ def load_part(source, *, method: str = "metis", seed: int = 0, device: str = "au
     ``source``: a partition artifact directory (only this rank's part file is read), a dataset
     spec (``planetoid:ROOT/Cora``, ``sbm:...``; every rank loads the graph, rank 0 partitions it
     with ``method`` and broadcasts the assignment) or a :class:`graphdist.data.Graph`. The number
-    of parts is the world size."""
+    of parts is the world size. From here on, a graphdist error that ends the script prints one
+    line (once, not per rank) and exits with code 2 (:func:`~graphdist.gnn.pyg.train.install_excepthook`)."""
     from graphdist.data import Graph
+    from graphdist.gnn.pyg.train import install_excepthook
     from graphdist.halo.setup import check_plan, load_local
     from graphdist.runtime import init_distributed
     ctx = init_distributed(device, timeout_s)
+    install_excepthook()  # (after torch's, which prefixes and buffers what the hook it wraps prints)
     graph = source if isinstance(source, Graph) else None
     if graph is not None:
         src = PartSource(spec=graph.name or "graph", method=method, seed=seed)

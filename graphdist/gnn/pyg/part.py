@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch_geometric.nn.conv.gcn_conv import gcn_norm as _pyg_gcn_norm  # (wrapped layers see another gcn_norm)
 
 from graphdist import comm
 from graphdist.halo.exchange import HaloExchanger
@@ -183,8 +184,7 @@ def _pyg_fill(improved: bool) -> float:
     measured on a 2-node graph (PyG 2.8 uses 1 even with ``improved=True``: its fill value 2
     reaches weighted graphs only), so a part normalises as the installed PyG does."""
     if improved not in _FILL:
-        from torch_geometric.nn.conv.gcn_conv import gcn_norm
-        ei, w = gcn_norm(torch.tensor([[0], [1]]), None, 2, improved, True, dtype=torch.float64)
+        ei, w = _pyg_gcn_norm(torch.tensor([[0], [1]]), None, 2, improved, True, dtype=torch.float64)
         loop = float(w[(ei[0] == 1) & (ei[1] == 1)][0])  # fill / (1 + fill)
         _FILL[improved] = loop / (1.0 - loop)
     return _FILL[improved]

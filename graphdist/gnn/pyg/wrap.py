@@ -32,6 +32,7 @@ from torch_geometric.nn.conv import MessagePassing
 
 from graphdist import comm
 from graphdist.errors import ConfigError
+from graphdist.gnn.pyg.hops import count_propagates, global_norms, norm_sites, propagating
 from graphdist.gnn.pyg.part import Part
 from graphdist.gnn.pyg.rules import LayerRule, check_module, is_batch_norm, rule_for
 from graphdist.gnn.pyg.sync import CHECK_EVERY, Guard, Resync, install
@@ -129,6 +130,7 @@ class _ConvState:
         self.name, self.cls, self.rule, self.ctx, self.sig, self.linear = name, cls, rule, ctx, sig, linear
         self.index, self.why = index, why
         self.used = "mvc" if linear else "plain"
+        self.sites = norm_sites(cls)  # where the layer finds gcn_norm / get_laplacian
 
 
 def _tagged(ex: HaloExchanger, index: int) -> HaloExchanger:
@@ -178,19 +180,31 @@ class DistConv:
         if not torch.is_tensor(x) or x.dim() < 2 or x.shape[0] != part.num_owned:
             got = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
             raise ConfigError(f"{where} takes this rank's owned rows x [{part.num_owned}, F], got {got}")
-        if not (torch.is_tensor(ei) and ei.dim() == 2 and ei.shape[0] == 2):
-            raise ConfigError(f"{where} takes edge_index [2, E] over the part's local ids (part.edge_index)")
+        if not (torch.is_tensor(ei) and ei.layout == torch.strided and ei.dim() == 2 and ei.shape[0] == 2):
+            sparse = "a sparse adjacency (T.ToSparseTensor, SparseTensor, torch sparse) is not supported on a part; " \
+                if not torch.is_tensor(ei) or ei.layout != torch.strided else ""
+            raise ConfigError(f"{where} takes edge_index [2, E] over the part's local ids (part.edge_index); {sparse}"
+                              f"got {type(ei).__name__}{tuple(ei.shape) if torch.is_tensor(ei) else ''}")
         if a.get("size") is not None:
             raise ConfigError(f"{where}: size= is not supported on a part (the part fixes the sizes)")
         base = super().forward
         edges_given = any(a.get(n) is not None for n in st.rule.edge_args)
         ctx = st.ctx
-        if st.linear and not edges_given:
-            _require_part_edges(ei, part, where, "halo='mvc' aggregates over the part's own edges")
-            st.used = "mvc"
-            return self._mvc_call(st, base, b, _tagged(ctx.mvc_ex if self.training else ctx.mvc_eval, st.index))
-        st.used = "plain"
-        return self._plain_call(st, base, b, where, _tagged(ctx.plain if self.training else ctx.plain_eval, st.index))
+        if st.rule.call == "hops":  # owned rows in; the halo exchanged before each propagate
+            st.used = "plain"
+            ex = _tagged(ctx.plain if self.training else ctx.plain_eval, st.index)
+            with global_norms(st.sites, part, where), propagating(self, part, ex):
+                if st.rule.prepare is not None:
+                    st.rule.prepare(self, a, part)
+                return base(*b.args, **b.kwargs)
+        with global_norms(st.sites, part, where), count_propagates(self, where, st.cls.__name__):
+            if st.linear and not edges_given:
+                _require_part_edges(ei, part, where, "halo='mvc' aggregates over the part's own edges")
+                st.used = "mvc"
+                return self._mvc_call(st, base, b, _tagged(ctx.mvc_ex if self.training else ctx.mvc_eval, st.index))
+            st.used = "plain"
+            return self._plain_call(st, base, b, where, _tagged(ctx.plain if self.training else ctx.plain_eval,
+                                                                st.index))
 
     def _plain_call(self, st, base, b, where, ex):
         a, part, rule = b.arguments, st.ctx.part, st.rule

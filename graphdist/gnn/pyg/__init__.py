@@ -27,6 +27,8 @@ in-neighbours' rows sees exactly what it sees on the whole graph once the halo r
     net.py     PygNet: a distributed PyG model in train-gcn's epoch
     train.py   sync_grads, cross_entropy, accuracy, all_sum, main
     sync.py    reset_parameters re-broadcast, the ranks' weights check, seed
+    hops.py    multi-hop layers (halo per propagate), gcn_norm / get_laplacian of the whole graph
+    idioms.py  random_split (by global id), normalize_features (the whole graph's)
 """
 from graphdist.gnn.models import keyed_dropout
 from graphdist.gnn.pyg.models import KeyedDropout
@@ -35,9 +37,11 @@ from graphdist.gnn.pyg.rules import RULES, LayerRule, register_local
 from graphdist.gnn.pyg.train import accuracy, all_sum, cross_entropy, main, sync_grads
 from graphdist.gnn.pyg.report import halo_layers, set_step, summary, traffic
 from graphdist.gnn.pyg.sync import check_weights, seed
+from graphdist.gnn.pyg.idioms import normalize_features, random_split
 from graphdist.gnn.pyg.wrap import DistConv, GlobalBatchNorm1d, distribute, halo_rows
 from graphdist.halo.keyed import key32
 
 __all__ = ["Part", "load_part", "distribute", "DistConv", "GlobalBatchNorm1d", "register_local", "RULES",
            "LayerRule", "sync_grads", "cross_entropy", "accuracy", "all_sum", "summary", "traffic", "set_step",
-           "halo_rows", "halo_layers", "keyed_dropout", "KeyedDropout", "key32", "main", "seed", "check_weights"]
+           "halo_rows", "halo_layers", "keyed_dropout", "KeyedDropout", "key32", "main", "seed", "check_weights",
+           "random_split", "normalize_features"]

@@ -130,7 +130,8 @@ def test_call_errors_and_fallbacks(part):
     conv = gd.distribute(ref, part, halo="mvc")
     assert gd.summary(conv)[""]["halo"] == "mvc"
     assert torch.allclose(conv(part.x, part.edge_index, w), want, atol=1e-6)
-    assert gd.summary(conv)[""] == {"layer": "GCNConv", "halo": "plain", "bits": 32, "call": "full"}
+    assert gd.summary(conv)[""] == {"layer": "GCNConv", "halo": "plain", "bits": 32, "call": "full",
+                                      "exchanges": 0}
     with pytest.raises(ConfigError, match="halo must be one of plain, mvc"):
         gd.distribute(GCNConv(8, 4), part, halo="auto")
     with pytest.raises(ConfigError, match="bits=8 quantises the halo exchange, but a 1-part job has none"):

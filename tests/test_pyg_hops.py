@@ -175,8 +175,10 @@ def test_multi_hop_layers_match_whole_graph_pyg(graph, refs, k):
             for r in range(k):
                 got = results[r][(method, "appnp")]
                 assert got["send"] > 0 and got["traffic"] == 5 * got["send"], (method, r, got["traffic"], got["send"])
+                assert got["summary"]["prop"]["exchanges"] == 5 and got["summary"]["prop"]["call"] == "hops"
                 got = results[r][(method, "tag3")]  # TAGConv K=3 then K=2
                 assert got["traffic"] == 5 * got["send"], (method, r)
+                assert [v["exchanges"] for v in got["summary"].values()] == [3, 2]
 
 
 @pytest.fixture(autouse=True)

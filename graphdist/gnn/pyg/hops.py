@@ -155,10 +155,15 @@ def _with_halo(v, nd: int, ex):
 
 
 @contextlib.contextmanager
-def propagating(conv, part, ex):
+def propagating(conv, part, ex, counter=None):
     """``call="hops"``: before each ``propagate`` / ``edge_updater`` call of ``conv``, every node
-    argument read at the source (owned rows) becomes ``([rows ; halo rows], rows)``."""
+    argument read at the source (owned rows) becomes ``([rows ; halo rows], rows)``; each such
+    exchange adds 1 to ``counter.exchanges``."""
     names, nd, n_own = _source_args(conv), conv.node_dim, part.num_owned
+
+    def count():
+        if counter is not None and part.world_size > 1:
+            counter.exchanges += 1
 
     def pre(module, inputs):
         edge_index, size, kwargs = inputs
@@ -167,8 +172,10 @@ def propagating(conv, part, ex):
             v = kwargs.get(name)
             if torch.is_tensor(v) and v.size(nd) == n_own:
                 kwargs[name] = (_with_halo(v, nd, ex), v)
+                count()
             elif isinstance(v, (tuple, list)) and len(v) == 2 and torch.is_tensor(v[0]) and v[0].size(nd) == n_own:
                 kwargs[name] = (_with_halo(v[0], nd, ex), v[1])
+                count()
         if size is not None and size[0] == n_own:
             size = (n_own + part.num_halo, size[1])
         return edge_index, size, kwargs

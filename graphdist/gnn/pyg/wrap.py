@@ -131,6 +131,7 @@ class _ConvState:
         self.index, self.why = index, why
         self.used = "mvc" if linear else "plain"
         self.sites = norm_sites(cls)  # where the layer finds gcn_norm / get_laplacian
+        self.exchanges = 0  # halo exchanges (forward) of the last call
 
 
 def _tagged(ex: HaloExchanger, index: int) -> HaloExchanger:
@@ -193,10 +194,12 @@ class DistConv:
         if st.rule.call == "hops":  # owned rows in; the halo exchanged before each propagate
             st.used = "plain"
             ex = _tagged(ctx.plain if self.training else ctx.plain_eval, st.index)
-            with global_norms(st.sites, part, where), propagating(self, part, ex):
+            st.exchanges = 0
+            with global_norms(st.sites, part, where), propagating(self, part, ex, st):
                 if st.rule.prepare is not None:
                     st.rule.prepare(self, a, part)
                 return base(*b.args, **b.kwargs)
+        st.exchanges = 1 if part.world_size > 1 else 0  # once, before the layer
         with global_norms(st.sites, part, where), count_propagates(self, where, st.cls.__name__):
             if st.linear and not edges_given:
                 _require_part_edges(ei, part, where, "halo='mvc' aggregates over the part's own edges")

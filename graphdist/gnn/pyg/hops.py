@@ -29,7 +29,7 @@ from torch_geometric.utils import get_laplacian as _pyg_get_laplacian
 
 from graphdist.errors import ConfigError
 
-__all__ = ["global_norms", "propagating", "laplacian_edges", "out_degrees", "norm_sites", "count_propagates"]
+__all__ = ["global_norms", "propagating", "aggregating", "gcn_hop", "sum_hop", "laplacian_edges", "out_degrees", "norm_sites", "count_propagates"]
 
 _NORMS = {_pyg_gcn_norm: "gcn_norm", _pyg_get_laplacian: "get_laplacian"}
 
@@ -207,3 +207,36 @@ def count_propagates(conv, where: str, cls_name: str):
         yield
     finally:
         h.remove()
+
+
+@contextlib.contextmanager
+def aggregating(conv, aggregate, counter=None, world_size: int = 1):
+    """``call="hops"`` under ``halo="mvc"``, for a layer whose every hop is a fixed linear map:
+    each ``propagate(edge_index, x=rows, ...)`` of ``conv`` becomes ``aggregate(rows)``
+    (``A @ [rows ; halo]`` from the pre-aggregating exchange; the layer's edges and weights,
+    computed by the whole graph's ``gcn_norm``, go unused)."""
+    def propagate(edge_index, size=None, **kwargs):
+        x = kwargs.get("x")
+        x = x[0] if isinstance(x, (tuple, list)) else x
+        if counter is not None and world_size > 1:
+            counter.exchanges += 1
+        return aggregate(x)
+
+    conv.__dict__["propagate"] = propagate  # the instance's, in front of the class's
+    try:
+        yield
+    finally:
+        conv.__dict__.pop("propagate", None)
+
+
+def gcn_hop(conv) -> str | None:
+    """``"gcn"`` when each hop of APPNP / SGConv / SSGConv / MixHopConv is ``D^-1/2 (A+I) D^-1/2``
+    (self-loops added, PyG's normalisation, no edge dropout), else None (runs plain)."""
+    if not getattr(conv, "add_self_loops", False) or not getattr(conv, "normalize", True):
+        return None
+    return "gcn" if float(getattr(conv, "dropout", 0.0) or 0.0) == 0.0 else None
+
+
+def sum_hop(conv) -> str | None:
+    """``"sum"`` for GatedGraphConv with ``aggr="add"`` (each hop sums the in-neighbours' rows)."""
+    return "sum" if conv.aggr in ("add", "sum") else None

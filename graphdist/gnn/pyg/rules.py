@@ -94,19 +94,30 @@ def _cheb_lambda_max(conv, a, part) -> None:
     a["lambda_max"] = 2.0 * float(comm.all_reduce_max(m)[0])
 
 
+def _gcn_hop(conv):
+    from graphdist.gnn.pyg.hops import gcn_hop
+    return gcn_hop(conv)
+
+
+def _sum_hop(conv):
+    from graphdist.gnn.pyg.hops import sum_hop
+    return sum_hop(conv)
+
+
 _HOPS = LayerRule(call="hops")
+_GCN_HOPS = LayerRule(call="hops", linear=_gcn_hop)
 RULES: dict[type, LayerRule] = {
     pyg_conv.GCNConv: LayerRule(gcn_norm=_gcn_args, linear=_gcn_linear),
     pyg_conv.GCN2Conv: LayerRule(gcn_norm=lambda c: (False, bool(c.add_self_loops)) if c.normalize else None,
                                  node_args=("x_0",), linear=_gcn2_linear),
     pyg_conv.TAGConv: _HOPS,
-    pyg_conv.APPNP: _HOPS,
-    pyg_conv.SGConv: _HOPS,
-    pyg_conv.SSGConv: _HOPS,
+    pyg_conv.APPNP: _GCN_HOPS,
+    pyg_conv.SGConv: _GCN_HOPS,
+    pyg_conv.SSGConv: _GCN_HOPS,
     pyg_conv.ChebConv: LayerRule(call="hops", prepare=_cheb_lambda_max),
     pyg_conv.ARMAConv: _HOPS,
-    pyg_conv.MixHopConv: _HOPS,
-    pyg_conv.GatedGraphConv: _HOPS,
+    pyg_conv.MixHopConv: _GCN_HOPS,
+    pyg_conv.GatedGraphConv: LayerRule(call="hops", linear=_sum_hop),
     pyg_conv.GATConv: LayerRule(),
     pyg_conv.GATv2Conv: LayerRule(),
     pyg_conv.TransformerConv: LayerRule(),

@@ -32,7 +32,7 @@ from torch_geometric.nn.conv import MessagePassing
 
 from graphdist import comm
 from graphdist.errors import ConfigError
-from graphdist.gnn.pyg.hops import count_propagates, global_norms, norm_sites, propagating
+from graphdist.gnn.pyg.hops import aggregating, count_propagates, global_norms, norm_sites, propagating
 from graphdist.gnn.pyg.part import Part
 from graphdist.gnn.pyg.rules import LayerRule, check_module, is_batch_norm, rule_for
 from graphdist.gnn.pyg.sync import CHECK_EVERY, Guard, Resync, install
@@ -150,6 +150,8 @@ def _why(conv, rule: LayerRule, halo: str, linear: str | None) -> str:
         return "halo plain asked for"
     if linear:
         return f"aggregation is a fixed linear map ({linear})"
+    if rule.linear is None and rule.call == "hops":
+        return f"{name} has no mvc adjacency for its hops (each exchanged plain)"
     if rule.linear is None:
         return f"{name} aggregates with weights computed from the rows (not a fixed linear map)"
     aggr = getattr(conv, "aggr", None)
@@ -192,10 +194,16 @@ class DistConv:
         edges_given = any(a.get(n) is not None for n in st.rule.edge_args)
         ctx = st.ctx
         if st.rule.call == "hops":  # owned rows in; the halo exchanged before each propagate
-            st.used = "plain"
-            ex = _tagged(ctx.plain if self.training else ctx.plain_eval, st.index)
             st.exchanges = 0
-            with global_norms(st.sites, part, where), propagating(self, part, ex, st):
+            if st.linear and not edges_given:  # each hop a fixed linear map: A @ [h ; halo], pre-aggregated
+                _require_part_edges(ei, part, where, "halo='mvc' aggregates over the part's own edges")
+                st.used, kind = "mvc", st.linear
+                ex = _tagged(ctx.mvc_ex if self.training else ctx.mvc_eval, st.index)
+                hops = aggregating(self, lambda h: ctx.aggregate(kind, h, ex), st, part.world_size)
+            else:
+                st.used = "plain"
+                hops = propagating(self, part, _tagged(ctx.plain if self.training else ctx.plain_eval, st.index), st)
+            with global_norms(st.sites, part, where), hops:
                 if st.rule.prepare is not None:
                     st.rule.prepare(self, a, part)
                 return base(*b.args, **b.kwargs)

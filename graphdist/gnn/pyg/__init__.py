@@ -17,7 +17,9 @@
 Run it with ``torchrun --nproc-per-node K script.py``. A rank holds every in-edge of the nodes
 it owns, so every layer whose output at a node depends only on that node's row and its
 in-neighbours' rows sees exactly what it sees on the whole graph once the halo rows are there
-(``distribute``). Layers that read further are refused (:mod:`graphdist.gnn.pyg.rules`).
+(``distribute``); a layer that propagates several times gets the halo again before each
+propagation (:mod:`graphdist.gnn.pyg.hops`). Layers that read further in one propagation
+(global attention, graph-level norms) are refused (:mod:`graphdist.gnn.pyg.rules`).
 
     part.py    Part (owned rows, local edge_index, exchanger), load_part
     rules.py   which layers are local and how each is called; register_local

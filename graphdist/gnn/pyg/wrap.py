@@ -10,6 +10,11 @@ rank's owned rows and ``part.edge_index`` and returns owned rows:
             the layer runs on x_full (``full``) or on (x_full, x) (``bipartite``) and its output is
             cut to the owned rows. GCN-normalised layers get ``gcn_norm`` weights of the global
             degrees (``Part.gcn_edges``) with their own normalisation switched off for the call.
+    hops    layers that propagate several times (APPNP, TAGConv, ChebConv, ...): the layer runs on
+            the owned rows and the halo is exchanged before each ``propagate``
+            (:mod:`graphdist.gnn.pyg.hops`; under ``mvc`` each hop that is a fixed linear map is
+            pre-aggregated). ``gcn_norm`` / ``get_laplacian`` called inside any wrapped layer's
+            ``forward`` give the whole graph's normalisation.
     mvc     where the layer's aggregation is a fixed linear map (GCN, SAGE-mean, GIN-sum, ...):
             the layer runs on the owned rows with no edges, and its ``propagate`` result is
             replaced (a propagate hook) by ``A @ [h ; halo(h)]`` from

@@ -92,6 +92,8 @@ def main():
         for m in a.models.split(","):
             t0 = time.perf_counter()
             ref = torch.tensor(one_process(spec, m, a.runs, a.seed)) * 100
+            print(f"<!-- {ds} {m}, PyG one process: {[round(float(v), 1) for v in ref]}; "
+                  f"{time.perf_counter() - t0:.0f} s -->", flush=True)
             got = torch.tensor(distributed(spec, m, a.runs, a.seed, a.k)) * 100
             print(f"| {ds} | {m} | {ref.mean():.2f} +- {ref.std():.2f} | {got.mean():.2f} +- {got.std():.2f} | "
                   f"{got.mean() - ref.mean():+.2f} |  <!-- runs {[round(float(v), 1) for v in ref]} vs "

@@ -41,10 +41,6 @@ def part():
 
 
 REFUSED = {
-    "tag3": (lambda: TAGConv(8, 8, K=3), "TAGConv(K=3) reads 3-hop"),
-    "sgc": (lambda: Seq(SGConv(8, 8, K=1)), "layer mods.0 (SGConv)"),
-    "appnp": (lambda: Seq(nn.Linear(8, 8), APPNP(K=5, alpha=0.1)),
-              "layer mods.1 (APPNP) is not local: it propagates K hops"),
     "gps": (lambda: Seq(GPSConv(8, GCNConv(8, 8), heads=2)), "layer mods.0 (GPSConv) is not local: it mixes"),
     "lstm": (lambda: SAGEConv(8, 8, aggr="lstm"), "LSTMAggregation, which depends on the order"),
     "flow": (lambda: GCNConv(8, 8, flow="target_to_source"), "flow='target_to_source'"),
@@ -66,6 +62,43 @@ def test_non_local_layers_are_refused_in_one_line(part, case):
     msg = str(e.value)
     assert words in msg and "\n" not in msg, msg
     assert not any(isinstance(m, gd.DistConv) for m in model.modules())  # nothing half-wrapped
+
+
+class TwoHops(MessagePassing):
+    """A user's layer that propagates twice in one call."""
+
+    def forward(self, x, edge_index):
+        return self.propagate(edge_index, x=self.propagate(edge_index, x=x))
+
+
+def test_registered_layer_propagating_twice_is_stopped_or_runs_per_hop(part):
+    gd.register_local(TwoHops)  # call="full": the halo rows are there once
+    conv = gd.distribute(TwoHops(), part)
+    with pytest.raises(ConfigError) as e:
+        conv(part.x, part.edge_index)
+    msg = str(e.value)
+    assert "layer <model> (TwoHops) propagates more than once in one call" in msg and "\n" not in msg, msg
+    assert "register_local(TwoHops, call='hops')" in msg, msg
+    gd.register_local(TwoHops, call="hops")
+    try:
+        got = gd.distribute(TwoHops(), part)(part.x, part.edge_index)
+    finally:
+        del gd.RULES[TwoHops]
+    assert torch.allclose(got, TwoHops()(part.x, part.edge_index))
+    for model in (TAGConv(8, 8, K=3), Seq(SGConv(8, 8, K=2)), Seq(nn.Linear(8, 8), APPNP(K=5, alpha=0.1))):
+        gd.distribute(model, part)  # multi-hop layers are accepted (parity: tests/test_pyg_hops.py)
+
+
+def test_sparse_adjacency_and_other_edges_are_refused_in_one_line(part):
+    from torch_geometric.nn import ChebConv
+    n = part.num_owned
+    adj = torch.sparse_coo_tensor(part.edge_index.flip(0), torch.ones(part.edge_index.shape[1]), (n, n))
+    with pytest.raises(ConfigError, match=r"sparse adjacency \(T.ToSparseTensor"):
+        gd.distribute(GCNConv(8, 4), part)(part.x, adj)
+    with pytest.raises(ConfigError, match=r"layer <model> \(ChebConv\) calls get_laplacian on other edges"):
+        gd.distribute(ChebConv(8, 4, K=2), part)(part.x, part.edge_index[:, 1:])
+    with pytest.raises(ConfigError, match=r"\(APPNP\) calls gcn_norm with edge weights"):
+        gd.distribute(APPNP(K=2, alpha=0.1), part)(part.x, part.edge_index, torch.ones(part.edge_index.shape[1]))
 
 
 def test_node_layer_norm_and_registered_layers_are_accepted(part):
@@ -97,7 +130,8 @@ def test_call_errors_and_fallbacks(part):
     conv = gd.distribute(ref, part, halo="mvc")
     assert gd.summary(conv)[""]["halo"] == "mvc"
     assert torch.allclose(conv(part.x, part.edge_index, w), want, atol=1e-6)
-    assert gd.summary(conv)[""] == {"layer": "GCNConv", "halo": "plain", "bits": 32, "call": "full"}
+    assert gd.summary(conv)[""] == {"layer": "GCNConv", "halo": "plain", "bits": 32, "call": "full",
+                                      "exchanges": 0}
     with pytest.raises(ConfigError, match="halo must be one of plain, mvc"):
         gd.distribute(GCNConv(8, 4), part, halo="auto")
     with pytest.raises(ConfigError, match="bits=8 quantises the halo exchange, but a 1-part job has none"):

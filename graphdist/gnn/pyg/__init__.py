@@ -17,7 +17,9 @@
 Run it with ``torchrun --nproc-per-node K script.py``. A rank holds every in-edge of the nodes
 it owns, so every layer whose output at a node depends only on that node's row and its
 in-neighbours' rows sees exactly what it sees on the whole graph once the halo rows are there
-(``distribute``). Layers that read further are refused (:mod:`graphdist.gnn.pyg.rules`).
+(``distribute``); a layer that propagates several times gets the halo again before each
+propagation (:mod:`graphdist.gnn.pyg.hops`). Layers that read further in one propagation
+(global attention, graph-level norms) are refused (:mod:`graphdist.gnn.pyg.rules`).
 
     part.py    Part (owned rows, local edge_index, exchanger), load_part
     rules.py   which layers are local and how each is called; register_local
@@ -26,6 +28,9 @@ in-neighbours' rows sees exactly what it sees on the whole graph once the halo r
     models.py  train-gcn --model: the built-in PyG models, MODULE:CLASS, KeyedDropout
     net.py     PygNet: a distributed PyG model in train-gcn's epoch
     train.py   sync_grads, cross_entropy, accuracy, all_sum, main
+    sync.py    reset_parameters re-broadcast, the ranks' weights check, seed
+    hops.py    multi-hop layers (halo per propagate), gcn_norm / get_laplacian of the whole graph
+    idioms.py  random_split (by global id), normalize_features (the whole graph's)
 """
 from graphdist.gnn.models import keyed_dropout
 from graphdist.gnn.pyg.models import KeyedDropout
@@ -33,9 +38,12 @@ from graphdist.gnn.pyg.part import Part, load_part
 from graphdist.gnn.pyg.rules import RULES, LayerRule, register_local
 from graphdist.gnn.pyg.train import accuracy, all_sum, cross_entropy, main, sync_grads
 from graphdist.gnn.pyg.report import halo_layers, set_step, summary, traffic
+from graphdist.gnn.pyg.sync import check_weights, seed
+from graphdist.gnn.pyg.idioms import normalize_features, random_split
 from graphdist.gnn.pyg.wrap import DistConv, GlobalBatchNorm1d, distribute, halo_rows
 from graphdist.halo.keyed import key32
 
 __all__ = ["Part", "load_part", "distribute", "DistConv", "GlobalBatchNorm1d", "register_local", "RULES",
            "LayerRule", "sync_grads", "cross_entropy", "accuracy", "all_sum", "summary", "traffic", "set_step",
-           "halo_rows", "halo_layers", "keyed_dropout", "KeyedDropout", "key32", "main"]
+           "halo_rows", "halo_layers", "keyed_dropout", "KeyedDropout", "key32", "main", "seed", "check_weights",
+           "random_split", "normalize_features"]

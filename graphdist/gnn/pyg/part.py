@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch_geometric.nn.conv.gcn_conv import gcn_norm as _pyg_gcn_norm  # (wrapped layers see another gcn_norm)
 
 from graphdist import comm
 from graphdist.halo.exchange import HaloExchanger
@@ -183,8 +184,7 @@ def _pyg_fill(improved: bool) -> float:
     measured on a 2-node graph (PyG 2.8 uses 1 even with ``improved=True``: its fill value 2
     reaches weighted graphs only), so a part normalises as the installed PyG does."""
     if improved not in _FILL:
-        from torch_geometric.nn.conv.gcn_conv import gcn_norm
-        ei, w = gcn_norm(torch.tensor([[0], [1]]), None, 2, improved, True, dtype=torch.float64)
+        ei, w = _pyg_gcn_norm(torch.tensor([[0], [1]]), None, 2, improved, True, dtype=torch.float64)
         loop = float(w[(ei[0] == 1) & (ei[1] == 1)][0])  # fill / (1 + fill)
         _FILL[improved] = loop / (1.0 - loop)
     return _FILL[improved]
@@ -198,11 +198,14 @@ def load_part(source, *, method: str = "metis", seed: int = 0, device: str = "au
     ``source``: a partition artifact directory (only this rank's part file is read), a dataset
     spec (``planetoid:ROOT/Cora``, ``sbm:...``; every rank loads the graph, rank 0 partitions it
     with ``method`` and broadcasts the assignment) or a :class:`graphdist.data.Graph`. The number
-    of parts is the world size."""
+    of parts is the world size. From here on, a graphdist error that ends the script prints one
+    line (once, not per rank) and exits with code 2 (:func:`~graphdist.gnn.pyg.train.install_excepthook`)."""
     from graphdist.data import Graph
+    from graphdist.gnn.pyg.train import install_excepthook
     from graphdist.halo.setup import check_plan, load_local
     from graphdist.runtime import init_distributed
     ctx = init_distributed(device, timeout_s)
+    install_excepthook()  # (after torch's, which prefixes and buffers what the hook it wraps prints)
     graph = source if isinstance(source, Graph) else None
     if graph is not None:
         src = PartSource(spec=graph.name or "graph", method=method, seed=seed)

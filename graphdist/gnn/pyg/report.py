@@ -20,10 +20,13 @@ def _states(model: nn.Module):
 
 
 def summary(model: nn.Module) -> dict:
-    """``{layer name: {"layer": class, "halo": "plain"|"mvc", "bits": b, "call": "full"|"bipartite"}}``
-    for every wrapped layer; ``halo`` is the mode of its last call (before any call: the mode chosen)."""
-    return {n: {"layer": st.cls.__name__, "halo": st.used, "bits": st.ctx.bits, "call": st.rule.call}
-            for n, st in _states(model)}
+    """``{layer name: {"layer": class, "halo": "plain"|"mvc", "bits": b, "call": "full"|"bipartite"|"hops",
+    "exchanges": n}}`` for every wrapped layer; ``halo`` is the mode of its last call (before any
+    call: the mode chosen), ``exchanges`` the halo exchanges of its last forward call (one per
+    ``propagate`` for a ``hops`` layer: APPNP(K=10) makes 10; 0 at k = 1 or before a call; the
+    backward pass sends as many)."""
+    return {n: {"layer": st.cls.__name__, "halo": st.used, "bits": st.ctx.bits, "call": st.rule.call,
+                "exchanges": st.exchanges} for n, st in _states(model)}
 
 
 def halo_layers(model: nn.Module) -> list[dict]:

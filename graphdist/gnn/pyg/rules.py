@@ -25,7 +25,7 @@ from graphdist.errors import ConfigError
 
 __all__ = ["LayerRule", "RULES", "register_local", "rule_for", "check_module", "CALLS"]
 
-CALLS = ("full", "bipartite")
+CALLS = ("full", "bipartite", "hops")
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,10 @@ class LayerRule:
     """``full``: the layer gets ``x = [owned ; halo]`` rows and its output is cut to the owned
     rows; ``bipartite``: it gets ``x = ([owned ; halo], owned)`` and returns owned rows only (for
     layers that apply a module to their output rows, such as GIN's MLP, so that a batch norm in
-    it sees the owned rows only). Both are exact: owned columns come first."""
+    it sees the owned rows only). Both are exact: owned columns come first, and both see the
+    halo rows once (a second ``propagate`` in one call is stopped). ``hops``: the layer runs on
+    the owned rows and the halo rows are exchanged before each of its ``propagate`` calls (for
+    layers that propagate several times: APPNP, TAGConv, ...; :mod:`graphdist.gnn.pyg.hops`)."""
     gcn_norm: Callable[[nn.Module], tuple[bool, bool] | None] | None = None
     """For layers that normalise with PyG's ``gcn_norm``: ``(improved, add_self_loops)`` of this
     layer, or None when it does not normalise. graphdist then passes weights computed from the
@@ -52,6 +55,9 @@ class LayerRule:
     edge_args: tuple[str, ...] = field(default=("edge_weight", "edge_attr"))
     """Forward arguments holding one value per edge (passed through; with one given, ``mvc`` runs
     the layer plain)."""
+    prepare: Callable | None = None
+    """``prepare(conv, arguments, part)`` before a call: sets whole-graph values the layer would
+    compute from the part alone (ChebConv's ``lambda_max``); a collective."""
 
 
 def _aggr_kind(conv) -> str | None:
@@ -75,21 +81,43 @@ def _gcn2_linear(conv) -> str | None:
     return "gcn" if conv.normalize and conv.add_self_loops and conv.aggr == "add" else None
 
 
-def _hops(name: str, attr: str, most: int = 1):
-    def check(conv):
-        k = int(getattr(conv, attr))
-        if k > most:
-            return f"{name}({attr}={k}) reads {k}-hop neighbourhoods in one call; a rank holds 1-hop in-neighbours only"
-        return None
-    return check
+def _cheb_lambda_max(conv, a, part) -> None:
+    """ChebConv's default ``lambda_max`` (``2 max L``) over the whole graph's Laplacian."""
+    if a.get("lambda_max") is not None or a.get("edge_weight") is not None:
+        return
+    from graphdist import comm
+    from graphdist.gnn.pyg.hops import laplacian_edges
+    x = a.get("x")
+    dtype = x.dtype if torch.is_tensor(x) else torch.float32
+    _, w = laplacian_edges(part, conv.normalization, dtype)
+    m = torch.tensor([float(w.max()) if w.numel() else float("-inf")], dtype=torch.float64, device=part.device)
+    a["lambda_max"] = 2.0 * float(comm.all_reduce_max(m)[0])
 
 
+def _gcn_hop(conv):
+    from graphdist.gnn.pyg.hops import gcn_hop
+    return gcn_hop(conv)
+
+
+def _sum_hop(conv):
+    from graphdist.gnn.pyg.hops import sum_hop
+    return sum_hop(conv)
+
+
+_HOPS = LayerRule(call="hops")
+_GCN_HOPS = LayerRule(call="hops", linear=_gcn_hop)
 RULES: dict[type, LayerRule] = {
     pyg_conv.GCNConv: LayerRule(gcn_norm=_gcn_args, linear=_gcn_linear),
     pyg_conv.GCN2Conv: LayerRule(gcn_norm=lambda c: (False, bool(c.add_self_loops)) if c.normalize else None,
                                  node_args=("x_0",), linear=_gcn2_linear),
-    pyg_conv.TAGConv: LayerRule(gcn_norm=lambda c: (False, False) if c.normalize else None,
-                                check=_hops("TAGConv", "K")),
+    pyg_conv.TAGConv: _HOPS,
+    pyg_conv.APPNP: _GCN_HOPS,
+    pyg_conv.SGConv: _GCN_HOPS,
+    pyg_conv.SSGConv: _GCN_HOPS,
+    pyg_conv.ChebConv: LayerRule(call="hops", prepare=_cheb_lambda_max),
+    pyg_conv.ARMAConv: _HOPS,
+    pyg_conv.MixHopConv: _GCN_HOPS,
+    pyg_conv.GatedGraphConv: LayerRule(call="hops", linear=_sum_hop),
     pyg_conv.GATConv: LayerRule(),
     pyg_conv.GATv2Conv: LayerRule(),
     pyg_conv.TransformerConv: LayerRule(),
@@ -99,7 +127,7 @@ RULES: dict[type, LayerRule] = {
     pyg_conv.GraphConv: LayerRule(call="bipartite", linear=_aggr_kind),
 }
 """The layers graphdist runs exact (parity-tested against the whole-graph layer in
-``tests/test_pyg_parity.py``), with how each is called."""
+``tests/test_pyg_parity.py``, ``tests/test_pyg_hops.py``), with how each is called."""
 
 _ORDER_FREE = (pyg_aggr.SumAggregation, pyg_aggr.MeanAggregation, pyg_aggr.MaxAggregation,
                pyg_aggr.MinAggregation, pyg_aggr.MulAggregation, pyg_aggr.VarAggregation,
@@ -107,12 +135,6 @@ _ORDER_FREE = (pyg_aggr.SumAggregation, pyg_aggr.MeanAggregation, pyg_aggr.MaxAg
 """Aggregations that are functions of the set of in-neighbour messages (any edge order)."""
 
 _NOT_LOCAL: dict[str, str] = {
-    "APPNP": "propagates K hops in one call",
-    "SGConv": "propagates K hops and normalises with the degrees it computes itself (for K=1 use GCNConv)",
-    "ChebConv": "normalises with the Laplacian of the degrees it computes itself and reads K-1 hops",
-    "ARMAConv": "iterates T propagations in one call",
-    "GatedGraphConv": "propagates num_layers hops in one call",
-    "SSGConv": "propagates K hops in one call",
     "GPSConv": "mixes every node with every other by global attention",
     "MultiheadAttention": "attends over all nodes, not only in-neighbours",
     "Transformer": "attends over all nodes, not only in-neighbours",
@@ -145,16 +167,31 @@ def _refused() -> dict[type, str]:
 _REFUSED = _refused()
 
 
-def register_local(cls: type, *, call: str = "full", node_args: tuple[str, ...] = (),
+def register_local(cls: type, *, call: str | None = None, node_args: tuple[str, ...] = (),
                    gcn_norm: Callable | None = None, linear: Callable | None = None) -> None:
     """Declare a ``MessagePassing`` class local (its output at ``v`` depends only on ``v``'s row,
-    its in-neighbours' rows and those edges' attributes), so :func:`distribute` wraps it. ``call``,
-    ``node_args``, ``gcn_norm`` and ``linear`` as in :class:`LayerRule` (a ``gcn_norm`` layer
-    takes ``edge_weight`` and has a ``normalize`` attribute that graphdist switches off for the
-    call); a layer with a module applied to its output rows (an MLP with batch norm) should be
-    ``call="bipartite"`` (and accept ``x`` as a pair of source and destination rows)."""
+    its in-neighbours' rows and those edges' attributes, through ``propagate``), so
+    :func:`distribute` wraps it. Every argument as in :class:`LayerRule`:
+
+    * ``call``: ``"full"`` (default: the layer sees ``[owned ; halo]`` rows once; a second
+      ``propagate`` in one call is stopped in one line), ``"bipartite"`` (``x = ([owned ; halo],
+      owned)``, for a layer applying a module such as an MLP with batch norm to its output rows)
+      or ``"hops"`` (owned rows; the halo is exchanged before each ``propagate``: layers that
+      propagate several times). A class graphdist already lists keeps its rule unless ``call``
+      (or another argument) is given.
+    * ``node_args``: other forward arguments with one row per node read at the node itself
+      (``full`` calls pad them with zeros for the halo rows).
+    * ``gcn_norm``: ``conv -> (improved, add_self_loops)`` or None, for a layer with a
+      ``normalize`` attribute and an ``edge_weight`` argument: graphdist passes the global-degree
+      weights and switches ``normalize`` off for the call. Not needed for a layer that calls
+      PyG's ``gcn_norm`` / ``get_laplacian`` itself: those calls get the whole graph's degrees.
+    * ``linear``: ``conv -> "gcn" | "sage" | "sum" | None``, the aggregation as a fixed linear map
+      for ``halo="mvc"``."""
     if not (isinstance(cls, type) and issubclass(cls, MessagePassing)):
         raise ConfigError(f"register_local: {cls!r} is not a MessagePassing class")
+    if call is None and not node_args and gcn_norm is None and linear is None and cls in RULES:
+        return  # already listed: its own rule
+    call = "full" if call is None else call
     if call not in CALLS:
         raise ConfigError(f"register_local: call must be one of {', '.join(CALLS)}, got {call!r}")
     if gcn_norm is not None and "edge_weight" not in inspect.signature(cls.forward).parameters:

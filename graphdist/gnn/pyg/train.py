@@ -17,17 +17,23 @@ from torch import nn
 
 from graphdist import comm
 
-__all__ = ["sync_grads", "all_sum", "cross_entropy", "accuracy", "main"]
+__all__ = ["sync_grads", "all_sum", "cross_entropy", "accuracy", "main", "install_excepthook"]
 
 
 def sync_grads(model: nn.Module) -> None:
     """Sum every parameter's gradient over the ranks (one flat all-reduce). A parameter with no
-    gradient on this rank counts as zeros, so every rank sends the same layout."""
+    gradient on this rank counts as zeros, so every rank sends the same layout. On a distributed
+    model, compare the ranks' weights when due (:mod:`graphdist.gnn.pyg.sync`): one line naming
+    the first parameter that differs."""
     params = [p for p in model.parameters() if p.requires_grad]
     for p in params:
         if p.grad is None:
             p.grad = torch.zeros_like(p)
     comm.all_reduce_grads(params)
+    from graphdist.gnn.pyg.sync import guard_of
+    guard = guard_of(model) or next((g for g in map(guard_of, model.modules()) if g is not None), None)
+    if guard is not None:  # the weights check, when due (first step, after a reset or a load, every N)
+        guard.step(model)
 
 
 def all_sum(t: torch.Tensor) -> torch.Tensor:
@@ -71,3 +77,29 @@ def main(fn, *args) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _one_line_hook(previous):
+    def hook(tp, value, tb):
+        from graphdist.errors import USER_ERRORS
+        if not isinstance(value, USER_ERRORS):
+            return previous(tp, value, tb)
+        from graphdist import comm
+        from graphdist.launch import print_error
+        comm.publish_error(str(value))
+        print_error(value)  # rank 0 only for an error every rank shares
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(2)
+    hook._graphdist = True
+    return hook
+
+
+def install_excepthook() -> None:
+    """A graphdist user error that ends a script (one not run through :func:`main`) prints one
+    line (rank 0's, for an error every rank shares) and exits with code 2, as :func:`main` does,
+    instead of a traceback per rank. :func:`~graphdist.gnn.pyg.load_part` installs it; other
+    exceptions keep their tracebacks."""
+    if not getattr(sys.excepthook, "_graphdist", False):
+        sys.excepthook = _one_line_hook(sys.excepthook)

@@ -10,6 +10,11 @@ rank's owned rows and ``part.edge_index`` and returns owned rows:
             the layer runs on x_full (``full``) or on (x_full, x) (``bipartite``) and its output is
             cut to the owned rows. GCN-normalised layers get ``gcn_norm`` weights of the global
             degrees (``Part.gcn_edges``) with their own normalisation switched off for the call.
+    hops    layers that propagate several times (APPNP, TAGConv, ChebConv, ...): the layer runs on
+            the owned rows and the halo is exchanged before each ``propagate``
+            (:mod:`graphdist.gnn.pyg.hops`; under ``mvc`` each hop that is a fixed linear map is
+            pre-aggregated). ``gcn_norm`` / ``get_laplacian`` called inside any wrapped layer's
+            ``forward`` give the whole graph's normalisation.
     mvc     where the layer's aggregation is a fixed linear map (GCN, SAGE-mean, GIN-sum, ...):
             the layer runs on the owned rows with no edges, and its ``propagate`` result is
             replaced (a propagate hook) by ``A @ [h ; halo(h)]`` from
@@ -33,8 +38,10 @@ from torch_geometric.nn.conv import MessagePassing
 from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.gnn.models import GlobalBatchNorm1d
+from graphdist.gnn.pyg.hops import aggregating, count_propagates, global_norms, norm_sites, propagating
 from graphdist.gnn.pyg.part import Part
 from graphdist.gnn.pyg.rules import LayerRule, check_module, is_batch_norm, rule_for
+from graphdist.gnn.pyg.sync import CHECK_EVERY, Guard, Resync, install
 from graphdist.halo.exchange import HaloExchanger
 
 __all__ = ["DistConv", "GlobalBatchNorm1d", "distribute", "halo_rows", "HALO_MODES"]
@@ -129,6 +136,8 @@ class _ConvState:
         self.name, self.cls, self.rule, self.ctx, self.sig, self.linear = name, cls, rule, ctx, sig, linear
         self.index, self.why = index, why
         self.used = "mvc" if linear else "plain"
+        self.sites = norm_sites(cls)  # where the layer finds gcn_norm / get_laplacian
+        self.exchanges = 0  # halo exchanges (forward) of the last call
 
 
 def _tagged(ex: HaloExchanger, index: int) -> HaloExchanger:
@@ -147,6 +156,8 @@ def _why(conv, rule: LayerRule, halo: str, linear: str | None) -> str:
         return "halo plain asked for"
     if linear:
         return f"aggregation is a fixed linear map ({linear})"
+    if rule.linear is None and rule.call == "hops":
+        return f"{name} has no mvc adjacency for its hops (each exchanged plain)"
     if rule.linear is None:
         return f"{name} aggregates with weights computed from the rows (not a fixed linear map)"
     aggr = getattr(conv, "aggr", None)
@@ -178,19 +189,39 @@ class DistConv:
         if not torch.is_tensor(x) or x.dim() < 2 or x.shape[0] != part.num_owned:
             got = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
             raise ConfigError(f"{where} takes this rank's owned rows x [{part.num_owned}, F], got {got}")
-        if not (torch.is_tensor(ei) and ei.dim() == 2 and ei.shape[0] == 2):
-            raise ConfigError(f"{where} takes edge_index [2, E] over the part's local ids (part.edge_index)")
+        if not (torch.is_tensor(ei) and ei.layout == torch.strided and ei.dim() == 2 and ei.shape[0] == 2):
+            sparse = "a sparse adjacency (T.ToSparseTensor, SparseTensor, torch sparse) is not supported on a part; " \
+                if not torch.is_tensor(ei) or ei.layout != torch.strided else ""
+            raise ConfigError(f"{where} takes edge_index [2, E] over the part's local ids (part.edge_index); {sparse}"
+                              f"got {type(ei).__name__}{tuple(ei.shape) if torch.is_tensor(ei) else ''}")
         if a.get("size") is not None:
             raise ConfigError(f"{where}: size= is not supported on a part (the part fixes the sizes)")
         base = super().forward
         edges_given = any(a.get(n) is not None for n in st.rule.edge_args)
         ctx = st.ctx
-        if st.linear and not edges_given:
-            _require_part_edges(ei, part, where, "halo='mvc' aggregates over the part's own edges")
-            st.used = "mvc"
-            return self._mvc_call(st, base, b, _tagged(ctx.mvc_ex if self.training else ctx.mvc_eval, st.index))
-        st.used = "plain"
-        return self._plain_call(st, base, b, where, _tagged(ctx.plain if self.training else ctx.plain_eval, st.index))
+        if st.rule.call == "hops":  # owned rows in; the halo exchanged before each propagate
+            st.exchanges = 0
+            if st.linear and not edges_given:  # each hop a fixed linear map: A @ [h ; halo], pre-aggregated
+                _require_part_edges(ei, part, where, "halo='mvc' aggregates over the part's own edges")
+                st.used, kind = "mvc", st.linear
+                ex = _tagged(ctx.mvc_ex if self.training else ctx.mvc_eval, st.index)
+                hops = aggregating(self, lambda h: ctx.aggregate(kind, h, ex), st, part.world_size)
+            else:
+                st.used = "plain"
+                hops = propagating(self, part, _tagged(ctx.plain if self.training else ctx.plain_eval, st.index), st)
+            with global_norms(st.sites, part, where), hops:
+                if st.rule.prepare is not None:
+                    st.rule.prepare(self, a, part)
+                return base(*b.args, **b.kwargs)
+        st.exchanges = 1 if part.world_size > 1 else 0  # once, before the layer
+        with global_norms(st.sites, part, where), count_propagates(self, where, st.cls.__name__):
+            if st.linear and not edges_given:
+                _require_part_edges(ei, part, where, "halo='mvc' aggregates over the part's own edges")
+                st.used = "mvc"
+                return self._mvc_call(st, base, b, _tagged(ctx.mvc_ex if self.training else ctx.mvc_eval, st.index))
+            st.used = "plain"
+            return self._plain_call(st, base, b, where, _tagged(ctx.plain if self.training else ctx.plain_eval,
+                                                                st.index))
 
     def _plain_call(self, st, base, b, where, ex):
         a, part, rule = b.arguments, st.ctx.part, st.rule
@@ -268,29 +299,35 @@ _CLASSES: dict[type, type] = {}
 
 def _dist_class(cls: type) -> type:
     if cls not in _CLASSES:
-        _CLASSES[cls] = type(f"Dist{cls.__name__}", (DistConv, cls), {"__module__": __name__})
+        _CLASSES[cls] = type(f"Dist{cls.__name__}", (DistConv, Resync, cls), {"__module__": __name__})
     return _CLASSES[cls]
 
 
 # ---------------------------------------------------------------------------- distribute
 def distribute(model: nn.Module, part: Part, *, halo: str = "plain", bits: int = 32, seed: int = 0,
-               eval_bits: int | None = None) -> nn.Module:
+               eval_bits: int | None = None, check_every: int = CHECK_EVERY) -> nn.Module:
     """Make ``model`` (written for one device) run on ``part`` and return it (changed in place).
 
     ``halo``: ``plain`` (every layer) or ``mvc`` (pre-aggregated partial sums where a layer's
     aggregation is a fixed linear map; the others run plain: :func:`halo_layers` says which and
     why). ``bits``: 32, or 16/8/4/2 to quantise the rows in flight (not exact); ``eval_bits``:
     the same for layers in evaluation mode (``model.eval()``; None: ``bits``). ``seed`` keys the
-    rounding noise. Refuses, with one line naming it, a layer that is not local. A collective:
-    every rank calls it with the same model."""
+    rounding noise. ``check_every``: :func:`sync_grads` compares the ranks' weights every this
+    many steps (and on the first step after this call, a ``reset_parameters()`` or a
+    ``load_state_dict``; 0: only then); ``reset_parameters()`` re-broadcasts rank 0's weights
+    (:mod:`graphdist.gnn.pyg.sync`). Refuses, with one line naming it, a layer that is not local.
+    A collective: every rank calls it with the same model."""
     if halo not in HALO_MODES:
         raise ConfigError(f"halo must be one of {', '.join(HALO_MODES)}, got {halo!r}")
     for name, b in (("bits", bits), ("eval_bits", eval_bits)):
         if b is not None and b != 32 and part.world_size == 1:
             raise ConfigError(f"{name}={b} quantises the halo exchange, but a 1-part job has none; use {name}=32 "
                               "or k >= 2 parts")
+    if not isinstance(check_every, int) or check_every < 0:
+        raise ConfigError(f"check_every must be an integer >= 0 (steps between weight checks), got {check_every!r}")
     convs, norms = _scan(model)
     ctx = _Context(part, halo, bits, seed, eval_bits)
+    ctx.guard = Guard(check_every)
     kinds = {}
     for name, conv, rule in convs:
         kinds[name] = rule.linear(conv) if halo == "mvc" and rule.linear is not None else None
@@ -306,6 +343,7 @@ def distribute(model: nn.Module, part: Part, *, halo: str = "plain", bits: int =
     if part.world_size > 1:
         for bn in norms:
             bn.__class__ = GlobalBatchNorm1d
+    install(model, ctx.guard)
     comm.broadcast_module(model)
     return model
 

@@ -58,12 +58,23 @@ def _propagate_first(f_in: int, f_out: int, h: torch.Tensor, exchange, params) -
     return f_in < f_out * (2 if grad and any(p.requires_grad for p in params) else 1), False
 
 
-def layer_widths(f_in: int, hidden: int, f_out: int, layers: int, *, active: bool, labels: bool = False) -> list[dict]:
+def held_input(f_in: int, f_out: int, training: bool) -> bool:
+    """Whether a first layer can multiply held halo rows of its input
+    (:mod:`graphdist.halo.resident`): only when it propagates the input itself, in training by
+    the exchange's rule (``F_in < 2 F_out``, so the product is the one the exchange gives) and
+    in evaluation by the local one (``F_in <= 2 F_out``, the product kept)."""
+    return f_in < 2 * f_out if training else f_in <= 2 * f_out
+
+
+def layer_widths(f_in: int, hidden: int, f_out: int, layers: int, *, active: bool, labels: bool = False,
+                 held: bool = False) -> list[dict]:
     """What each layer of a :class:`GNN` does, from :func:`_propagate_first` itself: widths,
     whether it propagates before its linear in training (``train_first``) and evaluation
     (``eval_first``, ``eval_reuse``: the kept product), the width of its halo rows, and whether
     its propagate's input needs a gradient (then the backward exchanges rows too). ``active``:
-    a halo exchange runs (k > 1); ``labels``: a label embedding makes the input need a gradient."""
+    a halo exchange runs (k > 1); ``labels``: a label embedding makes the input need a gradient;
+    ``held``: the input's halo rows are held (``--input-halo resident``): the first layer's
+    ``train_held`` / ``eval_held`` say where it exchanges nothing."""
     class _Ex:
         pass
     ex = _Ex()
@@ -77,8 +88,17 @@ def layer_widths(f_in: int, hidden: int, f_out: int, layers: int, *, active: boo
             tf, _ = _propagate_first(a, b, torch.zeros(0, a, requires_grad=needs), ex, (w,))
         with torch.no_grad():
             ef, er = _propagate_first(a, b, torch.zeros(0, a), ex, (w,))
-        out.append({"f_in": a, "f_out": b, "train_first": tf, "train_width": a if tf else b, "eval_first": ef,
-                    "eval_reuse": er, "eval_width": a if ef else b, "needs_input_grad": needs if tf else True})
+        th = eh = False
+        if i == 0 and held and active and not labels:
+            th, eh = held_input(a, b, True), held_input(a, b, False)
+            if eh:  # no exchange: the local rule, the product kept
+                ex.active = False
+                with torch.no_grad():
+                    ef, er = _propagate_first(a, b, torch.zeros(0, a), ex, (w,))
+                ex.active = active
+        out.append({"f_in": a, "f_out": b, "train_first": tf, "train_width": a if tf else b,
+                    "eval_first": ef, "eval_reuse": er, "eval_width": a if ef else b,
+                    "needs_input_grad": needs if tf else True, "train_held": th, "eval_held": eh})
     return out
 
 
@@ -244,21 +264,30 @@ class GNN(nn.Module):
             nn.init.zeros_(self.label_emb.weight)
 
     def forward(self, x, adj: SparseAdj, exchange=None, *, ids: torch.Tensor | None = None,
-                step: int = 0, labels: torch.Tensor | None = None):
+                step: int = 0, labels: torch.Tensor | None = None, held=None):
         h = x
         if self.label_emb is not None and labels is not None:
             h = h + self.label_emb(labels.clamp(min=0)) * (labels >= 0).to(h.dtype)[:, None]
+            held = None  # the input changes with the labels and needs a gradient: it is exchanged
         last = len(self.convs) - 1
         relu = False  # the ReLU after layer i - 1, applied with the dropout before layer i
         for i, conv in enumerate(self.convs):
+            ex = exchange
+            use_held = i == 0 and held is not None and held_input(conv.f_in, conv.f_out, self.training)
             if self.dropout > 0 and self.training:
                 if ids is None:
+                    use_held = False  # torch's RNG: the halo rows' mask cannot be drawn here
                     h = F.dropout(F.relu(h) if relu else h, self.dropout, True)
                 else:
-                    h = keyed_dropout(h, self.dropout, ids, _key32(self.seed, step, i), relu=relu)
+                    key = _key32(self.seed, step, i)
+                    h = keyed_dropout(h, self.dropout, ids, key, relu=relu)
+                    if use_held:  # the halo rows' mask drawn here, keyed by their global ids
+                        ex = held.dropped(lambda r, rid: keyed_dropout(r, self.dropout, rid, key))
             elif relu:
                 h = F.relu(h, inplace=True)  # a layer's output: nothing else holds it
-            h = conv(h, adj, exchange)
+            if use_held and ex is exchange:
+                ex = held.held()
+            h = conv(h, adj, ex)
             relu = i < last
             if relu and self.norms is not None:
                 h = self.norms[i](h)

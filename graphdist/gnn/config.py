@@ -111,9 +111,10 @@ class GCNConfig:
     host; 0 = no delay. Changes the time only, not the result"""
     link_latency_us: float = 0.0
     """simulated network: latency of every halo exchange in microseconds (0 = none)"""
-    reorder: Literal["rcm", "degree", "none"] = "rcm"
-    """order of a rank's owned rows for SpMM locality (reverse Cuthill-McKee, descending degree,
-    or the global id order); the result does not depend on it"""
+    reorder: Literal["rcm", "community", "degree", "none"] = "rcm"
+    """order of a rank's owned rows for SpMM locality (reverse Cuthill-McKee; community: grouped
+    by label propagation, so a block of rows reads a slice of the input; descending degree; or
+    the global id order); the result does not depend on it beyond float rounding"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto (CUDA when available), cpu or cuda; one GPU per local rank"""
     report: str | None = field(default=None, metadata={"metavar": "FILE"})

@@ -31,7 +31,7 @@ from graphdist import comm
 from graphdist.checkpoint import partition_id, resuming, with_recorded
 from graphdist.errors import ConfigError
 from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
-from graphdist.gnn.models import GNN
+from graphdist.gnn.models import GNN, held_input
 from graphdist.gnn.plan import check_fits, input_held_why_not
 from graphdist.halo.boundary import BoundarySampler
 from graphdist.halo.exchange import HaloExchanger
@@ -105,9 +105,8 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
             cfg, why_not = dataclasses.replace(cfg, input_halo="exchange"), f"the held rows do not fit ({e})"
             rounds = check_fits(cfg, lg, ws)
     cfg = dataclasses.replace(cfg, halo_rounds=rounds)
-    if ws > 1 and cfg.model in BUILTIN_MODELS:
-        get_logger().info("input halo rows: " + ("held (--input-halo resident: received once, no first-layer "
-                                                 "exchange)" if why_not is None else f"exchanged every epoch ({why_not})"))
+    if why_not is not None and why_not.startswith("the held rows do not fit"):
+        get_logger().info(f"--input-halo resident: {why_not}; the input halo rows are exchanged every epoch")
     if rounds > 1:
         get_logger().info(f"halo exchange in {rounds} rounds (--halo-rounds)")
     lg = lg.reordered(cfg.reorder)  # owned rows in locality order; every result is order-free
@@ -127,6 +126,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     n_train = float(counts[0])
     if n_train == 0:
         raise ConfigError("the graph has no training nodes (train_mask is empty)")
+    f0 = cfg.hidden if cfg.layers > 1 else n_classes  # the first layer's width
+    if why_not is None and not (held_input(x.shape[1], f0, True) or held_input(x.shape[1], f0, False)):
+        why_not = "the first layer applies its linear first: its rows change every step"
     if cfg.model in BUILTIN_MODELS:
         net = BuiltinNet(cfg, lg, x, ids, n_classes, dev, separate_eval=auto_bits is not None,
                          held=why_not is None)

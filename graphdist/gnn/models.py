@@ -17,8 +17,9 @@ backward pass::
     h needs a gradient (hidden layers)      propagate first iff F_out > F_in
     h does not (the features, dropped out)  propagate first iff F_in < 2 F_out in training,
                                             F_in < F_out in evaluation
-    ... and with no active exchange         propagate first iff F_in <= 2 F_out, and the
-                                            product of an unchanged input is kept
+    ... and with no active exchange         (the first layer only) propagate first iff
+                                            F_in <= 2 F_out, and the product of an unchanged
+                                            input is kept
                                             (``SparseAdj.propagate(reuse=True)``): the
                                             evaluation pass's first layer costs a dense
                                             product only
@@ -47,13 +48,14 @@ def _glorot(w: torch.Tensor) -> None:
     nn.init.uniform_(w, -a, a)
 
 
-def _propagate_first(f_in: int, f_out: int, h: torch.Tensor, exchange, params) -> tuple[bool, bool]:
+def _propagate_first(f_in: int, f_out: int, h: torch.Tensor, exchange, params, keeps: bool = True) -> tuple[bool, bool]:
     """``(propagate before the linear, keep the product for an unchanged input)``, see the
-    module docstring."""
+    module docstring. ``keeps``: the layer's input can be unchanged between passes (the first
+    layer's: the features); a later layer's never is, so it takes the narrower product."""
     grad = torch.is_grad_enabled()
     if grad and h.requires_grad:
         return f_out > f_in, False
-    if (exchange is None or not exchange.active) and f_in <= 2 * f_out:
+    if keeps and (exchange is None or not exchange.active) and f_in <= 2 * f_out:
         return True, True
     return f_in < f_out * (2 if grad and any(p.requires_grad for p in params) else 1), False
 
@@ -85,9 +87,9 @@ def layer_widths(f_in: int, hidden: int, f_out: int, layers: int, *, active: boo
         w = torch.zeros(1, requires_grad=True)
         needs = i > 0 or labels
         with torch.enable_grad():
-            tf, _ = _propagate_first(a, b, torch.zeros(0, a, requires_grad=needs), ex, (w,))
+            tf, _ = _propagate_first(a, b, torch.zeros(0, a, requires_grad=needs), ex, (w,), i == 0)
         with torch.no_grad():
-            ef, er = _propagate_first(a, b, torch.zeros(0, a), ex, (w,))
+            ef, er = _propagate_first(a, b, torch.zeros(0, a), ex, (w,), i == 0)
         th = eh = False
         if i == 0 and held and active and not labels:
             th, eh = held_input(a, b, True), held_input(a, b, False)
@@ -106,6 +108,10 @@ class GCNLayer(nn.Module):
     """Kipf & Welling: ``out = D^-1/2 (A+I) D^-1/2 (h W^T) + b`` (PyG ``GCNConv`` layout:
     ``weight`` is ``[F_out, F_in]``)."""
 
+    keeps = True
+    """Its input may be unchanged between passes (:class:`GNN` sets False on every layer but
+    the first): only then may it propagate first to keep the product."""
+
     def __init__(self, f_in: int, f_out: int):
         super().__init__()
         self.f_in, self.f_out = f_in, f_out
@@ -114,7 +120,7 @@ class GCNLayer(nn.Module):
         _glorot(self.weight)
 
     def forward(self, h, adj: SparseAdj, exchange=None):
-        first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight, self.bias))
+        first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight, self.bias), self.keeps)
         if first:
             return F.linear(adj.propagate(h, exchange, reuse=reuse), self.weight, self.bias)
         return adj.propagate(h @ self.weight.t(), exchange).add_(self.bias)  # a fresh product: nothing saved it
@@ -123,6 +129,9 @@ class GCNLayer(nn.Module):
 class SAGELayer(nn.Module):
     """GraphSAGE, mean aggregator with root weight (PyG ``SAGEConv``):
     ``out = W_l mean_{j in N(i)} h_j + b + W_r h_i``."""
+
+    keeps = True
+    """As :attr:`GCNLayer.keeps`."""
 
     def __init__(self, f_in: int, f_out: int):
         super().__init__()
@@ -135,7 +144,7 @@ class SAGELayer(nn.Module):
 
     def forward(self, h, adj: SparseAdj, exchange=None):
         root = h @ self.weight_r.t()
-        first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight_l, self.bias))
+        first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight_l, self.bias), self.keeps)
         if first:
             return F.linear(adj.propagate(h, exchange, reuse=reuse), self.weight_l, self.bias) + root
         return adj.propagate(h @ self.weight_l.t(), exchange).add_(self.bias).add_(root)
@@ -258,6 +267,8 @@ class GNN(nn.Module):
         self.dropout = dropout
         self.seed = seed
         self.convs = nn.ModuleList(layer(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        for conv in self.convs[1:]:  # a hidden layer's input changes every pass: never kept
+            conv.keeps = False
         self.norms = nn.ModuleList(GlobalBatchNorm(hidden) for _ in range(layers - 1)) if batch_norm else None
         self.label_emb = nn.Embedding(label_classes, f_in) if label_classes else None
         if self.label_emb is not None:  # zero: training starts from the model without labels

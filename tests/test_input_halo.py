@@ -86,3 +86,34 @@ def test_plan_counts_held_rows_and_their_saving():
         assert r_ex["held_halo_bytes"] == 0 and r_held["held_halo_bytes"] == r_held["halo_rows"] * 10 * 4
     assert input_held_why_not(dataclasses.replace(base, halo_bits=8), 2).startswith("--halo-bits 8")
     assert input_held_why_not(base, 1) == "one rank: no halo"
+
+
+def _fallback_job(rank, ws, graph, a):
+    from graphdist.errors import ConfigError
+    from graphdist.gnn import trainer
+    from graphdist.runtime import init_distributed
+    ctx = init_distributed("cpu")
+    lg = build_plan(graph, a, rank, ws)
+    held = trainer.fit(_cfg(), lg, {}, ctx)
+    real = trainer.check_fits
+
+    def short(cfg, lg, world_size):  # this machine: room for the exchange, not for the held rows
+        if cfg.input_halo == "resident":
+            raise ConfigError("training gcn 2x8 on this part needs about 9.9 GiB on this machine")
+        return real(cfg, lg, world_size)
+    trainer.check_fits = short
+    try:
+        fell = trainer.fit(_cfg(), lg, {}, ctx)
+    finally:
+        trainer.check_fits = real
+    return held, fell
+
+
+def test_rows_that_do_not_fit_fall_back_to_the_exchange():
+    g = _graph()
+    a = torch.arange(g.num_nodes) % 2
+    held, fell = run_ranks(_fallback_job, 2, args=(g, a), timeout=240)[0]
+    assert held["comm/input_halo"] == "resident" and fell["comm/input_halo"] == "exchange"
+    assert fell["config"]["input_halo"] == "exchange"
+    assert fell["losses"] == held["losses"]
+    assert fell["comm/halo_bytes_per_epoch"] > held["comm/halo_bytes_per_epoch"]

@@ -173,11 +173,12 @@ class Checkpointer:
 RESUME_FREE = frozenset({
     "spec", "partition", "parts", "nproc", "nodes", "report", "checkpoint_dir", "checkpoint_every", "keep_checkpoints",
     "resume", "progress", "summary", "timeout_s", "malloc_mmap_mb", "print_plan", "cache_dir", "epochs", "steps",
-    "eval_every", "memory_budget_gb", "link_gbps", "link_latency_us", "tensorboard", "max_restarts"})
+    "eval_every", "memory_budget_gb", "link_gbps", "link_latency_us", "tensorboard", "max_restarts", "input_halo"})
 """Config fields that do not change a run's result and may differ on ``--resume``: where the data
 and outputs are (the data itself is checked by its fingerprint), how many workers start where (the
 world size is checked), how often to save and evaluate, what is shown, and the length (a resumed
-run may be extended: ``--epochs`` / ``--steps``), and a simulated link's speed (it changes the time only)."""
+run may be extended: ``--epochs`` / ``--steps``), a simulated link's speed (it changes the time only), and
+whether the input's halo rows are held or exchanged (the same rows, bit for bit)."""
 
 
 def _flat(cfg) -> dict:

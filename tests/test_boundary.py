@@ -31,7 +31,7 @@ def _job(rank, ws, graph, a, runs, root=None):
     lg = build_plan(graph, a, rank, ws)
     out = []
     for kw in runs:
-        r = fit(GCNConfig(spec="t", progress=False, **kw), lg, {}, ctx)
+        r = fit(GCNConfig(spec="t", progress=False, **{"input_halo": "exchange", **kw}), lg, {}, ctx)
         out.append((r["losses"], r["comm/halo_bytes_per_epoch"], r["test_acc"]))
     if root is not None:  # resume: the draws are keyed by epoch, the byte sums are in the history
         base = dict(spec="t", hidden=8, epochs=7, seed=2, progress=False, checkpoint_every=3, halo="plain",

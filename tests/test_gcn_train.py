@@ -233,7 +233,7 @@ def _halo_modes_job(rank, ws, graph, a):
     for halo, bits, eval_bits in (("plain", 32, 32), ("mvc", 32, 32), ("mvc", 8, 32), ("mvc", 2, 32),
                                   ("mvc", 8, 8)):
         cfg = GCNConfig(spec="t", layers=2, hidden=8, dropout=0.5, epochs=6, seed=2, progress=False,
-                        halo=halo, halo_bits=bits, eval_halo_bits=eval_bits)
+                        halo=halo, halo_bits=bits, eval_halo_bits=eval_bits, input_halo="exchange")
         reps[(halo, bits, eval_bits)] = fit(cfg, lg, {}, ctx)
     lay = lg.exchange_layout("mvc")
     return reps, (sum(lay.send_counts), sum(lay.recv_counts)), (sum(lg.send_counts), sum(lg.recv_counts))

@@ -231,7 +231,7 @@ def test_reordered_part_is_the_same_graph():
     h = torch.randn(n, 4, generator=gen)
     for halo in ("plain", "mvc"):
         base = _simulated(plans, "gcn", halo, h)
-        for order in ("rcm", "degree"):
+        for order in ("rcm", "degree", "community"):
             moved = [p.reordered(order) for p in plans]
             validate_plans(moved)
             assert not all(torch.equal(m.owned, p.owned) for m, p in zip(moved, plans))
@@ -248,3 +248,27 @@ def test_old_part_format_is_refused(tmp_path):
     torch.save(d, part_path(tmp_path, 0))
     with pytest.raises(ArtifactError, match="part format 1.*rebuild"):
         load_part(tmp_path, 0)
+
+
+def test_community_order_groups_communities_on_paper():
+    """Two 10-cliques, ids interleaved (even ids one clique, odd the other), joined by one edge:
+    ``--reorder community`` puts each clique's rows next to each other."""
+    import numpy as np
+
+    from graphdist.halo.local import community_order
+    n = 20
+    rows, cols = [], []
+    for v in range(n):
+        for u in range(n):
+            if u != v and u % 2 == v % 2:
+                rows.append(v)
+                cols.append(u)
+    rows += [0, 1]
+    cols += [1, 0]
+    o = np.lexsort((np.array(cols), np.array(rows)))
+    r, c = np.array(rows)[o], np.array(cols)[o]
+    ptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=n))])
+    perm = community_order(ptr, c.astype(np.int32), n)
+    assert sorted(perm.tolist()) == list(range(n))
+    halves = [set(perm[:10] % 2), set(perm[10:] % 2)]
+    assert halves in ([{0}, {1}], [{1}, {0}]), perm

@@ -74,6 +74,12 @@ class GCNConfig(RunConfig):
     epoch (exact, which measures the rows), each layer's forward and backward exchange travels at
     the width (32, 16, 8, 4, 2 bits) of the lowest predicted time whose expected relative error
     ||x_hat - x|| / ||x|| (comm/halo_rel_error) is at most E; 0 = exact rows only"""
+    input_halo: Literal["resident", "exchange"] = "resident"
+    """the first layer's input halo rows: resident = received once at start-up and held (the
+    dropout mask drawn locally, keyed by global id: the same rows, bit for bit), so the first
+    layer exchanges nothing; exchange = sent every epoch. resident falls back to exchange (and
+    says so) when the rows do not fit memory, and with --halo-bits below 32, --halo-staleness,
+    --boundary-rate, --label-rate or --halo auto choosing widths per layer"""
     halo_rounds: int = 0
     """move each exchange in N all-to-alls, each carrying a slice of every peer's rows that is
     multiplied in and freed as it arrives, so about 2/N of the exchange's buffers are live at
@@ -105,9 +111,10 @@ class GCNConfig(RunConfig):
     host; 0 = no delay. Changes the time only, not the result"""
     link_latency_us: float = 0.0
     """simulated network: latency of every halo exchange in microseconds (0 = none)"""
-    reorder: Literal["rcm", "degree", "none"] = "rcm"
-    """order of a rank's owned rows for SpMM locality (reverse Cuthill-McKee, descending degree,
-    or the global id order); the result does not depend on it"""
+    reorder: Literal["rcm", "community", "degree", "none"] = "rcm"
+    """order of a rank's owned rows for SpMM locality (reverse Cuthill-McKee; community: grouped
+    by label propagation, so a block of rows reads a slice of the input; descending degree; or
+    the global id order); the result does not depend on it beyond float rounding"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto (CUDA when available), cpu or cuda; one GPU per local rank"""
     timeout_s: float = field(default=300.0, metadata={"flag": "--timeout"})

@@ -17,8 +17,9 @@ backward pass::
     h needs a gradient (hidden layers)      propagate first iff F_out > F_in
     h does not (the features, dropped out)  propagate first iff F_in < 2 F_out in training,
                                             F_in < F_out in evaluation
-    ... and with no active exchange         propagate first iff F_in <= 2 F_out, and the
-                                            product of an unchanged input is kept
+    ... and with no active exchange         (the first layer only) propagate first iff
+                                            F_in <= 2 F_out, and the product of an unchanged
+                                            input is kept
                                             (``SparseAdj.propagate(reuse=True)``): the
                                             evaluation pass's first layer costs a dense
                                             product only
@@ -48,23 +49,35 @@ def _glorot(w: torch.Tensor) -> None:
     nn.init.uniform_(w, -a, a)
 
 
-def _propagate_first(f_in: int, f_out: int, h: torch.Tensor, exchange, params) -> tuple[bool, bool]:
+def _propagate_first(f_in: int, f_out: int, h: torch.Tensor, exchange, params, keeps: bool = True) -> tuple[bool, bool]:
     """``(propagate before the linear, keep the product for an unchanged input)``, see the
-    module docstring."""
+    module docstring. ``keeps``: the layer's input can be unchanged between passes (the first
+    layer's: the features); a later layer's never is, so it takes the narrower product."""
     grad = torch.is_grad_enabled()
     if grad and h.requires_grad:
         return f_out > f_in, False
-    if (exchange is None or not exchange.active) and f_in <= 2 * f_out:
+    if keeps and (exchange is None or not exchange.active) and f_in <= 2 * f_out:
         return True, True
     return f_in < f_out * (2 if grad and any(p.requires_grad for p in params) else 1), False
 
 
-def layer_widths(f_in: int, hidden: int, f_out: int, layers: int, *, active: bool, labels: bool = False) -> list[dict]:
+def held_input(f_in: int, f_out: int, training: bool) -> bool:
+    """Whether a first layer can multiply held halo rows of its input
+    (:mod:`graphdist.halo.resident`): only when it propagates the input itself, in training by
+    the exchange's rule (``F_in < 2 F_out``, so the product is the one the exchange gives) and
+    in evaluation by the local one (``F_in <= 2 F_out``, the product kept)."""
+    return f_in < 2 * f_out if training else f_in <= 2 * f_out
+
+
+def layer_widths(f_in: int, hidden: int, f_out: int, layers: int, *, active: bool, labels: bool = False,
+                 held: bool = False) -> list[dict]:
     """What each layer of a :class:`GNN` does, from :func:`_propagate_first` itself: widths,
     whether it propagates before its linear in training (``train_first``) and evaluation
     (``eval_first``, ``eval_reuse``: the kept product), the width of its halo rows, and whether
     its propagate's input needs a gradient (then the backward exchanges rows too). ``active``:
-    a halo exchange runs (k > 1); ``labels``: a label embedding makes the input need a gradient."""
+    a halo exchange runs (k > 1); ``labels``: a label embedding makes the input need a gradient;
+    ``held``: the input's halo rows are held (``--input-halo resident``): the first layer's
+    ``train_held`` / ``eval_held`` say where it exchanges nothing."""
     class _Ex:
         pass
     ex = _Ex()
@@ -75,17 +88,30 @@ def layer_widths(f_in: int, hidden: int, f_out: int, layers: int, *, active: boo
         w = torch.zeros(1, requires_grad=True)
         needs = i > 0 or labels
         with torch.enable_grad():
-            tf, _ = _propagate_first(a, b, torch.zeros(0, a, requires_grad=needs), ex, (w,))
+            tf, _ = _propagate_first(a, b, torch.zeros(0, a, requires_grad=needs), ex, (w,), i == 0)
         with torch.no_grad():
-            ef, er = _propagate_first(a, b, torch.zeros(0, a), ex, (w,))
-        out.append({"f_in": a, "f_out": b, "train_first": tf, "train_width": a if tf else b, "eval_first": ef,
-                    "eval_reuse": er, "eval_width": a if ef else b, "needs_input_grad": needs if tf else True})
+            ef, er = _propagate_first(a, b, torch.zeros(0, a), ex, (w,), i == 0)
+        th = eh = False
+        if i == 0 and held and active and not labels:
+            th, eh = held_input(a, b, True), held_input(a, b, False)
+            if eh:  # no exchange: the local rule, the product kept
+                ex.active = False
+                with torch.no_grad():
+                    ef, er = _propagate_first(a, b, torch.zeros(0, a), ex, (w,))
+                ex.active = active
+        out.append({"f_in": a, "f_out": b, "train_first": tf, "train_width": a if tf else b,
+                    "eval_first": ef, "eval_reuse": er, "eval_width": a if ef else b,
+                    "needs_input_grad": needs if tf else True, "train_held": th, "eval_held": eh})
     return out
 
 
 class GCNLayer(nn.Module):
     """Kipf & Welling: ``out = D^-1/2 (A+I) D^-1/2 (h W^T) + b`` (PyG ``GCNConv`` layout:
     ``weight`` is ``[F_out, F_in]``)."""
+
+    keeps = True
+    """Its input may be unchanged between passes (:class:`GNN` sets False on every layer but
+    the first): only then may it propagate first to keep the product."""
 
     def __init__(self, f_in: int, f_out: int):
         super().__init__()
@@ -95,7 +121,7 @@ class GCNLayer(nn.Module):
         _glorot(self.weight)
 
     def forward(self, h, adj: SparseAdj, exchange=None):
-        first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight, self.bias))
+        first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight, self.bias), self.keeps)
         if first:
             return F.linear(adj.propagate(h, exchange, reuse=reuse), self.weight, self.bias)
         return adj.propagate(h @ self.weight.t(), exchange).add_(self.bias)  # a fresh product: nothing saved it
@@ -104,6 +130,9 @@ class GCNLayer(nn.Module):
 class SAGELayer(nn.Module):
     """GraphSAGE, mean aggregator with root weight (PyG ``SAGEConv``):
     ``out = W_l mean_{j in N(i)} h_j + b + W_r h_i``."""
+
+    keeps = True
+    """As :attr:`GCNLayer.keeps`."""
 
     def __init__(self, f_in: int, f_out: int):
         super().__init__()
@@ -116,7 +145,7 @@ class SAGELayer(nn.Module):
 
     def forward(self, h, adj: SparseAdj, exchange=None):
         root = h @ self.weight_r.t()
-        first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight_l, self.bias))
+        first, reuse = _propagate_first(self.f_in, self.f_out, h, exchange, (self.weight_l, self.bias), self.keeps)
         if first:
             return F.linear(adj.propagate(h, exchange, reuse=reuse), self.weight_l, self.bias) + root
         return adj.propagate(h @ self.weight_l.t(), exchange).add_(self.bias).add_(root)
@@ -239,27 +268,38 @@ class GNN(nn.Module):
         self.dropout = dropout
         self.seed = seed
         self.convs = nn.ModuleList(layer(a, b) for a, b in zip(dims[:-1], dims[1:]))
+        for conv in self.convs[1:]:  # a hidden layer's input changes every pass: never kept
+            conv.keeps = False
         self.norms = nn.ModuleList(GlobalBatchNorm1d(hidden) for _ in range(layers - 1)) if batch_norm else None
         self.label_emb = nn.Embedding(label_classes, f_in) if label_classes else None
         if self.label_emb is not None:  # zero: training starts from the model without labels
             nn.init.zeros_(self.label_emb.weight)
 
     def forward(self, x, adj: SparseAdj, exchange=None, *, ids: torch.Tensor | None = None,
-                step: int = 0, labels: torch.Tensor | None = None):
+                step: int = 0, labels: torch.Tensor | None = None, held=None):
         h = x
         if self.label_emb is not None and labels is not None:
             h = h + self.label_emb(labels.clamp(min=0)) * (labels >= 0).to(h.dtype)[:, None]
+            held = None  # the input changes with the labels and needs a gradient: it is exchanged
         last = len(self.convs) - 1
         relu = False  # the ReLU after layer i - 1, applied with the dropout before layer i
         for i, conv in enumerate(self.convs):
+            ex = exchange
+            use_held = i == 0 and held is not None and held_input(conv.f_in, conv.f_out, self.training)
             if self.dropout > 0 and self.training:
                 if ids is None:
+                    use_held = False  # torch's RNG: the halo rows' mask cannot be drawn here
                     h = F.dropout(F.relu(h) if relu else h, self.dropout, True)
                 else:
-                    h = keyed_dropout(h, self.dropout, ids, _key32(self.seed, step, i), relu=relu)
+                    key = _key32(self.seed, step, i)
+                    h = keyed_dropout(h, self.dropout, ids, key, relu=relu)
+                    if use_held:  # the halo rows' mask drawn here, keyed by their global ids
+                        ex = held.dropped(lambda r, rid: keyed_dropout(r, self.dropout, rid, key))
             elif relu:
                 h = F.relu(h, inplace=True)  # a layer's output: nothing else holds it
-            h = conv(h, adj, exchange)
+            if use_held and ex is exchange:
+                ex = held.held()
+            h = conv(h, adj, ex)
             relu = i < last
             if relu and self.norms is not None:
                 h = self.norms[i](h)

@@ -185,11 +185,31 @@ def stats_parts(cfg: PlanConfig) -> list[PartStats]:
     return out
 
 
+def input_held_why_not(cfg, k: int) -> str | None:
+    """None when a run holds its input's halo rows (``--input-halo resident``,
+    :mod:`graphdist.halo.resident`), else why it exchanges them. Held rows are the exact rows
+    the exchange would bring, so they stand in for 32-bit, fresh, whole exchanges only."""
+    if getattr(cfg, "input_halo", "exchange") != "resident":
+        return "--input-halo exchange asked for"
+    if k <= 1:
+        return "one rank: no halo"
+    for bad, why in ((cfg.halo_bits != 32, f"--halo-bits {cfg.halo_bits} quantises the exchanged rows"),
+                     (cfg.halo_staleness, "--halo-staleness exchanges last epoch's rows"),
+                     (cfg.boundary_rate < 1.0, "--boundary-rate samples the exchanged rows"),
+                     (cfg.label_rate > 0, "--label-rate adds labels to the input, which then needs a gradient")):
+        if bad:
+            return why
+    return None
+
+
 def layer_plan(cfg, f_in: int, n_classes: int, active: bool) -> list[dict]:
     """Per layer: input/output widths and the width it propagates at in training and in
-    evaluation, from the model's own choice (:func:`graphdist.gnn.models.layer_widths`)."""
+    evaluation, from the model's own choice (:func:`graphdist.gnn.models.layer_widths`), and
+    whether the first layer multiplies held halo rows (:func:`input_held_why_not`)."""
     from graphdist.gnn.models import layer_widths
-    return layer_widths(f_in, cfg.hidden, n_classes, cfg.layers, active=active, labels=cfg.label_rate > 0)
+    held = active and input_held_why_not(cfg, 2) is None
+    return layer_widths(f_in, cfg.hidden, n_classes, cfg.layers, active=active, labels=cfg.label_rate > 0,
+                        held=held)
 
 
 def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, k: int = 1) -> int:
@@ -220,8 +240,8 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
             alloc(-s * w * f4)
             alloc(-q * w * f4)
 
-    def prop(w):
-        exchange(w, ms, mr)
+    def prop(w, held=False):
+        exchange(w, 0, mr) if held else exchange(w, ms, mr)  # held: the pass's message rows, no send
 
     saved = []
     inp = 0  # bytes of the current input tensor that the forward owns
@@ -231,7 +251,7 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
             alloc(n * fi * f4)  # the dropped-out copy of the features
             inp = n * fi * f4
         if lay["train_first"]:
-            prop(fi)
+            prop(fi, lay.get("train_held", False))
             alloc(n * fo * f4)  # the linear's output
             saved.append(n * fi * f4)  # A h, for the weight gradient
             if i == 0 or not inp:
@@ -275,7 +295,7 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
     for i, lay in enumerate(layers):
         fo, w = lay["f_out"], lay["eval_width"]
         if lay["eval_first"]:
-            kept = i == 0 and lay["eval_reuse"]  # the kept product is counted with the arrays
+            kept = i == 0 and lay["eval_reuse"] and (not active or lay.get("eval_held", False))  # counted with the arrays
             if not kept:
                 prop(w)
             alloc(n * fo * f4)
@@ -304,14 +324,18 @@ def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str
         if mode == "mvc":
             adj += ps.send_entries * 8 * 2 + 4 * (n + ps.send.get(mode, 0) + 2)
     feats = n * f_in * 4
-    kept = n * f_in * 4 if (not active and layers[0]["eval_reuse"]) else 0
+    held = active and (layers[0].get("eval_held", False) or layers[0].get("train_held", False))
+    kept = n * f_in * 4 if layers[0]["eval_reuse"] and (not active or layers[0].get("eval_held", False)) else 0
+    # held halo rows of the input (--input-halo resident): the rows, and in mvc the receiver's copy
+    # of the partial sums' entries (at most the plain halo block's entries)
+    resident = (ps.halo * f_in * 4 + (ps.halo_entries.get("plain", 0) * 8 if mode == "mvc" else 0)) if held else 0
     widths = [f_in] + [cfg.hidden] * (cfg.layers - 1) + [n_classes]
     params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
     optimizer = params * 4 * 3  # gradient and two Adam moments
     act = activation_peak(ps, layers, cfg, mode, active, k)
-    total = RUNTIME_BYTES + feats + ps.plan_bytes + adj + kept + params * 4 + optimizer + act
+    total = RUNTIME_BYTES + feats + resident + ps.plan_bytes + adj + kept + params * 4 + optimizer + act
     return {"owned_rows": n, "halo_rows": ps.halo, "message_rows_in": ps.recv.get(mode, 0) if active else 0,
-            "features_bytes": feats, "adjacency_bytes": adj, "activation_bytes": act + kept,
+            "features_bytes": feats, "held_halo_bytes": resident, "adjacency_bytes": adj, "activation_bytes": act + kept,
             "optimizer_bytes": params * 4 + optimizer, "plan_bytes": ps.plan_bytes, "runtime_bytes": RUNTIME_BYTES,
             "peak_bytes": int(total)}
 
@@ -321,12 +345,15 @@ def halo_bytes_per_epoch(total_rows: int, layers: list[dict], cfg) -> int:
     ``--halo-bits``, evaluation forward at ``--eval-halo-bits``), as ``CommStats`` counts them."""
     from graphdist.halo.quant import row_bytes
     per_row = 0
+    held = input_held_why_not(cfg, 2) is None  # the first layer's held rows travel only at start-up
     for lay in layers:
         w = lay["train_width"]
-        per_row += row_bytes(w, cfg.halo_bits)
-        if lay["needs_input_grad"]:
+        if not (held and lay.get("train_held")):
             per_row += row_bytes(w, cfg.halo_bits)
-        per_row += row_bytes(lay["eval_width"], cfg.eval_halo_bits)
+            if lay["needs_input_grad"]:
+                per_row += row_bytes(w, cfg.halo_bits)
+        if not (held and lay.get("eval_held")):
+            per_row += row_bytes(lay["eval_width"], cfg.eval_halo_bits)
     return int(total_rows) * per_row
 
 

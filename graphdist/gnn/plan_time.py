@@ -64,7 +64,7 @@ def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: boo
         fi, fo = lay["f_in"], lay["f_out"]
         back = lay["needs_input_grad"]
         sparse += nnz * lay["train_width"] * (2 if back else 1)
-        if not (i == 0 and lay["eval_reuse"] and not active):
+        if not (i == 0 and lay["eval_reuse"] and (not active or lay.get("eval_held"))):
             sparse += nnz * lay["eval_width"]
         dense += 2 * ps.n * fi * fo * (3 if i > 0 else 2) + 2 * ps.n * fi * fo
     rounds = max(1, int(getattr(cfg, "halo_rounds", 1) or 1))  # the link's latency is paid once a round

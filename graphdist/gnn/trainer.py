@@ -31,13 +31,14 @@ from graphdist import comm
 from graphdist.checkpoint import partition_id, resuming, with_recorded
 from graphdist.errors import ConfigError
 from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
-from graphdist.gnn.models import GNN
-from graphdist.gnn.plan import check_fits
+from graphdist.gnn.models import GNN, held_input
+from graphdist.gnn.plan import check_fits, input_held_why_not
 from graphdist.halo.boundary import BoundarySampler
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.link import Link
 from graphdist.halo.quant import rel_error as quant_rel_error
+from graphdist.halo.resident import ResidentHalo
 from graphdist.halo.rounds import in_rounds
 from graphdist.halo.stale import STALE_WHY_NOT, StaleHalos
 from graphdist.halo.setup import check_plan, load_local
@@ -89,9 +90,19 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         get_logger().info(f"--halo auto: {mode} ({_auto_line(halo_auto)})")
     cfg = with_recorded(cfg, "halo_rounds")  # resumed: the rounds the checkpointed run chose
     rounds = 1 if ws == 1 else (cfg.halo_rounds or 1)
+    why_not = input_held_why_not(cfg, ws) or (
+        "--halo auto chooses the first layer's wire width" if auto_bits is not None else None)
     if dev.type != "cuda" and cfg.model in BUILTIN_MODELS:  # plan models graphdist's own models
-        rounds = check_fits(cfg, lg, ws)  # host memory: one line instead of an out-of-memory kill
+        try:
+            rounds = check_fits(cfg, lg, ws)  # host memory: one line instead of an out-of-memory kill
+        except ConfigError as e:
+            if why_not is not None:
+                raise
+            cfg, why_not = dataclasses.replace(cfg, input_halo="exchange"), f"the held rows do not fit ({e})"
+            rounds = check_fits(cfg, lg, ws)
     cfg = dataclasses.replace(cfg, halo_rounds=rounds)
+    if why_not is not None and why_not.startswith("the held rows do not fit"):
+        get_logger().info(f"--input-halo resident: {why_not}; the input halo rows are exchanged every epoch")
     if rounds > 1:
         get_logger().info(f"halo exchange in {rounds} rounds (--halo-rounds)")
     lg = lg.reordered(cfg.reorder)  # owned rows in locality order; every result is order-free
@@ -111,8 +122,12 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     n_train = float(counts[0])
     if n_train == 0:
         raise ConfigError("the graph has no training nodes (train_mask is empty)")
+    f0 = cfg.hidden if cfg.layers > 1 else n_classes  # the first layer's width
+    if why_not is None and not (held_input(x.shape[1], f0, True) or held_input(x.shape[1], f0, False)):
+        why_not = "the first layer applies its linear first: its rows change every step"
     if cfg.model in BUILTIN_MODELS:
-        net = BuiltinNet(cfg, lg, x, ids, n_classes, dev, separate_eval=auto_bits is not None)
+        net = BuiltinNet(cfg, lg, x, ids, n_classes, dev, separate_eval=auto_bits is not None,
+                         held=why_not is None)
     else:
         if cfg.halo_staleness or cfg.link_gbps > 0 or cfg.boundary_rate < 1.0:
             raise ConfigError(f"--model {cfg.model}: --halo-staleness, --boundary-rate and --link-gbps work with the built-in "
@@ -167,6 +182,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/halo_auto": halo_auto,
         "comm/halo_bits": _widths(chosen) if chosen is not None else cfg.halo_bits,
         "comm/halo_rounds": cfg.halo_rounds,
+        "comm/input_halo": "resident" if getattr(net, "held", None) is not None else "exchange",
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "comm/halo_rel_error": rel_error,
         "halo/layers": layers,
@@ -199,7 +215,7 @@ class BuiltinNet:
     """graphdist's own GCN / SAGE (:class:`~graphdist.gnn.models.GNN`) with its adjacency and
     exchangers: what :class:`GCNTask` calls (``gnn/pyg/net.py`` gives a PyG model the same face)."""
 
-    def __init__(self, cfg, lg, x, ids, n_classes: int, dev, separate_eval: bool = False):
+    def __init__(self, cfg, lg, x, ids, n_classes: int, dev, separate_eval: bool = False, held: bool = False):
         self.cfg, self.x, self.ids = cfg, x, ids
         self.adj = SparseAdj.for_model(lg, cfg.model, dev, halo=cfg.halo)
         link = Link(cfg.link_gbps, cfg.link_latency_us)
@@ -213,6 +229,8 @@ class BuiltinNet:
                                            link=self.link)
         if self.ex.active:  # --halo-rounds: the exchange's buffers in slices
             in_rounds(cfg.halo_rounds, self.adj, self.ex, self.ex_eval)
+        # --input-halo resident: the features' halo rows, received once (graphdist.halo.resident)
+        self.held = ResidentHalo(lg, x, self.adj, self.ex, cfg.model) if held and self.ex.active else None
         torch.manual_seed(cfg.seed)
         self.model = GNN(cfg.model, x.shape[1], cfg.hidden, n_classes, cfg.layers, cfg.dropout, cfg.batch_norm,
                          seed=cfg.seed, label_classes=n_classes if cfg.label_rate > 0 else 0).to(dev)
@@ -241,11 +259,12 @@ class BuiltinNet:
     def train_pass(self, epoch: int, labels):
         adj, ex = self.sampler.epoch(epoch) if self.sampler is not None else (self.adj, self.ex)
         ex.start_pass()
-        return self.model(self.x, adj, ex, ids=self.ids, step=epoch, labels=labels)
+        return self.model(self.x, adj, ex, ids=self.ids, step=epoch, labels=labels,
+                          held=self.held if adj is self.adj else None)
 
     def eval_pass(self, labels):
         self.ex_eval.start_pass()
-        return self.model(self.x, self.adj, self.ex_eval, labels=labels)
+        return self.model(self.x, self.adj, self.ex_eval, labels=labels, held=self.held)
 
     def sync_grads(self) -> None:
         comm.all_reduce_grads(self.model.parameters())

@@ -221,7 +221,10 @@ class SparseAdj:
         ``reuse=True``, for an input that needs no gradient and no active exchange: the product
         is kept while ``h`` lives, and a later call with the same, unmodified ``h`` (same
         object, same version) returns it (the caller must not change it in place). The
-        evaluation pass propagates the same features every epoch."""
+        evaluation pass propagates the same features every epoch. ``exchanger`` may be a pass's
+        :class:`~graphdist.halo.resident.HeldRows` (the input's halo rows held, no exchange)."""
+        if getattr(exchanger, "held", False):  # the input's halo rows are held (graphdist.halo.resident)
+            return exchanger.product(h, self, reuse)
         local = exchanger is None or not exchanger.active
         if reuse and local and not h.requires_grad:
             return self._kept_product(h)

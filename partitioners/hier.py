@@ -11,9 +11,18 @@ are host group ``h``, so the ranks of one host hold one group whichever node ran
 
 Balance: each level is given half of ``imbalance`` (``(1 + e/2)^2 - 1 ~ e`` overall). The inner
 level balances the in-edges inside its host group (edges cut between hosts are not counted there).
+
+A heuristic bisection is not always the better host split: on the SNAP facebook graph METIS'
+4-way partition, its parts paired onto hosts, cut 632 edges between hosts where METIS' bisection
+cut 1,362 (BENCHMARKS.md, "Host-aware partition"). So the flat ``k``-way partition by the same
+method is computed too, its parts grouped onto hosts to cut the fewest edges between them (every
+grouping tried up to :data:`MAX_GROUPINGS`, else part ``p`` on host ``p // (k / hosts)``), and
+whichever of the two cuts fewer edges between hosts is returned.
 """
 from __future__ import annotations
 
+import itertools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +30,10 @@ import numpy as np
 from partitioners.common import as_numpy, in_csr
 from partitioners.errors import PartitionError
 
-__all__ = ["hier_partition", "host_groups", "induced"]
+__all__ = ["hier_partition", "host_groups", "induced", "host_cut", "group_parts"]
+
+MAX_GROUPINGS = 20_000
+"""Most groupings of a flat partition's parts onto hosts tried one by one."""
 
 
 @dataclass
@@ -63,6 +75,61 @@ def host_groups(assignment, k: int, hosts: int) -> np.ndarray:
     return as_numpy(assignment).astype(np.int64) // (k // hosts)
 
 
+def host_cut(graph, hosts_of_node: np.ndarray) -> int:
+    """Directed edges whose two ends are on different hosts."""
+    indptr, indices = in_csr(graph)
+    dst_host = np.repeat(np.asarray(hosts_of_node), np.diff(indptr))
+    return int((np.asarray(hosts_of_node)[indices] != dst_host).sum())
+
+
+def _groupings(k: int, hosts: int):
+    """Every way to put parts 0..k-1 into ``hosts`` unordered groups of k/hosts (lists of groups)."""
+    per = k // hosts
+
+    def rec(left: tuple):
+        if not left:
+            yield []
+            return
+        first, rest = left[0], left[1:]
+        for others in itertools.combinations(rest, per - 1):
+            group = (first, *others)
+            remaining = tuple(p for p in rest if p not in others)
+            for tail in rec(remaining):
+                yield [group, *tail]
+    return rec(tuple(range(k)))
+
+
+def _count_groupings(k: int, hosts: int) -> int:
+    per, n, left = k // hosts, 1, k
+    for _ in range(hosts):
+        n *= math.comb(left - 1, per - 1)
+        left -= per
+    return n
+
+
+def group_parts(graph, flat: np.ndarray, k: int, hosts: int) -> np.ndarray:
+    """``flat`` renumbered host-major so that its parts' grouping onto hosts cuts the fewest
+    edges between hosts (every grouping when there are at most :data:`MAX_GROUPINGS`)."""
+    per = k // hosts
+    if hosts == 1 or per == 1 or _count_groupings(k, hosts) > MAX_GROUPINGS:
+        return flat
+    indptr, indices = in_csr(graph)
+    dst = np.repeat(flat, np.diff(indptr))
+    between = np.bincount(flat[indices] * k + dst, minlength=k * k).reshape(k, k)  # cut matrix
+    best, best_cut = None, None
+    for groups in _groupings(k, hosts):
+        host = np.empty(k, dtype=np.int64)
+        for h, g in enumerate(groups):
+            host[list(g)] = h
+        cut = int(between[host[:, None] != host[None, :]].sum())
+        if best_cut is None or cut < best_cut:
+            best, best_cut = groups, cut
+    relabel = np.empty(k, dtype=np.int64)
+    for h, g in enumerate(best):
+        relabel[list(g)] = h * per + np.arange(per)
+    return relabel[flat]
+
+
 def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, seed: int,
                    balance: str, node_weights=None, options: dict | None = None) -> np.ndarray:
     """``int64[N]`` part of every node, host-major: ``hosts`` groups by ``method`` on the whole
@@ -84,6 +151,9 @@ def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, 
     if per == 1:
         return top
     out = np.empty(n, dtype=np.int64)
+    flat = group_parts(graph, as_numpy(partition(graph, k, method=method, imbalance=imbalance, seed=seed,
+                                                 balance=balance, node_weights=nw, **options)).astype(np.int64),
+                       k, hosts)
     for h in range(hosts):
         nodes, sub = induced(graph, top, h)
         if nodes.shape[0] < per:
@@ -92,4 +162,6 @@ def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, 
         inner = as_numpy(partition(sub, per, method=method, imbalance=half, seed=seed, balance=balance,
                                    node_weights=None if nw is None else nw[nodes], **options))
         out[nodes] = h * per + inner.astype(np.int64)
+    if host_cut(graph, flat // per) < host_cut(graph, out // per):
+        return flat
     return out

@@ -119,3 +119,19 @@ def test_cli_hosts(tmp_path, capsys):
     assert main(["partition", spec, "--parts", "6", "--hosts", "4", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--parts 6 is not a multiple of --hosts 4" in err[0]
+
+
+def test_flat_parts_grouped_onto_hosts_by_brute_force():
+    from partitioners.hier import _count_groupings, _groupings, group_parts, host_cut
+    assert _count_groupings(4, 2) == len(list(_groupings(4, 2))) == 3
+    assert _count_groupings(6, 3) == len(list(_groupings(6, 3))) == 15
+    assert _count_groupings(8, 2) == len(list(_groupings(8, 2))) == 35
+    g = two_level()
+    # the cliques numbered so that the identity grouping {0,1},{2,3} pairs the far cliques 0 and 2
+    flat = np.empty(16, dtype=np.int64)
+    for part, clique in enumerate([0, 2, 1, 3]):
+        flat[CLIQUES[clique]] = part
+    assert host_cut(g, host_groups(flat, 4, 2)) == 2 * 8  # directed: 8 undirected edges
+    regrouped = group_parts(g, flat, 4, 2)
+    assert host_cut(g, host_groups(regrouped, 4, 2)) == 2 * 2  # the minimum bisection's 2 edges
+    assert sorted(sorted(np.flatnonzero(regrouped == p).tolist()) for p in range(4)) == CLIQUES

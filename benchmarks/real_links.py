@@ -144,6 +144,8 @@ def main() -> int:
     ap.add_argument("--variants", default="mvc,plain,stale,bns0.1,auto")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--work", default="runs/real_links")
+    ap.add_argument("--sim-only", action="store_true",
+                    help="only the one-host --link-gbps runs (e.g. to rerun them after a change to the link model)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     work = Path(args.work)
@@ -157,6 +159,19 @@ def main() -> int:
     t_start = time.time()
     rows = []
     print(f"load: {os.getloadavg()}", flush=True)
+    if args.sim_only:
+        for rep in range(args.repeats):
+            for rate in rates:
+                for var in variants:
+                    sim = sim_run(args, var, rate, work / f"simonly-{rate}-{var}-{rep}.json")
+                    sr = sim["report"]
+                    rows.append({"rate_gbps": rate, "variant": var, "repeat": rep, "sim_epoch_s": sr["time/epoch_s"],
+                                 "sim_wait_s": sr.get("time/link_wait_s_per_epoch"), "load": os.getloadavg()[0],
+                                 "sim_mode": sr.get("comm/halo"), "sim_final_loss": sr["losses"][-1]})
+                    print(json.dumps(rows[-1]), flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return 0
     for rate in rates:
         with Testbed(args.hosts, gbps=rate or None) as tb:
             goodput = probe(tb, rate)

@@ -1,6 +1,6 @@
 """The simulated link's model (graphdist.halo.link): both directions of an exchange share the
 link (sent + received bytes), and exchanges in flight together queue one after another; the
-figures behind it are measured on real links (BENCHMARKS.md, "Real links")."""
+figures behind it are measured on real links (BENCHMARKS.md, "Real hosts")."""
 from __future__ import annotations
 
 import pytest

@@ -8,7 +8,7 @@ and any method that trades exactness for fewer bytes or hidden latency looks use
     arrival = start + latency + (bytes sent + bytes received) * 8 / (gbps * 1e9)
 
 Both terms were measured on real links (hosts as network namespaces, tbf-capped veth, gloo;
-``benchmarks/link_probe.py``, BENCHMARKS.md "Real links"): a gloo all-to-all of 2-7 MB each way
+``benchmarks/link_probe.py``, BENCHMARKS.md "Real hosts"): a gloo all-to-all of 2-7 MB each way
 took about (sent + received) / rate (0.053-0.061 Gbit/s each way on a 0.1 Gbit/s cap, 0.39-0.44
 on 1 Gbit/s) while one direction alone ran at the cap, so the two directions do not overlap;
 and exchanges in flight together (stale halos post several) share the link one after another

@@ -55,7 +55,7 @@ def _validate(graph, k, method, imbalance, balance, node_weights) -> int:
 
 
 def partition(graph, k: int, *, method: str = "auto", imbalance: float = 0.03, seed: int = 0,
-              balance: str | None = None, node_weights=None, **options) -> torch.Tensor:
+              balance: str | None = None, node_weights=None, hosts: int = 1, **options) -> torch.Tensor:
     """Split ``graph`` into ``k`` parts; returns ``LongTensor[N]`` of part ids in ``[0, k)``.
 
     ``imbalance``: allowed ``max part / mean part - 1`` per balanced quantity. ``balance``:
@@ -65,7 +65,9 @@ def partition(graph, k: int, *, method: str = "auto", imbalance: float = 0.03, s
     (``passes``/``batch_size`` for streaming, ``preset`` for kaminpar/mtkahypar,
     ``rounds`` for auto's refinement, ``initial`` for auto's starting methods, ``seeds`` for
     the seeds tried per starting method, ``alternations`` and ``polish`` for its moved-rows
-    refinement)."""
+    refinement). ``hosts`` > 1: host-aware, host-major (:mod:`partitioners.hier`): ``hosts`` groups
+    with the least cut between them first, then each group into ``k / hosts`` parts; parts
+    ``h*k/hosts ..`` are host ``h``'s ranks."""
     if balance is None:
         balance = "both" if method == "auto" else "nodes"
     k = _validate(graph, k, method, imbalance, balance, node_weights)
@@ -73,7 +75,12 @@ def partition(graph, k: int, *, method: str = "auto", imbalance: float = 0.03, s
     weights = make_weights(graph, k, float(imbalance), balance, node_weights)
     if k == 1 or n == 0:
         return torch.zeros(n, dtype=torch.int64)
-    a = _run(graph, k, method, float(imbalance), int(seed), weights, options)
+    if hosts != 1:
+        from partitioners.hier import hier_partition
+        a = hier_partition(graph, k, hosts, method=method, imbalance=float(imbalance), seed=int(seed),
+                           balance=balance, node_weights=node_weights, options=options)
+    else:
+        a = _run(graph, k, method, float(imbalance), int(seed), weights, options)
     a = np.asarray(a, dtype=np.int64)
     if a.shape != (n,) or (n and (a.min() < 0 or a.max() >= k)):  # a backend misbehaved
         raise RuntimeError(f"method {method} returned an invalid assignment (shape {a.shape})")

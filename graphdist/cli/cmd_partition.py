@@ -1,7 +1,7 @@
 """Partitioning commands (flags generated from the configs in :mod:`graphdist.partition.tools`).
 
     graphdist partition SPEC --parts K [--method M] [--imbalance 0.03] [--seed S]
-                             [--balance nodes|edges|both] --out DIR
+                             [--balance nodes|edges|both] [--hosts H] --out DIR
     graphdist partition SPEC --assignment FILE [--parts K] --out DIR
     graphdist partition edgelist:FILE --assignment FILE --nproc K --out DIR   (K workers, none holds the graph)
     graphdist partition ratings:FILE|lightgcn:DIR|rec-synth:... --parts K --out DIR   (train-rec --partition DIR)
@@ -56,7 +56,8 @@ def _partition(args) -> int:
     r = partition_ratings(cfg) if is_ratings_spec(cfg.spec) else partition_to_artifact(cfg)
     g = r["graph"]
     how = (f"given by {cfg.assignment} (k={r['k']})" if cfg.assignment
-           else f"{cfg.method} (k={r['k']}, imbalance<={cfg.imbalance:.0%})")
+           else f"{cfg.method} (k={r['k']}, imbalance<={cfg.imbalance:.0%}"
+                + (f", {cfg.hosts} host groups of {r['k'] // cfg.hosts})" if cfg.hosts > 1 else ")"))
     _print_quality(r["quality"], [("graph", f"{cfg.spec} ({g.num_nodes:,} nodes, {g.num_edges:,} edges)"),
                                   ("method", how), ("time", f"{r['seconds']:.2f} s"), ("artifact", str(r["out"]))])
     return 0

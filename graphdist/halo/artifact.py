@@ -190,7 +190,8 @@ def rebuild_hint(meta: dict, directory) -> str:
     if p.get("assignment"):
         return f"rebuild it with: graphdist partition {spec} --assignment {p['assignment']} --parts {k} --out {directory}"
     method = meta.get("method") or "M"
-    return f"rebuild it with: graphdist partition {spec} --parts {k} --method {method} --out {directory}"
+    hosts = f" --hosts {p['hosts']}" if int(p.get("hosts", 1)) > 1 else ""
+    return f"rebuild it with: graphdist partition {spec} --parts {k} --method {method}{hosts} --out {directory}"
 
 
 def _json_default(o):

@@ -130,7 +130,6 @@ class HaloExchanger:
         """All-to-alls per exchange (:meth:`in_rounds`, :mod:`graphdist.halo.rounds`)."""
         self._round_counts = [(self.send_counts, self.recv_counts)]
         self._round_idx = [self.send_idx]
-        self._arrival = 0.0  # simulated arrival of the last round posted (a round queues behind it)
         if bits < 32 and self.active and comm.backend(group) not in ("gloo", "nccl"):
             raise ConfigError(f"--halo-bits {bits}: the {comm.backend(group)} backend cannot carry "
                               "quantised halo rows (gloo or nccl needed); use --halo-bits 32")
@@ -207,10 +206,10 @@ class HaloExchanger:
         """Blocking all-to-all of a plain tensor (counted in ``stats``)."""
         out = send.new_empty((n_out,) + tuple(send.shape[1:]))
         self.stats.add(send)
-        t0 = time.perf_counter()
+        arrival = self.link.post(time.perf_counter(), _nbytes(send), _nbytes(out)) if self.link is not None else 0.0
         comm.all_to_all_rows(out, send, out_counts, in_counts, self.group)
         if self.link is not None:
-            self.link.hold(t0, max(_nbytes(send), _nbytes(out)))
+            self.link.hold_until(arrival)
         return out
 
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
@@ -255,11 +254,9 @@ class HaloExchanger:
         self.stats.add(buf)
         t0 = time.perf_counter()
         work = comm.all_to_all_rows(out, buf, out_counts, in_counts, self.group, async_op=True)
-        nbytes = max(_nbytes(buf), _nbytes(out))
-        if self.link is not None:  # a later round of one exchange queues behind the earlier ones
-            t0 = max(t0, self._arrival) if rnd > 0 else t0
-            self._arrival = t0 + self.link.seconds(nbytes)
-        return Pending(work, out, buf, decode, self.link, t0, nbytes, on_wait)
+        # the simulated link queues every exchange (later rounds too) behind those still on it
+        arrival = self.link.post(t0, _nbytes(buf), _nbytes(out)) if self.link is not None else 0.0
+        return Pending(work, out, buf, decode, self.link, t0, arrival, on_wait)
 
     def _calibrate(self, rows: torch.Tensor, n_out: int, direction: str, tag: int):
         """Record ``rows``' costs at every width; returns what the exchange's ``wait()`` calls
@@ -291,9 +288,9 @@ class Pending:
     ``wait()`` may be called again: it returns the same rows."""
 
     def __init__(self, work, out: torch.Tensor, keep: torch.Tensor, decode=None, link=None,
-                 t0: float = 0.0, nbytes: int = 0, on_wait=None):
+                 t0: float = 0.0, arrival: float = 0.0, on_wait=None):
         self.work, self.out, self.keep, self.decode = work, out, keep, decode
-        self.link, self.t0, self.nbytes, self.on_wait = link, t0, nbytes, on_wait
+        self.link, self.t0, self.arrival, self.on_wait = link, t0, arrival, on_wait
         self._rows = None
 
     def wait(self) -> torch.Tensor:
@@ -302,7 +299,7 @@ class Pending:
                 self.on_wait(time.perf_counter() - self.t0)
             self.work.wait()
             if self.link is not None:
-                self.link.hold(self.t0, self.nbytes)
+                self.link.hold_until(self.arrival)
             # the work object holds both buffers: let it go, so the send rows are freed now
             self.work = self.keep = None
             self._rows = self.out if self.decode is None else self.decode(self.out)

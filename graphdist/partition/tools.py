@@ -42,6 +42,9 @@ class PartitionConfig:
     """random seed (same seed, same assignment)"""
     balance: Literal[BALANCES] | None = None
     """what to balance (default: both for auto, nodes otherwise)"""
+    hosts: int = 1
+    """host-aware partition for a job on H hosts (ranks host-major, as torchrun numbers them): split
+    into H host groups with the least cut between them first, then each group into K/H parts"""
     out: str = field(default="", metadata={"required": True, "metavar": "DIR"})
     """artifact directory to write (atomically)"""
     assignment: str | None = field(default=None, metadata={"metavar": "FILE"})
@@ -110,6 +113,13 @@ def check_request(cfg: PartitionConfig) -> None:
         raise ConfigError("--parts K is required (or give --assignment FILE)")
     if cfg.assignment is not None:
         check_readable(cfg.assignment)
+    if cfg.hosts < 1:
+        raise ConfigError(f"--hosts must be >= 1, got {cfg.hosts}")
+    if cfg.hosts > 1 and cfg.assignment is not None:
+        raise ConfigError("--hosts partitions the graph; it cannot be combined with --assignment FILE")
+    if cfg.hosts > 1 and cfg.parts % cfg.hosts:
+        raise ConfigError(f"--parts {cfg.parts} is not a multiple of --hosts {cfg.hosts} "
+                          f"(each host runs K/H ranks)")
 
 
 def partition_to_artifact(cfg: PartitionConfig) -> dict:
@@ -132,11 +142,13 @@ def partition_to_artifact(cfg: PartitionConfig) -> dict:
         check_fits(g, method, k)
         with features_on_disk(g, Path(cfg.out).parent):
             t0 = time.perf_counter()
-            a = partition(g, k, method=method, imbalance=cfg.imbalance, seed=cfg.seed, balance=cfg.balance)
+            a = partition(g, k, method=method, imbalance=cfg.imbalance, seed=cfg.seed, balance=cfg.balance,
+                          hosts=cfg.hosts)
             seconds = time.perf_counter() - t0
     q = quality(g, a, k=k)
     params = {"k": k, "imbalance": cfg.imbalance, "seed": cfg.seed,
-              "balance": cfg.balance or ("both" if method == "auto" else "nodes"), "spec": cfg.spec}
+              "balance": cfg.balance or ("both" if method == "auto" else "nodes"), "spec": cfg.spec,
+              "hosts": cfg.hosts}
     if cfg.assignment is not None:
         params = {"k": k, "spec": cfg.spec, "assignment": str(cfg.assignment)}
     out = write_artifact(cfg.out, g, a, method=method, params=params, quality=q, seconds=seconds, k=k)

@@ -81,10 +81,12 @@ def partition_ratings(cfg) -> dict:
         check_fits(g, method, k)
         t0 = time.perf_counter()
         a = (torch.zeros(g.num_nodes, dtype=torch.int64) if k == 1 else
-             partition(g, k, method=method, imbalance=cfg.imbalance, seed=cfg.seed, balance=cfg.balance))
+             partition(g, k, method=method, imbalance=cfg.imbalance, seed=cfg.seed, balance=cfg.balance,
+                       hosts=cfg.hosts))
         seconds = time.perf_counter() - t0
         params = {"k": k, "imbalance": cfg.imbalance, "seed": cfg.seed,
-                  "balance": cfg.balance or ("both" if method == "auto" else "nodes"), "spec": cfg.spec}
+                  "balance": cfg.balance or ("both" if method == "auto" else "nodes"), "spec": cfg.spec,
+                  "hosts": cfg.hosts}
     q = quality(g, a, k=k)
     out = write_artifact(cfg.out, g, a, method=method, params=params, quality=q, seconds=seconds, k=k,
                          extra=_writer(ratings))

@@ -1,0 +1,122 @@
+"""Bytes crossing hosts per epoch: host-aware partition (``--hosts H``) against a flat one, same K,
+measured with the test bed hosts' interface byte counters.
+
+    sudo python benchmarks/hier_hosts.py [--specs SPEC;SPEC] [--k 4] [--hosts 2] [--method metis]
+        [--epochs 5,15] [--json FILE]
+
+Per spec: ``graphdist partition SPEC --parts K --method M`` (flat) and the same with ``--hosts H``;
+each artifact trained with ``graphdist train-gcn --partition DIR --nnodes H --nproc K/H`` on H
+test-bed hosts (uncapped veth: the bytes do not depend on the rate), at two epoch counts; the
+difference of the summed interface tx bytes over the difference of the epochs is the bytes that
+cross hosts per epoch (start-up traffic cancels). The ranks of one host exchange through loopback,
+which the counters do not see. Also printed: each partition's halo rows between hosts
+(``quality`` over the host groups) and the final losses (same model, same epochs).
+Every worker runs with OMP_NUM_THREADS=1.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from graphdist.testbed import Testbed  # noqa: E402
+
+GD = [sys.executable, "-m", "graphdist"]
+SPECS = ("sbm:nodes=20000,classes=8,avg_degree=20,homophily=0.7,features=32,seed=0;"
+         "edgelist:snap/facebook_combined.txt,features=degree,labels=random:4")
+
+
+def env() -> dict:
+    e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    e.setdefault("OMP_NUM_THREADS", "1")
+    return e
+
+
+def host_rows(spec: str, part: Path, k: int, hosts: int) -> tuple[int, int]:
+    """(halo rows between hosts, edges cut between hosts) of an artifact's assignment."""
+    from graphdist.data import load_graph
+    from partitioners import comm_volume, edge_cut
+    g = load_graph(spec)
+    a = np.load(part / "assignment.npy") // (k // hosts)
+    return int(comm_volume(g, a)), int(edge_cut(g, a))
+
+
+def train(tb: Testbed, spec: str, part: Path, args, epochs: int, out: Path) -> dict:
+    nproc = args.k // args.hosts
+    cmd = GD + ["train-gcn", spec, "--partition", str(part), "--epochs", str(epochs), "--halo", args.halo,
+                "--nnodes", str(args.hosts), "--nproc", str(nproc), "--rdzv-endpoint", "h0:29500", "--no-progress"]
+    before = [tb.link_bytes(i) for i in range(args.hosts)]
+    procs = [tb.popen(i, cmd + ["--report", str(out) + ("" if i == 0 else f".{i}")], stdout=subprocess.PIPE,
+                      stderr=subprocess.STDOUT, text=True, env=env()) for i in range(args.hosts)]
+    texts = [p.communicate(timeout=1800)[0] for p in procs]
+    for p, t in zip(procs, texts):
+        if p.returncode != 0:
+            raise SystemExit(f"run failed ({p.returncode}):\n{t[-3000:]}")
+    after = [tb.link_bytes(i) for i in range(args.hosts)]
+    r = json.loads(out.read_text())
+    return {"tx_bytes": sum(a[1] - b[1] for a, b in zip(after, before)), "losses": r["losses"],
+            "halo_bytes_per_epoch": r.get("comm/halo_bytes_per_epoch"), "epoch_s": r["time/epoch_s"]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--specs", default=SPECS)
+    ap.add_argument("--k", type=int, default=4)
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--method", default="metis")
+    ap.add_argument("--halo", default="mvc")
+    ap.add_argument("--epochs", default="5,15")
+    ap.add_argument("--work", default="runs/hier_hosts")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    e1, e2 = (int(x) for x in args.epochs.split(","))
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    t0 = time.time()
+    print(f"load: {os.getloadavg()}", flush=True)
+    with Testbed(args.hosts) as tb:
+        for si, spec in enumerate(s for s in args.specs.split(";") if s):
+            for name, extra in (("flat", []), ("hosts", ["--hosts", str(args.hosts)])):
+                part = work / f"s{si}-{name}"
+                if not (part / "meta.json").exists():
+                    subprocess.run(GD + ["partition", spec, "--parts", str(args.k), "--method", args.method,
+                                         "--out", str(part), *extra], check=True, env=env(), stdout=subprocess.DEVNULL)
+                rows_between, cut_between = host_rows(spec, part, args.k, args.hosts)
+                runs = {e: train(tb, spec, part, args, e, work / f"s{si}-{name}-e{e}.json") for e in (e1, e2)}
+                per_epoch = (runs[e2]["tx_bytes"] - runs[e1]["tx_bytes"]) / (e2 - e1)
+                meta = json.loads((part / "meta.json").read_text())
+                row = {"spec": spec, "partition": name, "k": args.k, "hosts": args.hosts, "method": args.method,
+                       "inter_host_bytes_per_epoch": per_epoch, "inter_host_halo_rows": rows_between,
+                       "inter_host_edge_cut": cut_between, "halo_rows_all_parts": meta["quality"]["comm_volume"],
+                       "final_loss": runs[e2]["losses"][-1], "losses": runs[e2]["losses"],
+                       "halo_bytes_per_epoch_all_ranks": runs[e2]["halo_bytes_per_epoch"],
+                       "tx_bytes": {e: runs[e]["tx_bytes"] for e in runs}, "load": os.getloadavg()[0]}
+                rows.append(row)
+                print(json.dumps({k: v for k, v in row.items() if k != "losses"}), flush=True)
+    print(f"done in {time.time() - t0:.0f} s; load {os.getloadavg()}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    print("\n| graph | partition | bytes crossing hosts / epoch | ratio | halo rows between hosts | "
+          "halo rows, all parts | final loss |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for i in range(0, len(rows), 2):
+        f, h = rows[i], rows[i + 1]
+        for r in (f, h):
+            print(f"| {r['spec'].split(',')[0]} | {r['partition']} | {r['inter_host_bytes_per_epoch']:,.0f} | "
+                  f"{r['inter_host_bytes_per_epoch'] / f['inter_host_bytes_per_epoch']:.2f} | "
+                  f"{r['inter_host_halo_rows']:,} | {r['halo_rows_all_parts']:,} | {r['final_loss']:.4f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

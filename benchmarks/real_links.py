@@ -1,0 +1,235 @@
+"""The exchange modes on real links (hosts as network namespaces, tbf-capped veth: graphdist.testbed)
+side by side with the simulated link (``--link-gbps``) at the same rate on one host.
+
+    sudo OMP_NUM_THREADS=1 python benchmarks/real_links.py [--spec SPEC] [--k 2] [--hosts 2] [--epochs 10]
+        [--rates 0,1,0.1] [--variants mvc,plain,stale,bns0.1,auto] [--repeats 1] [--json FILE]
+
+One partition artifact (METIS, k parts) serves every run. Per link rate (0 = the veth uncapped),
+per variant and repeat, interleaved so that load hits them alike:
+  real   ``graphdist train-gcn --partition DIR --nnodes H --nproc k/H`` on H test-bed hosts whose
+         links are capped at the rate (each direction); the hosts' interface byte counters give
+         the bytes that crossed the links;
+  sim    the same job on one host (``--nproc k``) with ``--link-gbps RATE`` (no flag for 0).
+Also per rate: the TCP goodput of the capped link (one stream each way at once, as a halo
+exchange loads it), ``graphdist plan``'s epoch estimate per exchange mode at the link that
+``--halo auto`` measured, and auto's own prediction and choice.
+Needs root (the test bed); every worker runs with OMP_NUM_THREADS=1 (set it: the hosts share
+the machine's cores).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from graphdist.testbed import Testbed  # noqa: E402
+
+GD = [sys.executable, "-m", "graphdist"]
+VARIANTS = {
+    "plain": ["--halo", "plain"],
+    "mvc": ["--halo", "mvc"],
+    "mvc8": ["--halo", "mvc", "--halo-bits", "8"],
+    "stale": ["--halo", "mvc", "--halo-staleness", "1"],
+    "bns0.1": ["--halo", "plain", "--boundary-rate", "0.1"],
+    "auto": ["--halo", "auto"],
+}
+
+PROBE = r"""
+import socket, sys, threading, time
+role, peer, nbytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+buf = bytearray(1 << 20)
+def pump(sock, send):
+    left = nbytes
+    while left > 0:
+        if send:
+            left -= sock.send(memoryview(buf)[:min(len(buf), left)])
+        else:
+            r = sock.recv_into(buf, min(len(buf), left))
+            if not r: break
+            left -= r
+if role == "server":
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("0.0.0.0", 29499)); s.listen(1)
+    c, _ = s.accept()
+else:
+    for _ in range(200):
+        try:
+            c = socket.create_connection((peer, 29499)); break
+        except OSError:
+            time.sleep(0.05)
+c.sendall(b"g"); c.recv(1)  # both ready
+t0 = time.perf_counter()
+th = threading.Thread(target=pump, args=(c, True)); th.start(); pump(c, False); th.join()
+print(f"{nbytes * 8 / (time.perf_counter() - t0) / 1e9:.4f}")
+"""
+
+
+def env() -> dict:
+    e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    e.setdefault("OMP_NUM_THREADS", "1")
+    return e
+
+
+def probe(tb: Testbed, rate: float) -> float:
+    """Goodput in Gbit/s of one TCP stream each way at once between host 0 and host 1."""
+    nbytes = int(max(rate, 0.1) * 1e9 / 8 * 1.5) if rate else 300_000_000
+    a = tb.popen(1, [sys.executable, "-c", PROBE, "server", "h0", str(nbytes)], stdout=subprocess.PIPE, text=True)
+    b = tb.popen(0, [sys.executable, "-c", PROBE, "client", "h1", str(nbytes)], stdout=subprocess.PIPE, text=True)
+    out = [float(p.communicate(timeout=300)[0].strip() or "nan") for p in (a, b)]
+    return min(out)
+
+
+def counters(tb: Testbed) -> list[tuple[int, int]]:
+    return [tb.link_bytes(i) for i in range(tb.n)]
+
+
+def real_run(tb: Testbed, args, var: str, out: Path) -> dict:
+    nproc = args.k // args.hosts
+    base = GD + ["train-gcn", args.spec, "--partition", str(args.part), "--epochs", str(args.epochs),
+                 *VARIANTS[var], "--nnodes", str(args.hosts), "--nproc", str(nproc), "--rdzv-endpoint", "h0:29500"]
+    before = counters(tb)
+    t0 = time.perf_counter()
+    procs = [tb.popen(i, base + ["--report", str(out) + ("" if i == 0 else f".{i}")], stdout=subprocess.PIPE,
+                      stderr=subprocess.STDOUT, text=True, env=env()) for i in range(args.hosts)]
+    texts = [p.communicate(timeout=1800)[0] for p in procs]
+    wall = time.perf_counter() - t0
+    for p, t in zip(procs, texts):
+        if p.returncode != 0:
+            raise SystemExit(f"real run {var} failed ({p.returncode}):\n{t[-3000:]}")
+    after = counters(tb)
+    r = json.loads(out.read_text())
+    sent = [a[1] - b[1] for a, b in zip(after, before)]
+    return {"report": r, "wall_s": wall, "link_tx_bytes": sent, "link_rx_bytes": [a[0] - b[0] for a, b in zip(after, before)]}
+
+
+def sim_run(args, var: str, rate: float, out: Path) -> dict:
+    cmd = GD + ["train-gcn", args.spec, "--partition", str(args.part), "--epochs", str(args.epochs), *VARIANTS[var],
+                "--nproc", str(args.k), "--report", str(out)] + (["--link-gbps", str(rate)] if rate else [])
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=1800)
+    if p.returncode != 0:
+        raise SystemExit(f"sim run {var} failed ({p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
+    return {"report": json.loads(out.read_text()), "wall_s": time.perf_counter() - t0}
+
+
+def plan(args, var: str, gbps: float, latency_us: float) -> float:
+    cmd = GD + ["plan", args.spec, "--partition", str(args.part), *VARIANTS[var], "--json"]
+    if gbps:
+        cmd += ["--link-gbps", f"{gbps:.6g}", "--link-latency-us", f"{latency_us:.6g}"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=600)
+    if p.returncode != 0:
+        return float("nan")
+    return float(json.loads(p.stdout)["time/epoch_s"])
+
+
+def auto_link(a: dict) -> tuple[float, float]:
+    """(Gbit/s, latency us) of the link ``--halo auto`` measured at start-up."""
+    return float(a.get("link_bytes_per_s") or 0) * 8 / 1e9, float(a.get("link_latency_s") or 0) * 1e6
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--spec", default="sbm:nodes=50000,classes=8,avg_degree=20,homophily=0.7,features=128,seed=0")
+    ap.add_argument("--k", type=int, default=2)
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--rates", default="0,1,0.1")
+    ap.add_argument("--variants", default="mvc,plain,stale,bns0.1,auto")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--work", default="runs/real_links")
+    ap.add_argument("--sim-only", action="store_true",
+                    help="only the one-host --link-gbps runs (e.g. to rerun them after a change to the link model)")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    args.part = work / f"part-k{args.k}"
+    if not (args.part / "meta.json").exists():
+        subprocess.run(GD + ["partition", args.spec, "--parts", str(args.k), "--method", "metis", "--out", str(args.part)],
+                       check=True, env=env())
+    rates = [float(x) for x in args.rates.split(",") if x != ""]
+    variants = [v for v in args.variants.split(",") if v]
+    t_start = time.time()
+    rows = []
+    print(f"load: {os.getloadavg()}", flush=True)
+    if args.sim_only:
+        for rep in range(args.repeats):
+            for rate in rates:
+                for var in variants:
+                    sim = sim_run(args, var, rate, work / f"simonly-{rate}-{var}-{rep}.json")
+                    sr = sim["report"]
+                    rows.append({"rate_gbps": rate, "variant": var, "repeat": rep, "sim_epoch_s": sr["time/epoch_s"],
+                                 "sim_wait_s": sr.get("time/link_wait_s_per_epoch"), "load": os.getloadavg()[0],
+                                 "sim_mode": sr.get("comm/halo"), "sim_final_loss": sr["losses"][-1]})
+                    print(json.dumps(rows[-1]), flush=True)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return 0
+    for rate in rates:
+        with Testbed(args.hosts, gbps=rate or None) as tb:
+            goodput = probe(tb, rate)
+            print(f"--- rate {rate or 'uncapped'} Gbit/s: TCP goodput {goodput:.3f} Gbit/s each way at once", flush=True)
+            for rep in range(args.repeats):
+                for var in variants:
+                    real = real_run(tb, args, var, work / f"real-{rate}-{var}-{rep}.json")
+                    sim = sim_run(args, var, rate, work / f"sim-{rate}-{var}-{rep}.json")
+                    rr, sr = real["report"], sim["report"]
+                    row = {"rate_gbps": rate, "variant": var, "repeat": rep, "goodput_gbps": goodput,
+                           "real_epoch_s": rr["time/epoch_s"], "sim_epoch_s": sr["time/epoch_s"],
+                           "sim_wait_s": sr.get("time/link_wait_s_per_epoch"),
+                           "halo_bytes_per_epoch": rr.get("comm/halo_bytes_per_epoch"),
+                           "link_tx_bytes": real["link_tx_bytes"], "real_wall_s": real["wall_s"],
+                           "sim_wall_s": sim["wall_s"], "load": os.getloadavg()[0],
+                           "real_final_loss": rr["losses"][-1], "sim_final_loss": sr["losses"][-1]}
+                    if var == "auto":
+                        a = rr.get("comm/halo_auto") or {}
+                        row["auto_real"] = {k: a.get(k) for k in ("link", "link_bytes_per_s", "link_latency_s", "chosen",
+                                                                  "modes", "bits") if k in a}
+                        row["auto_real_mode"] = rr.get("comm/halo")
+                        row["auto_sim_mode"] = sr.get("comm/halo")
+                        row["auto_sim"] = {k: (sr.get("comm/halo_auto") or {}).get(k)
+                                           for k in ("link", "link_bytes_per_s", "link_latency_s", "modes", "bits")}
+                    rows.append(row)
+                    print(json.dumps({k: v for k, v in row.items() if k not in ("auto_real", "auto_sim")}), flush=True)
+            rows_rate = [r for r in rows if r["rate_gbps"] == rate]
+            auto_rows = [r for r in rows_rate if r["variant"] == "auto"]
+            # plan's estimate per variant: at the link auto measured on this one, and at the TCP goodput
+            links = [("goodput", goodput if rate else 0.0, 0.0)]
+            if auto_rows:
+                links.insert(0, ("auto-measured", *auto_link(auto_rows[0]["auto_real"])))
+            for var in variants:
+                if var in ("auto", "stale") or var.startswith("bns"):
+                    continue  # plan models the exact exchanges only
+                for name, gbps, lat in links:
+                    rows.append({"rate_gbps": rate, "variant": var, "plan_link": name, "plan_gbps": gbps,
+                                 "plan_latency_us": lat, "plan_epoch_s": plan(args, var, gbps, lat)})
+                    print(json.dumps(rows[-1]), flush=True)
+    print(f"done in {time.time() - t_start:.0f} s; load {os.getloadavg()}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    # table
+    print("\n| link | variant | real ms/epoch | `--link-gbps` ms/epoch (wait) | sim / real |")
+    print("|---|---|---:|---:|---:|")
+    for r in rows:
+        if "real_epoch_s" in r:
+            w = r["sim_wait_s"]
+            print(f"| {r['rate_gbps'] or 'veth'} | {r['variant']} | {r['real_epoch_s'] * 1e3:.1f} | "
+                  f"{r['sim_epoch_s'] * 1e3:.1f} ({(w or 0) * 1e3:.1f}) | {r['sim_epoch_s'] / r['real_epoch_s']:.2f} |")
+    print("\n| link | variant | plan at (Gbit/s, us) | plan ms/epoch |")
+    print("|---|---|---|---:|")
+    for r in rows:
+        if "plan_epoch_s" in r:
+            print(f"| {r['rate_gbps'] or 'veth'} | {r['variant']} | {r['plan_link']} ({r['plan_gbps']:.3f}, "
+                  f"{r['plan_latency_us']:.0f}) | {r['plan_epoch_s'] * 1e3:.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

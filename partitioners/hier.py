@@ -1,0 +1,167 @@
+"""Host-aware (hierarchical) partition: split into ``hosts`` host groups first, then each group
+into ``k / hosts`` parts.
+
+Ranks on one host exchange halos through memory; ranks on different hosts through the slow link.
+A flat k-way partition minimises the cut summed over all part pairs, so it spends as much effort on
+the (cheap) cut between two ranks of one host as on the (expensive) cut between hosts. This one
+minimises the cut between host groups first (a ``hosts``-way partition of the whole graph), then
+splits each group on its own induced subgraph. Parts are numbered host-major, as torchrun numbers
+ranks (global rank = node rank * nproc + local rank): parts ``h*m .. h*m+m-1`` (``m = k / hosts``)
+are host group ``h``, so the ranks of one host hold one group whichever node rank a host gets.
+
+Balance: each level is given half of ``imbalance`` (``(1 + e/2)^2 - 1 ~ e`` overall). The inner
+level balances the in-edges inside its host group (edges cut between hosts are not counted there).
+
+A heuristic bisection is not always the better host split: on the SNAP facebook graph METIS'
+4-way partition, its parts paired onto hosts, cut 632 edges between hosts where METIS' bisection
+cut 1,362 (BENCHMARKS.md, "Host-aware partition"). So the flat ``k``-way partition by the same
+method is computed too, its parts grouped onto hosts to cut the fewest edges between them (every
+grouping tried up to :data:`MAX_GROUPINGS`, else part ``p`` on host ``p // (k / hosts)``), and
+whichever of the two cuts fewer edges between hosts is returned.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from partitioners.common import as_numpy, in_csr
+from partitioners.errors import PartitionError
+
+__all__ = ["hier_partition", "host_groups", "induced", "host_cut", "group_parts"]
+
+MAX_GROUPINGS = 20_000
+"""Most groupings of a flat partition's parts onto hosts tried one by one."""
+
+
+@dataclass
+class _Sub:
+    """The induced subgraph of one host group (destination-row CSR, local ids): what the
+    partitioners read of a graph."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+
+def induced(graph, groups: np.ndarray, g: int) -> tuple[np.ndarray, _Sub]:
+    """``(global ids of group g's nodes ascending, their induced subgraph)``: the edges whose
+    both ends are in group ``g``, relabelled to ``0 .. len(nodes)-1``."""
+    indptr, indices = in_csr(graph)
+    groups = np.asarray(groups)
+    nodes = np.flatnonzero(groups == g)
+    loc = np.full(groups.shape[0], -1, dtype=np.int64)
+    loc[nodes] = np.arange(nodes.shape[0], dtype=np.int64)
+    deg = np.diff(indptr)
+    dst_in = np.repeat(groups == g, deg)  # edge's destination is in g (rows ascending, so is order)
+    keep = dst_in & (groups[indices] == g)
+    cs = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
+    per_row = cs[indptr[1:]] - cs[indptr[:-1]]
+    sub_indptr = np.concatenate([[0], np.cumsum(per_row[nodes], dtype=np.int64)])
+    return nodes, _Sub(sub_indptr, loc[indices[keep]])
+
+
+def host_groups(assignment, k: int, hosts: int) -> np.ndarray:
+    """Host group of every node of a host-major assignment (part ``p`` is on host ``p // (k / hosts)``)."""
+    return as_numpy(assignment).astype(np.int64) // (k // hosts)
+
+
+def host_cut(graph, hosts_of_node: np.ndarray) -> int:
+    """Directed edges whose two ends are on different hosts."""
+    indptr, indices = in_csr(graph)
+    dst_host = np.repeat(np.asarray(hosts_of_node), np.diff(indptr))
+    return int((np.asarray(hosts_of_node)[indices] != dst_host).sum())
+
+
+def _groupings(k: int, hosts: int):
+    """Every way to put parts 0..k-1 into ``hosts`` unordered groups of k/hosts (lists of groups)."""
+    per = k // hosts
+
+    def rec(left: tuple):
+        if not left:
+            yield []
+            return
+        first, rest = left[0], left[1:]
+        for others in itertools.combinations(rest, per - 1):
+            group = (first, *others)
+            remaining = tuple(p for p in rest if p not in others)
+            for tail in rec(remaining):
+                yield [group, *tail]
+    return rec(tuple(range(k)))
+
+
+def _count_groupings(k: int, hosts: int) -> int:
+    per, n, left = k // hosts, 1, k
+    for _ in range(hosts):
+        n *= math.comb(left - 1, per - 1)
+        left -= per
+    return n
+
+
+def group_parts(graph, flat: np.ndarray, k: int, hosts: int) -> np.ndarray:
+    """``flat`` renumbered host-major so that its parts' grouping onto hosts cuts the fewest
+    edges between hosts (every grouping when there are at most :data:`MAX_GROUPINGS`)."""
+    per = k // hosts
+    if hosts == 1 or per == 1 or _count_groupings(k, hosts) > MAX_GROUPINGS:
+        return flat
+    indptr, indices = in_csr(graph)
+    dst = np.repeat(flat, np.diff(indptr))
+    between = np.bincount(flat[indices] * k + dst, minlength=k * k).reshape(k, k)  # cut matrix
+    best, best_cut = None, None
+    for groups in _groupings(k, hosts):
+        host = np.empty(k, dtype=np.int64)
+        for h, g in enumerate(groups):
+            host[list(g)] = h
+        cut = int(between[host[:, None] != host[None, :]].sum())
+        if best_cut is None or cut < best_cut:
+            best, best_cut = groups, cut
+    relabel = np.empty(k, dtype=np.int64)
+    for h, g in enumerate(best):
+        relabel[list(g)] = h * per + np.arange(per)
+    return relabel[flat]
+
+
+def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, seed: int,
+                   balance: str, node_weights=None, options: dict | None = None) -> np.ndarray:
+    """``int64[N]`` part of every node, host-major: ``hosts`` groups by ``method`` on the whole
+    graph, then each group into ``k // hosts`` parts by ``method`` on its induced subgraph."""
+    from partitioners.api import partition
+    if isinstance(hosts, bool) or int(hosts) != hosts or hosts < 1:
+        raise PartitionError(f"hosts must be a positive integer, got {hosts!r}")
+    hosts = int(hosts)
+    if k % hosts:
+        raise PartitionError(f"--parts {k} is not a multiple of --hosts {hosts} "
+                             f"(each host runs the same number of ranks)")
+    options = dict(options or {})
+    n = int(graph.num_nodes)
+    per = k // hosts
+    half = float(imbalance) / 2
+    nw = None if node_weights is None else as_numpy(node_weights)
+    top = as_numpy(partition(graph, hosts, method=method, imbalance=half, seed=seed, balance=balance,
+                             node_weights=nw, **options)).astype(np.int64)
+    if per == 1:
+        return top
+    out = np.empty(n, dtype=np.int64)
+    flat = group_parts(graph, as_numpy(partition(graph, k, method=method, imbalance=imbalance, seed=seed,
+                                                 balance=balance, node_weights=nw, **options)).astype(np.int64),
+                       k, hosts)
+    for h in range(hosts):
+        nodes, sub = induced(graph, top, h)
+        if nodes.shape[0] < per:
+            raise PartitionError(f"host group {h} holds {nodes.shape[0]} nodes, fewer than its {per} parts "
+                                 f"(--parts {k} --hosts {hosts} on {n} nodes)")
+        inner = as_numpy(partition(sub, per, method=method, imbalance=half, seed=seed, balance=balance,
+                                   node_weights=None if nw is None else nw[nodes], **options))
+        out[nodes] = h * per + inner.astype(np.int64)
+    if host_cut(graph, flat // per) < host_cut(graph, out // per):
+        return flat
+    return out

@@ -1,0 +1,137 @@
+"""Host-aware partition (``partition(..., hosts=H)``, ``graphdist partition --hosts H``): host groups
+with the least cut between them first, parts numbered host-major."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from graphdist.cli import main
+from graphdist.data.graph import Graph
+from graphdist.halo.artifact import read_artifact
+from partitioners import PartitionError, partition
+from partitioners.hier import host_groups, induced
+
+CLIQUES = [list(range(4 * c, 4 * c + 4)) for c in range(4)]
+# four 4-cliques; cliques 0-1 and 2-3 joined by three edges each (a host's worth of traffic),
+# 1-2 and 0-3 by one each: the best 8|8 host split is {0,1 | 2,3} with 2 cut edges (on paper:
+# {0,2 | 1,3} cuts 3+3+1+1 = 8, {0,3 | 1,2} cuts 3+3 = 6)
+BRIDGES = [(0, 4), (1, 5), (2, 6), (8, 12), (9, 13), (10, 14), (7, 11), (3, 15)]
+
+
+def two_level() -> Graph:
+    src, dst = [], []
+    for c in CLIQUES:
+        for u, v in itertools.combinations(c, 2):
+            src.append(u)
+            dst.append(v)
+    for u, v in BRIDGES:
+        src.append(u)
+        dst.append(v)
+    return Graph.from_edges(np.array(src), np.array(dst), 16)
+
+
+def undirected_pairs(g: Graph) -> np.ndarray:
+    indptr, indices = g.indptr.numpy(), g.indices.numpy().astype(np.int64)
+    dst = np.repeat(np.arange(g.num_nodes), np.diff(indptr))
+    keep = indices < dst
+    return np.stack([indices[keep], dst[keep]])
+
+
+def cut(g: Graph, groups: np.ndarray) -> int:
+    s, d = undirected_pairs(g)
+    return int((groups[s] != groups[d]).sum())
+
+
+def brute_min_bisection(g: Graph) -> int:
+    n = g.num_nodes
+    best = None
+    for half in itertools.combinations(range(1, n), n // 2 - 1):  # node 0 on side 0: each split once
+        side = np.ones(n, dtype=np.int64)
+        side[[0, *half]] = 0
+        c = cut(g, side)
+        best = c if best is None else min(best, c)
+    return best
+
+
+@pytest.mark.parametrize("method", ["metis", "auto"])
+def test_host_split_is_the_minimum_bisection_and_parts_are_host_major(method):
+    g = two_level()
+    assert brute_min_bisection(g) == 2
+    a = partition(g, 4, method=method, hosts=2, imbalance=0.0).numpy()
+    hosts = host_groups(a, 4, 2)
+    assert cut(g, hosts) == 2  # the brute-force optimum between hosts
+    # host-major: parts 0, 1 on one host, 2, 3 on the other, each part one clique
+    parts = sorted(sorted(np.flatnonzero(a == p).tolist()) for p in range(4))
+    assert parts == CLIQUES
+    assert {frozenset(np.flatnonzero(hosts == h).tolist()) for h in range(2)} == \
+        {frozenset(CLIQUES[0] + CLIQUES[1]), frozenset(CLIQUES[2] + CLIQUES[3])}
+    flat = partition(g, 4, method=method, imbalance=0.0).numpy()
+    assert cut(g, hosts) <= cut(g, host_groups(flat, 4, 2))
+
+
+def planted(seed: int = 0) -> Graph:
+    """4 blocks of 100 nodes; blocks 0-1 and 2-3 close (a host each), the rest far."""
+    rng = np.random.default_rng(seed)
+    block = np.repeat(np.arange(4), 100)
+    p = np.array([[0.15, 0.03, 0.001, 0.001], [0.03, 0.15, 0.001, 0.001],
+                  [0.001, 0.001, 0.15, 0.03], [0.001, 0.001, 0.03, 0.15]])
+    u, v = np.triu_indices(400, 1)
+    keep = rng.random(u.shape[0]) < p[block[u], block[v]]
+    return Graph.from_edges(u[keep], v[keep], 400)
+
+
+@pytest.mark.parametrize("method", ["metis", "ldg"])
+def test_fewer_edges_cross_hosts_than_flat(method):
+    g = planted()
+    a = partition(g, 4, method=method, hosts=2, seed=1).numpy()
+    flat = partition(g, 4, method=method, seed=1).numpy()
+    assert cut(g, host_groups(a, 4, 2)) <= cut(g, host_groups(flat, 4, 2))
+    assert np.bincount(a, minlength=4).max() <= 1.03 * 100 + 1  # balanced within the budget
+    # each host group is split on its own induced subgraph: its edges are the group's edges
+    nodes, sub = induced(g, host_groups(a, 4, 2), 0)
+    s, d = undirected_pairs(g)
+    inside = np.isin(s, nodes) & np.isin(d, nodes)
+    assert sub.num_edges == 2 * int(inside.sum()) and sub.num_nodes == nodes.shape[0]
+
+
+def test_hosts_equal_parts_and_one_host():
+    g = two_level()
+    top = partition(g, 2, method="metis", hosts=2, imbalance=0.0).numpy()
+    assert cut(g, top) == 2
+    assert np.array_equal(partition(g, 4, method="metis", hosts=1).numpy(), partition(g, 4, method="metis").numpy())
+
+
+@pytest.mark.parametrize("k, hosts, match", [(6, 4, "not a multiple of --hosts 4"), (4, 0, "positive")])
+def test_bad_hosts(k, hosts, match):
+    with pytest.raises(PartitionError, match=match):
+        partition(two_level(), k, method="metis", hosts=hosts)
+
+
+def test_cli_hosts(tmp_path, capsys):
+    spec = "sbm:nodes=400,classes=4,avg_degree=6,features=3,seed=5"
+    out = tmp_path / "h"
+    assert main(["partition", spec, "--parts", "4", "--hosts", "2", "--method", "metis", "--out", str(out)]) == 0
+    assert "2 host groups of 2" in capsys.readouterr().out
+    meta, a = read_artifact(out)
+    assert meta["params"]["hosts"] == 2 and sorted(set(a.tolist())) == [0, 1, 2, 3]
+    assert main(["partition", spec, "--parts", "6", "--hosts", "4", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--parts 6 is not a multiple of --hosts 4" in err[0]
+
+
+def test_flat_parts_grouped_onto_hosts_by_brute_force():
+    from partitioners.hier import _count_groupings, _groupings, group_parts, host_cut
+    assert _count_groupings(4, 2) == len(list(_groupings(4, 2))) == 3
+    assert _count_groupings(6, 3) == len(list(_groupings(6, 3))) == 15
+    assert _count_groupings(8, 2) == len(list(_groupings(8, 2))) == 35
+    g = two_level()
+    # the cliques numbered so that the identity grouping {0,1},{2,3} pairs the far cliques 0 and 2
+    flat = np.empty(16, dtype=np.int64)
+    for part, clique in enumerate([0, 2, 1, 3]):
+        flat[CLIQUES[clique]] = part
+    assert host_cut(g, host_groups(flat, 4, 2)) == 2 * 8  # directed: 8 undirected edges
+    regrouped = group_parts(g, flat, 4, 2)
+    assert host_cut(g, host_groups(regrouped, 4, 2)) == 2 * 2  # the minimum bisection's 2 edges
+    assert sorted(sorted(np.flatnonzero(regrouped == p).tolist()) for p in range(4)) == CLIQUES

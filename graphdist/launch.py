@@ -40,6 +40,8 @@ class Nodes:
     """a multi-node job's meeting point: a free port on one of its nodes (torch's c10d rendezvous)"""
     rdzv_id: str = "graphdist"
     """job id, the same on every node (two jobs sharing an endpoint need different ids)"""
+    rdzv_timeout: float = 600.0
+    """seconds a node waits for the endpoint to answer and for every node to join (torch's join timeout)"""
     max_restarts: int = 0
     """restart the workers this many times when one fails (torch's elastic agent restarts the
     whole group); with --resume auto and --checkpoint-dir they continue from the last checkpoint"""
@@ -50,6 +52,8 @@ class Nodes:
             raise ConfigError(f"--nnodes must be >= 1, got {self.nnodes}")
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts must be >= 0, got {self.max_restarts}")
+        if self.rdzv_timeout <= 0:
+            raise ConfigError(f"--rdzv-timeout must be > 0 seconds, got {self.rdzv_timeout}")
         if self.nnodes > 1 and not self.rdzv_endpoint:
             raise ConfigError(f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (one node's address "
                               "and a free port, the same on every node)")
@@ -98,23 +102,34 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
     nodes = nodes or Nodes()
+    net, rdzv_configs = None, {}
     if nodes.nnodes == 1:
         # port 0: the agent's store binds a port the OS picks (as torchrun --standalone), so two
         # jobs started at once cannot race for the same port; workers connect to the agent's store
         endpoint, run_id = "127.0.0.1:0", f"graphdist-{uuid.uuid4().hex[:8]}"
     else:
         endpoint, run_id = nodes.rdzv_endpoint, nodes.rdzv_id
+        # where the store runs, what the other nodes dial and gloo's interface: from the route to
+        # the endpoint, not from this node's hostname (graphdist/netif.py)
+        from graphdist.netif import node_network
+        net = node_network(endpoint, wait_s=nodes.rdzv_timeout)
+        rdzv_configs["join_timeout"] = int(nodes.rdzv_timeout)
+        if net.is_host is not None:
+            rdzv_configs["is_host"] = net.is_host
     lc = LaunchConfig(min_nodes=nodes.nnodes, max_nodes=nodes.nnodes, nproc_per_node=nproc, run_id=run_id,
                       rdzv_backend="c10d", rdzv_endpoint=endpoint, max_restarts=nodes.max_restarts,
-                      monitor_interval=monitor_interval, start_method="spawn")
+                      monitor_interval=monitor_interval, start_method="spawn", rdzv_configs=rdzv_configs,
+                      local_addr=net.local_ip if net and net.is_host is not None else None)
     # the agent's own log repeats what the workers and this function already say; its modules
     # set their own levels (LOGLEVEL, default WARNING), so each logger is quietened by name
     for name in [*logging.root.manager.loggerDict, "torch.distributed.elastic"]:
         if name.startswith("torch.distributed.elastic") or name.startswith("torch.distributed.launcher"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
-    env_before = os.environ.get("OMP_NUM_THREADS")
-    if env_before is None:  # one thread per worker unless the user says otherwise (torchrun's default)
-        os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // nproc))
+    env_set = {}  # for the workers, unless the user set them
+    if net is not None and net.ifname:
+        env_set.update({"GLOO_SOCKET_IFNAME": net.ifname, "NCCL_SOCKET_IFNAME": net.ifname})
+    env_set = {k: v for k, v in env_set.items() if k not in os.environ}
+    os.environ.update(env_set)
     try:
         with kept_signal_handlers():  # the agent's handlers leave with it: the caller's are back
             elastic_launch(lc, sys.executable)("-m", "graphdist.worker", _path(fn), _path(type(cfg)),
@@ -138,8 +153,8 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
         raise DistributedError(f"worker rank {r} failed with exit code {codes[r]}; "
                                f"the launcher stopped the other {nproc - 1} worker(s)") from None
     finally:
-        if env_before is None:
-            os.environ.pop("OMP_NUM_THREADS", None)
+        for k in env_set:
+            os.environ.pop(k, None)
     return 0
 
 
@@ -214,6 +229,7 @@ def rank_main(train, cfg, summary) -> dict:
     finally:
         shutdown()
     rep["run/restarts"] = comm.restart_round()
+    rep["run/threads"] = torch.get_num_threads()
     if env_world()[0] == 0:
         show = getattr(cfg, "summary", True)
         if show:

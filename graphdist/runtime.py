@@ -100,11 +100,15 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> DistCont
             store = {"store": dist.PrefixStore(f"graphdist/round{restart_round()}", _JOB_STORE)}
         else:
             store = {}
+        if world > 1:
+            _pick_interface(rank)
         try:
             dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timeout, **store)
         except Exception as e:  # noqa: BLE001 - rendezvous failures are user-facing
             raise DistributedError(f"rank {rank}: could not join the process group of {world} "
                                    f"({backend}): {e}") from e
+        if world > 1 and dev_type == "cpu":
+            share_threads()
     else:
         backend = dist.get_backend()
         rank, world = dist.get_rank(), dist.get_world_size()
@@ -112,6 +116,65 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> DistCont
 
 
 _JOB_STORE = None
+
+
+def _pick_interface(rank: int) -> None:
+    """gloo (and NCCL's bootstrap) listen on the address this node's hostname resolves to, which
+    on many clusters is 127.0.0.1: the other nodes cannot reach it. Unless the user named one,
+    take the interface that routes to the job's store (``MASTER_ADDR``)."""
+    import ipaddress
+
+    from graphdist.netif import choose_ifname
+    master = os.environ.get("MASTER_ADDR")
+    if not master or ("GLOO_SOCKET_IFNAME" in os.environ and "NCCL_SOCKET_IFNAME" in os.environ):
+        return
+    try:
+        ip = socket.getaddrinfo(master, None, socket.AF_INET)[0][4][0]
+    except (socket.gaierror, UnicodeError):
+        raise DistributedError(f"rank {rank}: the job's store host MASTER_ADDR={master!r} does not resolve on "
+                               f"this node ({socket.gethostname()})") from None
+    if ipaddress.ip_address(ip).is_loopback:
+        if int(os.environ.get("GROUP_WORLD_SIZE", "1") or 1) > 1:
+            raise DistributedError(f"rank {rank}: the job spans {os.environ['GROUP_WORLD_SIZE']} nodes but its "
+                                   f"store host MASTER_ADDR={master!r} resolves to {ip} here (a hostname that "
+                                   "resolves to loopback): give torchrun --local-addr with the first node's IP, "
+                                   "or use graphdist's --nnodes, which does")
+        return  # every rank on this machine: loopback serves
+    name = choose_ifname(ip)
+    if name:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", name)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", name)
+
+
+def _machine_id() -> str:
+    """The same string for every process of one machine (its kernel's boot id: network namespaces
+    and containers of one machine share it and its cores), another on another machine."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return socket.gethostname()
+
+
+def share_threads() -> tuple[int, str]:
+    """Give this rank its share of the machine's cores: the cores this process may run on over
+    the job's ranks on this machine (torch's launcher only sets one thread per rank with several
+    local ranks, and knows nothing of other nodes on the same machine); ``OMP_NUM_THREADS``
+    set by the user (or torchrun) wins. One small collective; logged on rank 0. Returns (threads,
+    why)."""
+    from graphdist import comm
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    here = comm.all_gather_object(_machine_id())
+    mine = here[torch.distributed.get_rank()]
+    sharing = here.count(mine)
+    if os.environ.get("OMP_NUM_THREADS"):
+        n, why = torch.get_num_threads(), f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"
+    else:
+        n = max(1, cores // sharing)
+        torch.set_num_threads(n)
+        why = f"{cores} cores shared by {sharing} rank(s) on this machine"
+    get_logger().info("threads per rank: %d (%s)", n, why)
+    return n, why
 
 
 def restart_round() -> int:

@@ -39,11 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def quiet_cpp_logs() -> None:
-    """torch's C++ warnings (a TCPStore peer gone, with 30 stack frames each) say what graphdist
-    already says in one line; keep C++ errors only, unless the user chose a level
-    (``TORCH_CPP_LOG_LEVEL``). Set before torch is imported, inherited by the workers."""
+    """torch's C++ log lines (a TCPStore peer gone or a rendezvous endpoint not answering, each
+    with 30-40 stack frames) say what graphdist then says in one line, where every failure ends;
+    off unless the user chose a level (``TORCH_CPP_LOG_LEVEL``). Set before torch is imported,
+    inherited by the workers."""
     import os
-    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -271,10 +271,14 @@ def publish_error(message: str) -> None:
     resulting collective failure can say what happened here (best effort)."""
     if world()[1] == 1:
         return
-    try:
-        _store().set(_key("error", world()[0]), message[:500])
-    except Exception:  # noqa: BLE001 - the store may be gone too
-        pass
+    key = _key("error", world()[0])
+
+    def put():
+        try:
+            _store().set(key, message[:500])
+        except Exception:  # noqa: BLE001 - the store may be gone too
+            pass
+    _within(2.0, put, None)
 
 
 def publish_failure(exc: BaseException) -> None:
@@ -288,8 +292,14 @@ def publish_failure(exc: BaseException) -> None:
 
 
 def _published_errors(ws: int, round_: int | None = None) -> dict[int, str]:
-    """The one-line errors ranks published in a round of the worker group (this one by default)."""
-    out = {}
+    """The one-line errors ranks published in a round of the worker group (this one by default);
+    what could be read within 3 s."""
+    out: dict[int, str] = {}
+    _within(3.0, lambda: _read_errors(ws, round_, out), None)
+    return dict(out)
+
+
+def _read_errors(ws: int, round_: int | None, out: dict) -> None:
     try:
         store = _store()
         for r in range(ws):
@@ -298,7 +308,6 @@ def _published_errors(ws: int, round_: int | None = None) -> dict[int, str]:
                 out[r] = store.get(key).decode(errors="replace")
     except Exception:  # noqa: BLE001
         pass
-    return out
 
 
 def restart_cause() -> str:
@@ -310,10 +319,29 @@ def restart_cause() -> str:
     return "; ".join(f"rank {r} failed: {m}" for r, m in sorted(told.items()))
 
 
+def _within(seconds: float, fn, default):
+    """``fn()``, or ``default`` when it has not returned within ``seconds``: a store behind a cut
+    link does not refuse, it is silent, and each of its operations would wait out the store's own
+    timeout (the thread is left to finish on its own; it holds nothing the caller needs)."""
+    import threading
+    box = [default]
+
+    def run():
+        box[0] = fn()
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    return box[0] if not t.is_alive() else default
+
+
 def find_dead_ranks(tag: str, wait_s: float = 3.0) -> list[int] | None:
     """After a failed collective: every surviving rank checks in through the rendezvous store;
     ranks that have not checked in within ``wait_s`` are dead. ``None`` if the store itself is
-    unreachable (it lives with rank 0 / the launcher)."""
+    unreachable (it lives with rank 0 / the launcher) or silent for ``wait_s`` + 2 s."""
+    return _within(wait_s + 2.0, lambda: _find_dead_ranks(tag, wait_s), None)
+
+
+def _find_dead_ranks(tag: str, wait_s: float) -> list[int] | None:
     rank, ws = world()
     try:
         store = _store()

@@ -125,9 +125,14 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
     for name in [*logging.root.manager.loggerDict, "torch.distributed.elastic"]:
         if name.startswith("torch.distributed.elastic") or name.startswith("torch.distributed.launcher"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
-    env_set = {}  # for the workers, unless the user set them
+    env_set = {}  # for the workers (and the agent), unless the user set them
     if net is not None and net.ifname:
         env_set.update({"GLOO_SOCKET_IFNAME": net.ifname, "NCCL_SOCKET_IFNAME": net.ifname})
+    if nodes.nnodes > 1:
+        # each round of the worker group gets a fresh store (its rank 0's), not the agent's shared
+        # one: each node's agent counts only its own workers' failures, so the nodes' restart
+        # counts differ and cannot key a shared store's rounds apart
+        env_set["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     env_set = {k: v for k, v in env_set.items() if k not in os.environ}
     os.environ.update(env_set)
     try:
@@ -220,7 +225,7 @@ def rank_main(train, cfg, summary) -> dict:
 
     from graphdist import comm
     from graphdist.fileio import atomic_write_json, write_report
-    from graphdist.runtime import shutdown
+    from graphdist.runtime import group_restarts, shutdown
     try:
         rep = train(cfg)
     except BaseException as e:
@@ -228,7 +233,7 @@ def rank_main(train, cfg, summary) -> dict:
         raise
     finally:
         shutdown()
-    rep["run/restarts"] = comm.restart_round()
+    rep["run/restarts"] = group_restarts()
     rep["run/threads"] = torch.get_num_threads()
     if env_world()[0] == 0:
         show = getattr(cfg, "summary", True)

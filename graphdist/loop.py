@@ -28,7 +28,7 @@ from graphdist import comm
 from graphdist.checkpoint import (RESUME_FREE, Checkpointer, check_settings, interrupted, layout_diff, run_settings,
                                   state_layout)
 from graphdist.errors import USER_ERRORS, ArtifactError, MissingFileError
-from graphdist.runtime import GracefulStop, get_logger
+from graphdist.runtime import GracefulStop, get_logger, group_restarts
 
 __all__ = ["Task", "LoopConfig", "LoopResult", "run_loop", "facts"]
 
@@ -240,9 +240,9 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
     when checkpointing). Raises :class:`~graphdist.errors.Interrupted` on a signal."""
     from tqdm import tqdm
     ckpt = Checkpointer(lc.checkpoint_dir, lc.keep_checkpoints) if lc.checkpoint_dir else None
-    if comm.restart_round() > 0 and comm.world()[0] == 0:  # the agent restarted the group (--max-restarts)
+    if group_restarts() > 0 and comm.world()[0] == 0:  # the agent restarted the group (--max-restarts)
         where = f"from the latest checkpoint in {lc.checkpoint_dir}" if lc.resume else "from the start (no checkpoint)"
-        get_logger().warning(f"restart {comm.restart_round()} of the worker group ({comm.restart_cause()}); "
+        get_logger().warning(f"restart {group_restarts()} of the worker group ({comm.restart_cause()}); "
                              f"continuing {where}")
     start, was = _resume(ckpt, lc, task) if lc.resume else (0, None)
     meta_base = {**lc.identity, **lc.recorded, "settings": run_settings(lc.settings, lc.free) if lc.settings is not None else None}

@@ -107,8 +107,8 @@ def init_distributed(device: str = "auto", timeout_s: float = 300.0) -> DistCont
         except Exception as e:  # noqa: BLE001 - rendezvous failures are user-facing
             raise DistributedError(f"rank {rank}: could not join the process group of {world} "
                                    f"({backend}): {e}") from e
-        if world > 1 and dev_type == "cpu":
-            share_threads()
+        if world > 1:
+            _agree_on_start(share_cores=dev_type == "cpu")
     else:
         backend = dist.get_backend()
         rank, world = dist.get_rank(), dist.get_world_size()
@@ -156,24 +156,45 @@ def _machine_id() -> str:
         return socket.gethostname()
 
 
-def share_threads() -> tuple[int, str]:
-    """Give this rank its share of the machine's cores: the cores this process may run on over
-    the job's ranks on this machine (torch's launcher only sets one thread per rank with several
-    local ranks, and knows nothing of other nodes on the same machine); ``OMP_NUM_THREADS``
-    set by the user (or torchrun) wins. One small collective; logged on rank 0. Returns (threads,
-    why)."""
+_GROUP_RESTARTS: int | None = None
+
+
+def _agree_on_start(share_cores: bool) -> None:
+    """One small collective as the group forms: which ranks share a machine (for their threads)
+    and how often the group has been restarted (each node's agent counts only the restarts its
+    own workers caused: the most any node counted is the group's)."""
+    global _GROUP_RESTARTS
     from graphdist import comm
+    seen = comm.all_gather_object((_machine_id(), restart_round()))
+    _GROUP_RESTARTS = max(c for _, c in seen)
+    if share_cores:
+        mine = seen[torch.distributed.get_rank()][0]
+        share_threads(sum(m == mine for m, _ in seen))
+
+
+def group_restarts() -> int:
+    """How many times this job's worker group has been restarted (``--max-restarts``): agreed by
+    all ranks as the group formed (on one node, that node's agent's count)."""
+    return restart_round() if _GROUP_RESTARTS is None else _GROUP_RESTARTS
+
+
+def share_threads(sharing: int) -> tuple[int, str]:
+    """Give this rank its share of the machine's cores: the cores this process may run on over
+    ``sharing``, the job's ranks on this machine (torch's launcher only sets one thread per rank
+    with several local ranks, and knows nothing of other nodes on the same machine: network
+    namespaces or containers of one machine share its cores and its kernel's boot id).
+    ``OMP_NUM_THREADS`` set by the user (or torchrun) wins. Logged on rank 0 when ranks of other
+    nodes share this machine (otherwise it is one launcher's usual split); always in the report
+    (``run/threads``). Returns (threads, why)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    here = comm.all_gather_object(_machine_id())
-    mine = here[torch.distributed.get_rank()]
-    sharing = here.count(mine)
     if os.environ.get("OMP_NUM_THREADS"):
         n, why = torch.get_num_threads(), f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}"
     else:
         n = max(1, cores // sharing)
         torch.set_num_threads(n)
         why = f"{cores} cores shared by {sharing} rank(s) on this machine"
-    get_logger().info("threads per rank: %d (%s)", n, why)
+    if sharing > int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1):  # other nodes' ranks share these cores
+        get_logger().info("threads per rank: %d (%s)", n, why)
     return n, why
 
 

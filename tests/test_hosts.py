@@ -209,3 +209,84 @@ def test_rendezvous_failures_end_in_one_line(tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     err = p.stderr.strip().splitlines()
     assert len(err) == 1 and "cannot reach the rendezvous endpoint 10.77.0.9:29500" in err[0], p.stderr
+
+
+def _workers_of(pid: int) -> list[int]:
+    """The worker processes torch's agent ``pid`` started (its children)."""
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in out]
+
+
+def _wait_for(path: Path, procs, timeout=240.0) -> None:
+    import time
+    end = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never appeared"
+        assert all(p.poll() is None for p in procs), "the job ended before its first checkpoint"
+        time.sleep(0.1)
+
+
+FAULT = ["train-gcn", "sbm:nodes=2000", "--parts", "2", "--epochs", "300", "--checkpoint-every", "20", "--hidden", "16"]
+
+
+def test_gcn_survives_a_killed_worker_on_another_host(tmp_path):
+    """--max-restarts 1 --resume auto across 2 hosts: host 1's worker killed after the first checkpoint;
+    both agents re-form the group, which continues from the checkpoint to the unbroken run's result."""
+    import signal
+    ck = tmp_path / "ck"
+    argv = FAULT + ["--checkpoint-dir", str(ck), "--resume", "auto", "--max-restarts", "1"]
+    with Testbed(2) as tb:
+        procs = [tb.popen(i, GD + argv + ["--nnodes", "2", "--nproc", "1", "--rdzv-endpoint", ENDPOINT, "--report",
+                                          str(tmp_path / f"r{i}.json")], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=_env()) for i in range(2)]
+        _wait_for(ck / "latest", procs)
+        workers = _workers_of(procs[1].pid)
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGKILL)
+        res = _finish(procs)
+    _ok(res)
+    assert "restart 1 of the worker group" in res[0][1] and "resumed from epoch" in res[0][1]
+    rc, text = one_host(FAULT, 2, tmp_path / "unbroken.json")
+    assert rc == 0, text
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("r0.json", "unbroken.json"))
+    assert a["run/restarts"] == 1
+    assert a["losses"] == pytest.approx(b["losses"], rel=1e-6, abs=1e-7)
+
+
+def test_cut_link_ends_both_hosts_in_one_line_and_a_resume_finishes_the_run(tmp_path):
+    """Host 1's link cut mid-run, no restarts: host 0 (the store's) ends within the collective
+    timeout with one line; once the link is healed, host 1 ends with graphdist's lines; the last
+    checkpoint is intact, and a resume finishes with the unbroken run's losses."""
+    import time
+    ck = tmp_path / "ck"
+    argv = FAULT + ["--checkpoint-dir", str(ck), "--resume", "auto", "--timeout", "10"]
+    node = ["--nnodes", "2", "--nproc", "1", "--rdzv-endpoint", ENDPOINT]
+    logs = [tmp_path / f"err{i}.txt" for i in range(2)]
+    with Testbed(2) as tb:
+        procs = [tb.popen(i, GD + argv + node, stdout=subprocess.DEVNULL, stderr=open(logs[i], "w"), env=_env())
+                 for i in range(2)]
+        _wait_for(ck / "latest", procs)
+        tb.cut(1)
+        cut_at = time.monotonic()
+        rc0 = procs[0].wait(timeout=300)
+        took0 = time.monotonic() - cut_at
+        tb.heal(1)  # host 1's launcher, cut off from the store, learns on the healed link that it is gone
+        rc1 = procs[1].wait(timeout=300)
+        took1 = time.monotonic() - cut_at
+        errs = [f.read_text().replace("\r", "\n") for f in logs]
+        latest = sorted(p.name for p in ck.iterdir())
+        again = [tb.popen(i, GD + argv + node + ["--report", str(tmp_path / f"r{i}.json")], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=_env()) for i in range(2)]
+        res = _finish(again)
+    print(f"after the cut: host 0 ended in {took0:.1f} s, host 1 in {took1:.1f} s; latest {latest}")
+    assert rc0 == 2 and rc1 != 0
+    lines0 = [ln for ln in errs[0].splitlines() if ln.strip() and "train-gcn:" not in ln and "threads" not in ln]
+    assert len(lines0) == 1 and "rank 1 stopped responding" in lines0[0], errs[0]
+    lines1 = [ln for ln in errs[1].splitlines() if ln.strip() and "train-gcn:" not in ln]
+    assert lines1 and all(ln.startswith("graphdist: error:") for ln in lines1), errs[1]
+    _ok(res)
+    assert "resumed from epoch" in res[0][1]
+    rc, text = one_host(FAULT, 2, tmp_path / "unbroken.json")
+    assert rc == 0, text
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("r0.json", "unbroken.json"))
+    assert a["losses"] == pytest.approx(b["losses"], rel=1e-6, abs=1e-7)

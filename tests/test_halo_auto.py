@@ -79,21 +79,23 @@ def test_choose_bits_takes_the_fastest_width_within_the_budget():
     assert slow["forward"] == slow["backward"] == [8]
     ex = {e["direction"]: e for e in slow["exchanges"]}["forward"]
     assert ex["expected_rel_error"] == pytest.approx(0.005)
-    # the slowest rank (3000 rows) sets the time; codec time is the values it encodes and decodes
-    assert ex["seconds"] == pytest.approx(3000 * row_bytes(16, 8) / 1e6 + 6000 * 16 / 1e12)
-    assert ex["seconds_at_32"] == pytest.approx(3000 * 64 / 1e6)
+    # the slowest rank (3000 rows each way: its link carries 6000) sets the time; codec time is
+    # the values it encodes and decodes
+    assert ex["seconds"] == pytest.approx(6000 * row_bytes(16, 8) / 1e6 + 6000 * 16 / 1e12)
+    assert ex["seconds_at_32"] == pytest.approx(6000 * 64 / 1e6)
     assert choose_bits(ranks, 0.1, 1e6, fast_codec, 1)["forward"] == [4]
     assert choose_bits(ranks, 0.0, 1e6, fast_codec, 1)["forward"] == [32]   # no budget: exact
     # a fast link and a slow codec: encoding costs more than the bytes it saves
     fast = choose_bits(ranks, 0.5, 1e12, {16: 1e6, 8: 1e6, 4: 1e6, 2: 1e6}, 1)
     assert fast["forward"] == fast["backward"] == [32]
-    # timed codecs and the compute that hides the transfer: 3000 rows at 1e6 B/s are 0.192 s at 32
-    # bits; hidden 0.1 s leaves 0.092 s, and 8 bits take 0.06 s on the wire (hidden) + 0.1 s
-    # of codec: 32 bits wins; with 0.01 s of codec 8 bits wins (0.01 s; 16 bits: 0.008 + 0.01)
-    timed = [{("forward", 0): _calib(3000, 16, 0.5, [e / 2 for e in err2], (0.1,) * 4, hidden=0.1)}]
+    # timed codecs and the compute that hides the transfer: 3000 rows each way at 1e6 B/s are
+    # 0.384 s at 32 bits; hidden 0.3 s leaves 0.084 s, and 16 and 8 bits (0.216 and 0.12 s on the
+    # wire) are hidden but cost 0.1 s of codec: 32 bits wins; with 0.02 s of codec at 16 bits and
+    # 0.01 s at 8, 8 bits wins (0.01 s)
+    timed = [{("forward", 0): _calib(3000, 16, 0.5, [e / 2 for e in err2], (0.1,) * 4, hidden=0.3)}]
     got = choose_bits(timed, 0.01, 1e6, fast_codec, 1)
-    assert got["forward"] == [32] and got["exchanges"][0]["seconds"] == pytest.approx(0.192 - 0.1)
-    timed[0][("forward", 0)][8:12] = [0.01] * 4
+    assert got["forward"] == [32] and got["exchanges"][0]["seconds"] == pytest.approx(0.384 - 0.3)
+    timed[0][("forward", 0)][8:12] = [0.02, 0.01, 0.01, 0.01]
     got = choose_bits(timed, 0.01, 1e6, fast_codec, 1)
     assert got["forward"] == [8] and got["exchanges"][0]["seconds"] == pytest.approx(0.01)
     # a layer that sent nothing keeps 32 bits; errors are per direction

@@ -20,7 +20,7 @@ ran between posting the exchange and waiting for it. Then, for each layer and di
 time is lowest among those whose expected relative error ``sqrt(sum err^2 / sum x^2)`` over
 all ranks (the figure ``comm/halo_rel_error`` measures) is within ``E``::
 
-    time(b) = max over ranks of  max(0, max(bytes sent, received at b) / link bytes/s - hidden)
+    time(b) = max over ranks of  max(0, (bytes sent + received at b) / link bytes/s - hidden)
                                + encode and decode time at b     (0 at 32)
 
 (``hidden``: the compute between post and wait, which the transfer runs behind).
@@ -47,7 +47,10 @@ __all__ = ["choose_halo", "measure_link", "resumed_choice", "choose_bits", "Auto
 
 def measure_link(group=None) -> tuple[float, float]:
     """``(bytes per second, seconds of latency)`` of this job's all-to-all, the same on every rank
-    (rank 0's fit of the slowest rank's times)."""
+    (rank 0's fit of the slowest rank's times). The rate counts the bytes a rank sends and
+    receives together (the probe is symmetric): a real capped link carries an all-to-all's two
+    directions one after the other (``graphdist.halo.link``), and every estimate charges sent +
+    received bytes against it."""
     _, world = comm.world(group)
     times = []
     for per_peer in (64 << 10, 4 << 20):
@@ -62,8 +65,8 @@ def measure_link(group=None) -> tuple[float, float]:
             best = min(best, time.perf_counter() - t0)
         times.append((per_peer * (world - 1), max(comm.all_gather_object(best, group))))
     (b1, t1), (b2, t2) = times
-    bw = (b2 - b1) / max(t2 - t1, 1e-9)
-    lat = max(t1 - b1 / bw, 0.0)
+    bw = 2 * (b2 - b1) / max(t2 - t1, 1e-9)  # sent + received per second
+    lat = max(t1 - 2 * b1 / bw, 0.0)
     return float(bw), float(lat)
 
 
@@ -148,7 +151,7 @@ def _seconds(m: list, i: int, bits: int, width: int, link_bytes_per_s: float, co
     """One rank's predicted time of an exchange at ``bits`` (``i``: its index in ``BITS``) from
     its calibration record ``m``: the transfer its compute did not hide, plus encode and decode
     (the timed encode and decode of its sent rows, scaled to what it sends and receives)."""
-    wire = max(m[0], m[1]) * row_bytes(width, bits) / link_bytes_per_s
+    wire = (m[0] + m[1]) * row_bytes(width, bits) / link_bytes_per_s
     visible = max(0.0, wire - m[12])
     if bits == 32:
         return visible

@@ -55,7 +55,9 @@ def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: boo
                   rates: tuple[float, float]) -> float:
     """Sparse products at ``rates[0]``, the linears at ``rates[1]``, the rank's halo bytes over
     the link and its latency once per exchange and round (no overlap assumed; elementwise work
-    not counted)."""
+    not counted). The link carries the rank's sent and received bytes one after the other, as a
+    gloo all-to-all over a real capped link does (``graphdist.halo.link``, BENCHMARKS.md "Real
+    hosts"): the received bytes are the sent ones scaled by the rank's received / sent rows."""
     nnz = ps.own_edges + (ps.n if cfg.model == "gcn" else 0)
     if active:
         nnz += ps.halo_entries.get(mode, 0) + (ps.send_entries if mode == "mvc" else 0)
@@ -69,7 +71,9 @@ def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: boo
         dense += 2 * ps.n * fi * fo * (3 if i > 0 else 2) + 2 * ps.n * fi * fo
     rounds = max(1, int(getattr(cfg, "halo_rounds", 1) or 1))  # the link's latency is paid once a round
     wait = exchanges_per_epoch(layers) * rounds * cfg.link_latency_us * 1e-6 if active else 0.0
-    return sparse / rates[0] + dense / rates[1] + sent_bytes * 8 / (cfg.link_gbps * 1e9) + wait
+    send_rows, recv_rows = ps.send.get(mode, 0), ps.recv.get(mode, 0)
+    wire_bytes = sent_bytes * (1.0 + recv_rows / send_rows) if send_rows else 0.0
+    return sparse / rates[0] + dense / rates[1] + wire_bytes * 8 / (cfg.link_gbps * 1e9) + wait
 
 
 def exchanges_per_epoch(layers: list[dict]) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,13 +42,12 @@ def run(tb: Testbed, args, groups: int, out: Path) -> dict:
                 "--nnodes", str(args.hosts), "--nproc", str(args.nproc), "--rdzv-endpoint", "h0:29500"]
     before = [tb.link_bytes(i) for i in range(args.hosts)]
     t0 = time.perf_counter()
-    procs = [tb.popen(i, cmd + ["--report", str(out) + ("" if i == 0 else f".{i}")], stdout=subprocess.PIPE,
-                      stderr=subprocess.STDOUT, text=True, env=env()) for i in range(args.hosts)]
-    texts = [p.communicate(timeout=1800)[0] for p in procs]
+    res = tb.run_all([cmd + ["--report", str(out) + ("" if i == 0 else f".{i}")] for i in range(args.hosts)],
+                     timeout=1800, env=env())
     wall = time.perf_counter() - t0
-    for p, t in zip(procs, texts):
-        if p.returncode != 0:
-            raise SystemExit(f"G={groups} failed ({p.returncode}):\n{t[-3000:]}")
+    for rc, t in res:
+        if rc != 0:
+            raise SystemExit(f"G={groups} failed ({rc}):\n{t[-3000:]}")
     after = [tb.link_bytes(i) for i in range(args.hosts)]
     r = json.loads(out.read_text())
     return {"groups": groups, "samples_per_s": r.get("throughput/samples_per_s"),

@@ -96,13 +96,12 @@ def real_run(tb: Testbed, args, var: str, out: Path) -> dict:
                  *VARIANTS[var], "--nnodes", str(args.hosts), "--nproc", str(nproc), "--rdzv-endpoint", "h0:29500"]
     before = counters(tb)
     t0 = time.perf_counter()
-    procs = [tb.popen(i, base + ["--report", str(out) + ("" if i == 0 else f".{i}")], stdout=subprocess.PIPE,
-                      stderr=subprocess.STDOUT, text=True, env=env()) for i in range(args.hosts)]
-    texts = [p.communicate(timeout=1800)[0] for p in procs]
+    res = tb.run_all([base + ["--report", str(out) + ("" if i == 0 else f".{i}")] for i in range(args.hosts)],
+                     timeout=1800, env=env())
     wall = time.perf_counter() - t0
-    for p, t in zip(procs, texts):
-        if p.returncode != 0:
-            raise SystemExit(f"real run {var} failed ({p.returncode}):\n{t[-3000:]}")
+    for rc, t in res:
+        if rc != 0:
+            raise SystemExit(f"real run {var} failed ({rc}):\n{t[-3000:]}")
     after = counters(tb)
     r = json.loads(out.read_text())
     sent = [a[1] - b[1] for a, b in zip(after, before)]

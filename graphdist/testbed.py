@@ -208,6 +208,22 @@ class Testbed:
         self._procs.append(p)
         return p
 
+    def run_all(self, argvs: list[list[str]], timeout: float | None = None, **kw) -> list[tuple[int, str]]:
+        """Run ``argvs[i]`` on host ``i``, all at once, to the end: each host's (exit code, output
+        with stderr). ``Popen`` keywords (``env``) pass through; past ``timeout`` seconds a host's
+        command is killed and its code is the kill's."""
+        procs = [self.popen(i, a, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+                 for i, a in enumerate(argvs)]
+        out = []
+        for p in procs:
+            try:
+                text, _ = p.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                text, _ = p.communicate()
+            out.append((p.returncode, text))
+        return out
+
     def run(self, i: int, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
         """Run ``argv`` on host ``i`` to the end; its output captured as text."""
         return subprocess.run(self.command(i, argv), capture_output=True, text=True, timeout=timeout)

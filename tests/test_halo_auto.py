@@ -104,9 +104,9 @@ def test_choose_bits_takes_the_fastest_width_within_the_budget():
     assert got["forward"] == [32, 8] and got["backward"] == [32, 32]
 
 
-# a link so slow (1 Mbit/s) that the bytes decide the widths, not the timed codec or a stall of
+# a link so slow (2 Mbit/s) that the bytes decide the widths, not the timed codec or a stall of
 # the compute that hides the transfer on a loaded box: the choice is the same on every run
-AUTO = ["--halo", "auto", "--link-gbps", "0.001", "--halo-error", "0.01"]
+AUTO = ["--halo", "auto", "--link-gbps", "0.002", "--halo-error", "0.01"]
 
 
 def test_auto_bits_calibrate_send_fewer_bytes_within_the_budget_and_resume(tmp_path):
@@ -115,7 +115,7 @@ def test_auto_bits_calibrate_send_fewer_bytes_within_the_budget_and_resume(tmp_p
     assert min(bits["forward"] + bits["backward"]) < 32, bits
     assert "--halo auto: bits forward" in err
     # the first epoch is exact (calibration): the same loss as the exact run of that mode
-    exact, _ = _train(tmp_path, "exact", ["--halo", auto["comm/halo"], "--link-gbps", "0.001", "--epochs", "4"])
+    exact, _ = _train(tmp_path, "exact", ["--halo", auto["comm/halo"], "--link-gbps", "0.002", "--epochs", "4"])
     assert auto["losses"][0] == exact["losses"][0] and auto["losses"][1:] != exact["losses"][1:]
     # later epochs move fewer bytes, and the measured error of each exchange is within the budget
     assert auto["comm/halo_bytes_per_epoch"] < exact["comm/halo_bytes_per_epoch"]

@@ -47,16 +47,15 @@ def across_hosts(argv: list[str], hosts: int, nproc: int, report: Path, tb: Test
                  launcher: str = "graphdist", endpoint: str = ENDPOINT) -> list[tuple[int, str]]:
     """Run ``argv`` on ``hosts`` hosts x ``nproc`` ranks; host 0 writes ``report`` (graphdist)."""
     def start(tb):
-        procs = []
+        cmds = []
         for i in range(hosts):
             if launcher == "graphdist":
-                cmd = GD + argv + ["--nnodes", str(hosts), "--nproc", str(nproc), "--rdzv-endpoint", endpoint,
-                                   "--report", str(report) if i == 0 else str(report) + f".{i}"]
+                cmds.append(GD + argv + ["--nnodes", str(hosts), "--nproc", str(nproc), "--rdzv-endpoint", endpoint,
+                                         "--report", str(report) if i == 0 else str(report) + f".{i}"])
             else:  # torchrun: an external launcher, the user's own script
-                cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(hosts), "--nproc-per-node",
-                       str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, *argv]
-            procs.append(tb.popen(i, cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env()))
-        return _finish(procs)
+                cmds.append([sys.executable, "-m", "torch.distributed.run", "--nnodes", str(hosts), "--nproc-per-node",
+                             str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, *argv])
+        return tb.run_all(cmds, timeout=240, env=_env())
     if tb is not None:
         return start(tb)
     with Testbed(hosts) as tb:
@@ -194,17 +193,12 @@ def test_rendezvous_failures_end_in_one_line(tmp_path):
     host, the address to dial and gloo's interface from the route to the endpoint); an endpoint
     nobody answers at ends each node with one line, no stack trace."""
     argv = ["train-gcn", "sbm:nodes=200", "--parts", "2", "--epochs", "2"]
-    with Testbed(2, names=["node", "node"]) as tb:
-        for i in range(2):
-            tb.set_hosts(i, "127.0.0.1 localhost node\n")  # every host's name is loopback
-        _ok(across_hosts(argv, 2, 1, tmp_path / "a.json", tb=tb, endpoint="10.77.0.1:29500"))
     with Testbed(2) as tb:
-        for i in range(2):
-            tb.set_hosts(i, "127.0.0.1 localhost\n")  # no host's own name resolves
-        _ok(across_hosts(argv, 2, 1, tmp_path / "b.json", tb=tb, endpoint="10.77.0.1:29500"))
+        tb.set_hosts(0, "127.0.0.1 localhost h0\n")  # host 0's own name is loopback
+        tb.set_hosts(1, "127.0.0.1 localhost\n")  # host 1's own name does not resolve
+        _ok(across_hosts(argv, 2, 1, tmp_path / "a.json", tb=tb, endpoint="10.77.0.1:29500"))
         p = tb.run(1, GD + argv + ["--nnodes", "2", "--nproc", "1", "--rdzv-endpoint", "10.77.0.9:29500",
-                                    "--rdzv-timeout", "5"],
-                   timeout=200)
+                                    "--rdzv-timeout", "5"], timeout=200)
     assert p.returncode == 2, p.stdout + p.stderr
     err = p.stderr.strip().splitlines()
     assert len(err) == 1 and "cannot reach the rendezvous endpoint 10.77.0.9:29500" in err[0], p.stderr
@@ -274,9 +268,8 @@ def test_cut_link_ends_both_hosts_in_one_line_and_a_resume_finishes_the_run(tmp_
         took1 = time.monotonic() - cut_at
         errs = [f.read_text().replace("\r", "\n") for f in logs]
         latest = sorted(p.name for p in ck.iterdir())
-        again = [tb.popen(i, GD + argv + node + ["--report", str(tmp_path / f"r{i}.json")], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, env=_env()) for i in range(2)]
-        res = _finish(again)
+        res = tb.run_all([GD + argv + node + ["--report", str(tmp_path / f"r{i}.json")] for i in range(2)],
+                         timeout=240, env=_env())
     print(f"after the cut: host 0 ended in {took0:.1f} s, host 1 in {took1:.1f} s; latest {latest}")
     assert rc0 == 2 and rc1 != 0
     lines0 = [ln for ln in errs[0].splitlines() if ln.strip() and "train-gcn:" not in ln and "threads" not in ln]

@@ -38,7 +38,7 @@ import threading
 
 from graphdist.errors import ConfigError
 
-__all__ = ["Testbed", "TestbedError", "can_make", "main"]
+__all__ = ["Testbed", "TestbedError", "can_make", "finish", "main"]
 
 SUBNET = "10.77.0"
 PREFIX = "gdtb"
@@ -214,19 +214,25 @@ class Testbed:
         command is killed and its code is the kill's."""
         procs = [self.popen(i, a, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
                  for i, a in enumerate(argvs)]
-        out = []
-        for p in procs:
-            try:
-                text, _ = p.communicate(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                text, _ = p.communicate()
-            out.append((p.returncode, text))
-        return out
+        return finish(procs, timeout)
 
     def run(self, i: int, argv: list[str], timeout: float | None = None) -> subprocess.CompletedProcess:
         """Run ``argv`` on host ``i`` to the end; its output captured as text."""
         return subprocess.run(self.command(i, argv), capture_output=True, text=True, timeout=timeout)
+
+
+def finish(procs: list[subprocess.Popen], timeout: float | None = None) -> list[tuple[int, str]]:
+    """Each process's (exit code, output) once it ends (started with ``stdout=PIPE``); one still
+    running after ``timeout`` seconds is killed."""
+    out = []
+    for p in procs:
+        try:
+            text, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            text, _ = p.communicate()
+        out.append((p.returncode, text))
+    return out
 
 
 def _pump(stream, tag: str, out) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from graphdist.testbed import Testbed, can_make
+from graphdist.testbed import Testbed, can_make, finish
 
 Testbed.__test__ = False  # (a class named Test*, not a test)
 
@@ -29,18 +29,6 @@ def _env() -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("OMP_NUM_THREADS", None)  # the workers choose their share of the cores
     return env
-
-
-def _finish(procs, timeout=240) -> list[tuple[int, str]]:
-    out = []
-    for p in procs:
-        try:
-            text, _ = p.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            text, _ = p.communicate()
-        out.append((p.returncode, text))
-    return out
 
 
 def across_hosts(argv: list[str], hosts: int, nproc: int, report: Path, tb: Testbed | None = None,
@@ -236,7 +224,7 @@ def test_gcn_survives_a_killed_worker_on_another_host(tmp_path):
         workers = _workers_of(procs[1].pid)
         assert len(workers) == 1, workers
         os.kill(workers[0], signal.SIGKILL)
-        res = _finish(procs)
+        res = finish(procs, timeout=240)
     _ok(res)
     assert "restart 1 of the worker group" in res[0][1] and "resumed from epoch" in res[0][1]
     rc, text = one_host(FAULT, 2, tmp_path / "unbroken.json")

@@ -93,7 +93,7 @@ def run(cfg: DLRMTrainConfig) -> dict | None:
     cfg.validate()
     cfg.check_outputs()
     _, dev_type = pick_backend(cfg.device)
-    world = cfg.nproc * cfg.nodes.nnodes
+    world = cfg.nproc * cfg.nodes.max_nodes
     if not under_launcher():
         from embeddings.twod import layout_for
         layout_for(world, cfg.sparse_groups)  # G divides W: before any data is read

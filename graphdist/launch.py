@@ -34,8 +34,10 @@ __all__ = ["Nodes", "under_launcher", "started_by_graphdist", "start_hint", "lau
 class Nodes:
     """Where a job's workers run: this node only, or several nodes meeting at one endpoint."""
 
-    nnodes: int = 1
-    """nodes of a multi-node job: run the same command on each of them, with --rdzv-endpoint"""
+    nnodes: str = field(default="1", metadata={"metavar": "N|MIN:MAX"})
+    """nodes of a multi-node job: run the same command on each of them, with --rdzv-endpoint;
+    MIN:MAX keeps going on as few as MIN nodes when others are lost (with --max-restarts, the
+    group re-forms on the nodes left and resumes from the last checkpoint on fewer ranks)"""
     rdzv_endpoint: str | None = field(default=None, metadata={"metavar": "HOST:PORT"})
     """a multi-node job's meeting point: a free port on one of its nodes (torch's c10d rendezvous)"""
     rdzv_id: str = "graphdist"
@@ -46,17 +48,45 @@ class Nodes:
     """restart the workers this many times when one fails (torch's elastic agent restarts the
     whole group); with --resume auto and --checkpoint-dir they continue from the last checkpoint"""
 
+    @property
+    def min_nodes(self) -> int:
+        """The fewest nodes the job runs on (N of ``--nnodes N``, MIN of ``MIN:MAX``)."""
+        return _node_range(self.nnodes)[0]
+
+    @property
+    def max_nodes(self) -> int:
+        """The nodes the job starts on (N, or MAX of ``MIN:MAX``): the world the parts are cut for."""
+        return _node_range(self.nnodes)[1]
+
+    @property
+    def elastic(self) -> bool:
+        """``--nnodes MIN:MAX`` with MIN < MAX: the group may re-form on fewer nodes."""
+        lo, hi = _node_range(self.nnodes)
+        return lo < hi
+
     def validate(self) -> None:
         from graphdist.errors import ConfigError
-        if self.nnodes < 1:
-            raise ConfigError(f"--nnodes must be >= 1, got {self.nnodes}")
+        _node_range(self.nnodes)
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts must be >= 0, got {self.max_restarts}")
         if self.rdzv_timeout <= 0:
             raise ConfigError(f"--rdzv-timeout must be > 0 seconds, got {self.rdzv_timeout}")
-        if self.nnodes > 1 and not self.rdzv_endpoint:
+        if self.max_nodes > 1 and not self.rdzv_endpoint:
             raise ConfigError(f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (one node's address "
                               "and a free port, the same on every node)")
+
+
+def _node_range(text) -> tuple[int, int]:
+    """``(min, max)`` of ``--nnodes N`` or ``--nnodes MIN:MAX``; one line naming the flag if bad."""
+    from graphdist.errors import ConfigError
+    lo, _, hi = str(text).partition(":")
+    try:
+        lo_n, hi_n = int(lo), int(hi if hi else lo)
+    except ValueError:
+        raise ConfigError(f"--nnodes takes N or MIN:MAX (whole numbers), got {text!r}") from None
+    if lo_n < 1 or hi_n < lo_n:
+        raise ConfigError(f"--nnodes {text}: needs 1 <= MIN <= MAX, got MIN {lo_n} and MAX {hi_n}")
+    return lo_n, hi_n
 
 
 def under_launcher() -> bool:
@@ -103,7 +133,7 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
 
     nodes = nodes or Nodes()
     net, rdzv_configs = None, {}
-    if nodes.nnodes == 1:
+    if nodes.max_nodes == 1:
         # port 0: the agent's store binds a port the OS picks (as torchrun --standalone), so two
         # jobs started at once cannot race for the same port; workers connect to the agent's store
         endpoint, run_id = "127.0.0.1:0", f"graphdist-{uuid.uuid4().hex[:8]}"
@@ -116,7 +146,7 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
         rdzv_configs["join_timeout"] = int(nodes.rdzv_timeout)
         if net.is_host is not None:
             rdzv_configs["is_host"] = net.is_host
-    lc = LaunchConfig(min_nodes=nodes.nnodes, max_nodes=nodes.nnodes, nproc_per_node=nproc, run_id=run_id,
+    lc = LaunchConfig(min_nodes=nodes.min_nodes, max_nodes=nodes.max_nodes, nproc_per_node=nproc, run_id=run_id,
                       rdzv_backend="c10d", rdzv_endpoint=endpoint, max_restarts=nodes.max_restarts,
                       monitor_interval=monitor_interval, start_method="spawn", rdzv_configs=rdzv_configs,
                       local_addr=net.local_ip if net and net.is_host is not None else None)
@@ -128,7 +158,7 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
     env_set = {}  # for the workers (and the agent), unless the user set them
     if net is not None and net.ifname:
         env_set.update({"GLOO_SOCKET_IFNAME": net.ifname, "NCCL_SOCKET_IFNAME": net.ifname})
-    if nodes.nnodes > 1:
+    if nodes.max_nodes > 1:
         # each round of the worker group gets a fresh store (its rank 0's), not the agent's shared
         # one: each node's agent counts only its own workers' failures, so the nodes' restart
         # counts differ and cannot key a shared store's rounds apart
@@ -193,7 +223,7 @@ def run_job(fn, cfg, nproc: int, nodes: Nodes | None = None) -> dict | None:
 
     from graphdist.errors import JobFailed
     nodes = nodes or Nodes()
-    if not ((nproc > 1 or nodes.nnodes > 1 or nodes.max_restarts > 0) and not under_launcher()):
+    if not ((nproc > 1 or nodes.max_nodes > 1 or nodes.max_restarts > 0) and not under_launcher()):
         return fn(cfg)  # (a job that may be restarted runs under the agent, even on one process)
     with tempfile.TemporaryDirectory(prefix="graphdist-job-") as d:
         path = os.path.join(d, "report.json")

@@ -45,17 +45,28 @@ def test_a_k4_checkpoint_resumes_at_k2_and_k1_with_the_unbroken_losses(tmp_path,
             assert got["comm/halo_bytes_per_epoch"] != want["comm/halo_bytes_per_epoch"]
 
 
-def test_a_checkpoint_with_state_by_rank_is_not_resharded(tmp_path, capfd):
-    """Stale halo rows belong to the ranks that wrote them: another world size is refused in one
-    line, never a shape error."""
-    ck = str(tmp_path / "ck")
-    run = RUN + METIS + ["--halo-staleness", "1", "--checkpoint-dir", ck]
-    assert main(run + ["--parts", "2", "--epochs", "2"]) == 0
+def test_a_stale_checkpoint_resumes_on_another_world_with_fresh_halo_rows(tmp_path, capfd):
+    """Stale halo rows belong to the cut that wrote them: a resume at another world size carries
+    the weights and Adam state over, says in one line that the held rows do not, and its first
+    epoch exchanges fresh rows. That epoch's loss is then the exact loss of the saved weights,
+    which a one-rank resume (no halo at all) computes too."""
+    ck = tmp_path / "ck"
+    run = RUN + METIS + ["--halo-staleness", "1"]
+    assert main(run + ["--parts", "4", "--epochs", "3", "--checkpoint-dir", str(ck)]) == 0
+    shutil.copytree(ck, tmp_path / "ck-copy")
     capfd.readouterr()
-    assert main(run + ["--parts", "1", "--epochs", "4", "--resume"]) == 2
-    err = capfd.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "was written on world_size 2, partition_id " in err[0], err
-    assert "this run has world_size 1, partition_id " in err[0] and "cannot be resharded" in err[0], err
+    got = {}
+    for k, d in ((2, ck), (1, tmp_path / "ck-copy")):
+        rep = tmp_path / f"k{k}.json"
+        assert main(run + ["--parts", str(k), "--epochs", "5", "--checkpoint-dir", str(d), "--resume",
+                           "--report", str(rep)]) == 0
+        got[k] = _report(rep)
+        assert got[k]["run/resharded_from"]["world_size"] == 4
+    err = capfd.readouterr().err
+    assert err.count("the held halo rows belong to the old partition's cut") == 2, err
+    assert got[2]["losses"][:3] == got[1]["losses"][:3]  # the history came with the checkpoint
+    assert got[2]["losses"][3] == pytest.approx(got[1]["losses"][3], rel=1e-5)  # fresh rows: exact
+    assert got[2]["losses"][4] != pytest.approx(got[1]["losses"][4], rel=1e-6)  # then stale at k = 2 only
 
 
 def test_layout_diff_names_missing_tensors_and_other_shapes():

@@ -165,15 +165,20 @@ def test_bad_staleness_is_one_line(argv, match, capsys):
     assert len(err) == 1 and match in err[0], err
 
 
-def test_resume_onto_another_partition_is_refused_in_one_line(tmp_path, capfd):
+def test_resume_onto_another_partition_of_the_same_k_leaves_the_held_rows(tmp_path, capfd):
     """The held halo rows are saved by rank: a resume onto another partition of the same graph
-    and k (where they would be a shape error, or silently wrong rows) stops with one line."""
+    and k (where loading them would be a shape error, or silently wrong rows) does not load them,
+    and says so once; the same partition resumes with them."""
+    import json
     ck = str(tmp_path / "ck")
     run = ["train-gcn", SPEC, "--parts", "2", "--halo-staleness", "1", "--no-progress", "--checkpoint-dir", ck]
     assert main(run + ["--method", "random", "--epochs", "3"]) == 0
     capfd.readouterr()
-    assert main(run + ["--method", "metis", "--epochs", "5", "--resume"]) == 2
-    err = capfd.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "this run has world_size 2, partition_id " in err[0], err
-    assert "cannot be resharded: with --halo-staleness the edges cut by the partition" in err[0], err
-    assert main(run + ["--method", "random", "--epochs", "5", "--resume"]) == 0  # the same partition resumes
+    rep = tmp_path / "r.json"
+    assert main(run + ["--method", "metis", "--epochs", "4", "--resume", "--report", str(rep)]) == 0
+    err = capfd.readouterr().err
+    assert err.count("the held halo rows belong to the old partition's cut") == 1, err
+    was = json.loads(rep.read_text())["run/resharded_from"]
+    assert was["world_size"] == 2 and isinstance(was["partition_id"], str)
+    assert main(run + ["--method", "metis", "--epochs", "5", "--resume"]) == 0  # the same partition resumes
+    assert "the held halo rows" not in capfd.readouterr().err

@@ -50,7 +50,7 @@ def _partition(args) -> int:
     from graphdist.launch import under_launcher
     from graphdist.rec.artifact import is_ratings_spec, partition_ratings
     cfg = config.from_namespace(PartitionConfig, args)
-    if cfg.nproc is not None or cfg.nodes.nnodes > 1 or (under_launcher() and int(os.environ["WORLD_SIZE"]) > 1):
+    if cfg.nproc is not None or cfg.nodes.max_nodes > 1 or (under_launcher() and int(os.environ["WORLD_SIZE"]) > 1):
         return _build(cfg)
     # interaction data: the user-item graph, with each part's interactions beside its part file
     r = partition_ratings(cfg) if is_ratings_spec(cfg.spec) else partition_to_artifact(cfg)

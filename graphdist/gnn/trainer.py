@@ -38,9 +38,10 @@ from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.link import Link
 from graphdist.halo.quant import rel_error as quant_rel_error
+from graphdist.halo.regroup import parts_for_world
 from graphdist.halo.resident import ResidentHalo
 from graphdist.halo.rounds import in_rounds
-from graphdist.halo.stale import STALE_WHY_NOT, StaleHalos
+from graphdist.halo.stale import STALE_RESHARD, StaleHalos
 from graphdist.halo.setup import check_plan, load_local
 from graphdist.halo.spmm import SparseAdj
 from graphdist.loop import LoopConfig, Task, run_loop
@@ -50,7 +51,11 @@ from graphdist.runtime import Timer, get_logger, peak_memory_bytes, start_rank
 def train(cfg: GCNConfig) -> dict:
     """Run training on this rank (the process group is created if needed); returns the report."""
     ctx = start_rank(cfg)
+    cfg, regrouped = parts_for_world(cfg, ctx.world_size)  # --nnodes MIN:MAX on fewer nodes
+    if regrouped and ctx.rank == 0:
+        get_logger().warning(regrouped)
     lg, pinfo = load_local(cfg, ctx.rank, ctx.world_size)
+    pinfo = {**pinfo, "regrouped": regrouped} if regrouped else pinfo
     box = [lg]
     del lg
     return fit(cfg, box, pinfo, ctx)  # fit takes the part out of the box: it holds the only reference
@@ -139,9 +144,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     task = GCNTask(cfg, net, opt, y, ids, masks, counts, dev, auto_bits)
     # weights and Adam state are the same on every rank: a snapshot loads onto any number of
     # ranks and any partition of the same graph (resharding); the held halo rows of
-    # --halo-staleness belong to the cut of the partition that wrote them (halo/stale.py)
-    lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", reshard=not cfg.halo_staleness,
-                    why_not=STALE_WHY_NOT if cfg.halo_staleness else "", recorded={"partition_id": partition_id(ids)},
+    # --halo-staleness belong to the cut of the partition that wrote them (GCNTask.load_resharded)
+    lc = LoopConfig(total=cfg.epochs, unit="epoch", desc="train-gcn", reshard=True,
+                    recorded={"partition_id": partition_id(ids)},
                     checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and ctx.is_rank0, settings=cfg,
@@ -295,6 +300,8 @@ class GCNTask(Task):
         self.masks, self.counts, self.dev = masks, counts, dev
         self.n_train = float(counts[0])
         self.first = 0
+        self.held_rows = True
+        """whether the state holds --halo-staleness's rows (not while loading another partition's)"""
         self.history = {"losses": [], "val_acc": [], "test_acc": [], "train_acc": [], "epoch_s": []}
 
     def run(self, units):
@@ -355,7 +362,7 @@ class GCNTask(Task):
         from torch.distributed.checkpoint.state_dict import get_state_dict
         msd, osd = get_state_dict(self.model, self.opt)
         st = getattr(self.net, "stale", None)
-        stale = st.state(comm.world()[0]) if st is not None else {}
+        stale = st.state(comm.world()[0]) if st is not None and self.held_rows else {}
         return {"model": msd, "optim": osd, **stale}  # stale halo rows: per rank
 
     def scalars(self) -> dict:
@@ -369,8 +376,20 @@ class GCNTask(Task):
     def loaded(self, state: dict) -> None:
         from torch.distributed.checkpoint.state_dict import set_state_dict
         set_state_dict(self.model, self.opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        if getattr(self.net, "stale", None) is not None:
+        if getattr(self.net, "stale", None) is not None and self.held_rows:
             self.net.stale.load(state, comm.world()[0])
+
+    def load_resharded(self, ckpt, snap, was: dict, now: dict) -> None:
+        """Weights and Adam state load onto any partition; the rows ``--halo-staleness`` holds
+        belong to the old partition's cut and start again: the first resumed epoch exchanges
+        fresh rows, as a run's first epoch does (:data:`graphdist.halo.stale.STALE_RESHARD`)."""
+        self.held_rows = False
+        try:
+            super().load_resharded(ckpt, snap, was, now)
+        finally:
+            self.held_rows = True
+        if getattr(self.net, "stale", None) is not None and comm.world()[0] == 0:
+            get_logger().warning(STALE_RESHARD)
 
 
 def _label_split(cfg, train, y, ids, epoch: int, n_train: float):

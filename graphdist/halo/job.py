@@ -25,7 +25,7 @@ def _parts_world(cfg) -> int:
         if cfg.parts is not None and cfg.parts != k:
             raise ConfigError(f"--parts {cfg.parts} does not match the artifact {cfg.partition}, "
                               f"which has k={k} parts")
-    nn = cfg.nodes.nnodes
+    nn = cfg.nodes.max_nodes
     nproc = cfg.nproc if cfg.nproc is not None else max((k or 1) // nn, 1)
     if k is not None and nproc * nn != k:
         where = f"--nproc {nproc}" + (f" x --nnodes {nn}" if nn > 1 else "")
@@ -49,7 +49,7 @@ def workers_for(cfg, device_type: str) -> int:
     if under_launcher():
         return 1
     nproc = _parts_world(cfg)
-    check_halo_bits(cfg, nproc * cfg.nodes.nnodes)
+    check_halo_bits(cfg, nproc * cfg.nodes.min_nodes)
     if device_type == "cuda":
         import torch
         if nproc > torch.cuda.device_count():

@@ -20,8 +20,10 @@ Smoothing (PipeGCN-GF, ``--staleness-smoothing gamma``): the rows used are
 the checkpoint, per rank, so a resumed run continues bit for bit. Evaluation must use another,
 exact exchanger (the trainer builds one).
 
-Resharding (resume on another number of ranks or another partition) is refused
-(:data:`STALE_WHY_NOT`), because what is held belongs to the cut of the partition that wrote it:
+Resharding (resume on another number of ranks or another partition, e.g. after ``--nnodes
+MIN:MAX`` lost a host) carries the weights and Adam state over but not the held rows
+(:data:`STALE_RESHARD`, logged), because what is held belongs to the cut of the partition that
+wrote it:
 
 * the held forward rows of layer ``l`` are ``h_l(t)`` of the old halo nodes only. A new partition
   has other halo nodes; for ``l >= 1`` the previous epoch's activations of a node that was in no
@@ -31,23 +33,26 @@ Resharding (resume on another number of ranks or another partition) is refused
   the destinations into other peers; the old sums can be neither split nor regrouped (the
   smoothed rows of ``--staleness-smoothing`` likewise);
 * and even with every row rebuilt the resumed run would not be the unbroken one: the edges that
-  read last epoch's rows are the cut edges, so on another partition other edges would be stale
-  from the first resumed epoch (at k = 1 none: the run would turn exact), and the losses differ
-  from the unbroken run's by the staleness itself, not by float rounding.
+  read last epoch's rows are the cut edges, so on another partition other edges are stale from
+  the first resumed epoch (at k = 1 none: the run turns exact), and the losses differ from the
+  unbroken run's by the staleness itself, not by float rounding.
 
-A stale run resumes on the partition it was written on (the same ``partition_id``: the same
-rows on every rank, from any artifact holding that assignment).
+So the first resumed epoch on another partition exchanges fresh rows, as a run's first epoch
+does, and holds them for the next. On the partition it was written on (the same
+``partition_id``: the same rows on every rank, from any artifact holding that assignment) a stale
+run resumes bit for bit.
 """
 from __future__ import annotations
 
 import torch
 
-__all__ = ["StaleHalos", "STALE_WHY_NOT"]
+__all__ = ["StaleHalos", "STALE_RESHARD"]
 
-STALE_WHY_NOT = ("with --halo-staleness the edges cut by the partition read last epoch's rows, held by the ranks "
-                 "as rows of their old halo and gradient sums per old peer; another partition cuts other edges, "
-                 "so neither those rows nor the unbroken run's losses carry over")
-"""Why a ``--halo-staleness`` checkpoint is not resharded (the loop's refusal line quotes it)."""
+STALE_RESHARD = ("--halo-staleness: the held halo rows belong to the old partition's cut (rows of its halo, "
+                 "gradient sums per old peer) and do not carry over to this one; the first resumed epoch "
+                 "exchanges fresh rows, as a run's first epoch does, so the losses from here differ from an "
+                 "unbroken run's by the staleness itself")
+"""What a ``--halo-staleness`` resume onto another partition leaves behind (logged once)."""
 
 _DIRS = ("forward", "backward")
 

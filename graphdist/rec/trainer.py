@@ -28,6 +28,7 @@ from graphdist import comm
 from graphdist.checkpoint import partition_id, resuming, with_recorded
 from graphdist.halo.exchange import CommStats
 from graphdist.halo.job import check_halo_bits
+from graphdist.halo.regroup import parts_for_world
 from graphdist.halo.rounds import in_rounds
 from graphdist.halo.setup import check_plan
 from graphdist.loop import LoopConfig, Task, run_loop
@@ -47,7 +48,11 @@ __all__ = ["train", "fit"]
 def train(cfg: RecConfig) -> dict:
     """Run training on this rank (the process group is created if needed); returns the report."""
     ctx = start_rank(cfg)
+    cfg, regrouped = parts_for_world(cfg, ctx.world_size)  # --nnodes MIN:MAX on fewer nodes
+    if regrouped and ctx.rank == 0:
+        get_logger().warning(regrouped)
     ratings, lg, pinfo = load_local(cfg, ctx.rank, ctx.world_size)
+    pinfo = {**pinfo, "regrouped": regrouped} if regrouped else pinfo
     boxes = [ratings], [lg]
     del ratings, lg
     return fit(cfg, *boxes, pinfo, ctx)  # fit takes both out of their boxes: it holds the only references

@@ -44,6 +44,9 @@ class Nodes:
     """job id, the same on every node (two jobs sharing an endpoint need different ids)"""
     rdzv_timeout: float = 600.0
     """seconds a node waits for the endpoint to answer and for every node to join (torch's join timeout)"""
+    rdzv_last_call: int = 30
+    """with --nnodes MIN:MAX: seconds the group waits for more nodes once MIN have joined (torch's
+    last call), at the start and each time it re-forms after a node is lost"""
     max_restarts: int = 0
     """restart the workers this many times when one fails (torch's elastic agent restarts the
     whole group); with --resume auto and --checkpoint-dir they continue from the last checkpoint"""
@@ -69,9 +72,11 @@ class Nodes:
         _node_range(self.nnodes)
         if self.max_restarts < 0:
             raise ConfigError(f"--max-restarts must be >= 0, got {self.max_restarts}")
+        if self.rdzv_last_call < 0:
+            raise ConfigError(f"--rdzv-last-call must be >= 0 seconds, got {self.rdzv_last_call}")
         if self.rdzv_timeout <= 0:
             raise ConfigError(f"--rdzv-timeout must be > 0 seconds, got {self.rdzv_timeout}")
-        if self.max_nodes > 1 and not self.rdzv_endpoint:
+        if self.max_nodes > 1 and not self.rdzv_endpoint and not under_launcher():  # (torchrun's own, else)
             raise ConfigError(f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (one node's address "
                               "and a free port, the same on every node)")
 
@@ -144,6 +149,7 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
         from graphdist.netif import node_network
         net = node_network(endpoint, wait_s=nodes.rdzv_timeout)
         rdzv_configs["join_timeout"] = int(nodes.rdzv_timeout)
+        rdzv_configs["last_call_timeout"] = int(nodes.rdzv_last_call)
         if net.is_host is not None:
             rdzv_configs["is_host"] = net.is_host
     lc = LaunchConfig(min_nodes=nodes.min_nodes, max_nodes=nodes.max_nodes, nproc_per_node=nproc, run_id=run_id,

@@ -36,6 +36,34 @@ def _wait_for(path: Path, procs, timeout: float = 150.0) -> None:
         time.sleep(0.2)
 
 
+def _wait_for_port(port: int, proc, timeout: float = 150.0) -> None:
+    import socket
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        if proc.poll() is not None:
+            pytest.fail(f"job ended early ({proc.returncode}): {proc.communicate()[1][-2000:]}")
+        time.sleep(0.1)
+    pytest.fail(f"nothing listened on port {port} within {timeout:.0f}s")
+
+
+def _wait_for_checkpoint(ck: Path, world_size: int, procs, timeout: float = 150.0) -> None:
+    """Until ``ck``'s latest snapshot was written by ``world_size`` ranks."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            meta = json.loads((ck / (ck / "latest").read_text().strip() / "meta.json").read_text())
+            if meta["world_size"] == world_size:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        _wait_for(ck / "latest", procs, timeout)
+        time.sleep(0.1)
+    pytest.fail(f"no checkpoint of {world_size} ranks in {ck} within {timeout:.0f}s")
+
+
 def _tree(pid: int) -> list[int]:
     """``pid`` and its descendants (torch's launcher starts workers in sessions of their own, so
     signalling the launcher's process group does not reach them)."""
@@ -221,6 +249,46 @@ def test_lost_node_ends_with_one_line(tmp_path, lost):
     else:  # the store's host is named, as the README says: by a worker, or by the launcher
         assert (re.search(r"the node hosting the job's store \((127\.0\.0\.1|localhost):\d+\) is gone", lines[-1])
                 or f"lost the job's rendezvous at 127.0.0.1:{port} " in lines[-1]), lines[-1]
+
+
+def test_with_nnodes_min_max_a_lost_node_leaves_a_job_that_continues_on_the_node_left(tmp_path):
+    """--nnodes 1:2 --max-restarts 1 --resume auto: one of two nodes is lost for good (its launcher
+    and worker killed) after a checkpoint. The agent left re-forms the group on one node, which
+    takes the k = 1 artifact next to the k = 2 one, reshards the checkpoint onto it and finishes:
+    the losses of a run that was never broken (k ranks compute what one process does)."""
+    from graphdist.cli import main
+    from graphdist.runtime import free_port
+    parts = {k: tmp_path / "parts" / f"k{k}" for k in (2, 1)}
+    for k, d in parts.items():
+        assert main(["partition", SPEC, "--parts", str(k), "--method", "random", "--out", str(d)]) == 0
+    run = ["train-gcn", "--no-progress", "--timeout", "60", "--epochs", "100"]
+    whole = tmp_path / "whole.json"
+    assert main(run + ["--partition", str(parts[1]), "--report", str(whole)]) == 0
+    ck, rep, port = tmp_path / "ck", tmp_path / "r.json", free_port()
+    node = run + ["--partition", str(parts[2]), "--nnodes", "1:2", "--nproc", "1", "--rdzv-endpoint",
+                  f"127.0.0.1:{port}", "--rdzv-id", "elastic", "--rdzv-last-call", "5", "--max-restarts", "1", "--resume", "auto",
+                  "--checkpoint-dir", str(ck), "--checkpoint-every", "10"]
+    host = _start(node + ["--report", str(rep)])
+    _wait_for_port(port, host)  # the first launcher hosts the rendezvous store: the second node is the one lost
+    other = _start(node)
+    try:
+        # a checkpoint of both nodes' group (if the second node came after the last call, the first
+        # trained alone until the agent let it in: a membership change, not a restart)
+        _wait_for_checkpoint(ck, 2, [host, other])
+        _kill_all(other)
+        _finish(other)
+        _, err = _finish(host, timeout=300)
+    finally:
+        _kill_all(host)
+        _kill_all(other)
+    assert host.returncode == 0, err[-3000:]
+    assert "Traceback" not in err and "frame #" not in err, err[-3000:]
+    assert f"the group has 1 rank, not the 2 that --partition {parts[2]} was cut for: training on {parts[1]}" in err, err[-3000:]
+    got, want = json.loads(rep.read_text()), json.loads(whole.read_text())
+    assert got["world_size"] == 1 and got["run/restarts"] == 1
+    assert got["run/resharded_from"]["world_size"] == 2
+    assert got["partition"]["source"] == str(parts[1])
+    assert got["losses"] == pytest.approx(want["losses"], rel=1e-5, abs=1e-6)
 
 
 @pytest.mark.parametrize("argv, flag", [

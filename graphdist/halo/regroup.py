@@ -57,7 +57,8 @@ def parts_for_world(cfg, world_size: int) -> tuple[object, str | None]:
         k = int(meta["k"])
         if k == world_size:
             return cfg, None
-        lead = f"{world_size} rank{'s' if world_size != 1 else ''} left of the {k} that --partition {cfg.partition} was cut for"
+        lead = (f"the group has {world_size} rank{'s' if world_size != 1 else ''}, not the {k} that --partition "
+                f"{cfg.partition} was cut for")
         sib = sibling_artifact(cfg.partition, world_size)
         if sib is not None:
             return (dataclasses.replace(cfg, partition=str(sib), parts=None),
@@ -76,5 +77,5 @@ def parts_for_world(cfg, world_size: int) -> tuple[object, str | None]:
     if k == world_size:
         return cfg, None
     return (dataclasses.replace(cfg, parts=world_size),
-            f"{world_size} rank{'s' if world_size != 1 else ''} left of the {k} of --parts {k}: "
+            f"the group has {world_size} rank{'s' if world_size != 1 else ''}, not the {k} of --parts {k}: "
             f"partitioning {cfg.spec} in-process into {world_size}")

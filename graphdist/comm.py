@@ -226,6 +226,17 @@ _FAILURE_MARKS = ("gloo", "NCCL", "nccl", "Connection closed by peer", "Connecti
                   "ProcessGroup")
 
 
+_BROKEN = [False]
+
+
+def broken() -> bool:
+    """True once a collective of this process failed (:func:`raise_peer_failure`): its process
+    group may hold threads stuck on a dead peer or a cut link, which tearing it down (or the
+    interpreter's exit) would abort on ("terminate called without an active exception"); the
+    worker leaves without touching it (:mod:`graphdist.worker`)."""
+    return _BROKEN[0]
+
+
 def is_collective_failure(exc: BaseException) -> bool:
     """True when ``exc`` is a failed collective (a peer died, a network or store error, a
     timeout), not an error of this rank's own computation (OOM, a bug)."""
@@ -360,6 +371,7 @@ def _find_dead_ranks(tag: str, wait_s: float) -> list[int] | None:
 def raise_peer_failure(exc: BaseException, where: str) -> None:
     """Turn a failed collective into a :class:`DistributedError` naming the failed rank(s) and,
     when a rank published its own error (:func:`publish_error`), what it was."""
+    _BROKEN[0] = True
     rank, ws = world()
     dead = find_dead_ranks(where)
     told = {r: m for r, m in _published_errors(ws).items() if r != rank}

@@ -268,7 +268,8 @@ def rank_main(train, cfg, summary) -> dict:
         comm.publish_failure(e)
         raise
     finally:
-        shutdown()
+        if not comm.broken():  # (a broken group is left alone: the worker exits around it)
+            shutdown()
     rep["run/restarts"] = group_restarts()
     rep["run/threads"] = torch.get_num_threads()
     if env_world()[0] == 0:

@@ -4,7 +4,9 @@
 
 rebuilds the config from JSON and calls ``FUNCTION(config)`` under the CLI's error policy, then
 leaves as any Python program does (the job's function destroyed its process groups,
-:func:`graphdist.runtime.shutdown`, so nothing of them is left for interpreter teardown).
+:func:`graphdist.runtime.shutdown`, so nothing of them is left for interpreter teardown), except
+after a failed collective: then it leaves at once (``os._exit``, its output flushed), never
+tearing down a group whose threads may wait on a dead peer (:func:`graphdist.comm.broken`).
 
 Nothing heavy is imported before the worker is bound to its agent's life
 (:func:`graphdist.proc.end_with_parent`) and a Ctrl-C is caught: a signal forwarded by the agent
@@ -38,11 +40,17 @@ def _start(argv: list[str]) -> int:
     from graphdist.proc import end_with_parent
     end_with_parent()
     try:
-        return main(argv)
+        rc = main(argv)
     except KeyboardInterrupt:  # before the job's body (and its error policy) started: importing
         if os.environ.get("RANK", "0") == "0":
             sys.stderr.write("graphdist: interrupted (Ctrl-C)\n")
         return 130
+    from graphdist import comm
+    if comm.broken():  # a collective failed: leave without tearing down its group (comm.broken)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
 
 
 if __name__ == "__main__":

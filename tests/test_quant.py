@@ -95,7 +95,7 @@ def test_expected_square_error_is_the_mean_over_rounding_noise(bits):
 
 @pytest.mark.parametrize("bits", QBITS)
 def test_noise_is_a_function_of_key_and_position(bits, monkeypatch):
-    import graphdist.halo.keyed as keyed
+    import graphdist.keyed as keyed
     gen = torch.Generator().manual_seed(bits)
     x = torch.randn(300, 13, generator=gen)
     whole = encode(x, bits, key=11)

@@ -398,7 +398,7 @@ def _label_split(cfg, train, y, ids, epoch: int, n_train: float):
     label in and the loss is on the rest (divided by their global count, so k ranks = 1)."""
     if cfg.label_rate <= 0:
         return train, None, n_train
-    from graphdist.halo.keyed import key32, keyed_bits
+    from graphdist.keyed import key32, keyed_bits
     draw = keyed_bits(ids, 1, key32(cfg.seed, epoch, 0x1AB))[:, 0]
     prop = train & (draw < int(cfg.label_rate * (1 << 32)) - (1 << 31))
     sup = train & ~prop

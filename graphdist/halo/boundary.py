@@ -25,7 +25,7 @@ import copy
 
 import torch
 
-from graphdist.halo.keyed import key32, keyed_bits
+from graphdist.keyed import key32, keyed_bits
 from graphdist.halo.spmm import CSRPair
 from graphdist.sparse import ptr2index
 

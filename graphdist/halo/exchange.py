@@ -30,7 +30,7 @@ import torch
 from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.halo import quant
-from graphdist.halo.keyed import key32
+from graphdist.keyed import key32
 from graphdist.halo.quant import BITS
 
 __all__ = ["CommStats", "HaloExchanger", "Pending"]

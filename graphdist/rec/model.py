@@ -31,7 +31,7 @@ from torch import nn
 
 from graphdist import comm
 from graphdist.halo.exchange import CommStats, HaloExchanger
-from graphdist.halo.keyed import key32, keyed_bits
+from graphdist.keyed import key32, keyed_bits
 from graphdist.halo.spmm import SparseAdj
 
 __all__ = ["lightgcn_adjacency", "halo_exchanger", "init_embeddings", "LightGCNShard", "BatchPlan",
@@ -57,7 +57,7 @@ def halo_exchanger(lg, device="cpu", halo: str = "plain", bits: int = 32, seed: 
 def init_embeddings(ids: torch.Tensor, dim: int, std: float, seed: int) -> torch.Tensor:
     """Rows ``ids`` (global node ids) of the table ``N(0, std^2)^[N, dim]`` (the reference's
     ``normal_(std=0.1)``): row ``g`` is a function of ``(seed, g)`` only (keyed random numbers,
-    :mod:`graphdist.halo.keyed`, through Box-Muller), so a rank draws only its own rows and the
+    :mod:`graphdist.keyed`, through Box-Muller), so a rank draws only its own rows and the
     table does not depend on the number of ranks or on the partition."""
     ids = ids.to(torch.int64).cpu()
     out = torch.empty(ids.numel(), dim)

@@ -16,7 +16,7 @@ from graphdist.gnn.pyg.models import KeyedDropout, build_model, takes_drop
 from graphdist.gnn.pyg.part import Part
 from graphdist.gnn.pyg.train import sync_grads
 from graphdist.gnn.pyg.wrap import distribute
-from graphdist.halo.keyed import key32
+from graphdist.keyed import key32
 
 __all__ = ["PygNet"]
 

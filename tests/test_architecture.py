@@ -126,3 +126,27 @@ def test_only_comm_calls_collectives():
             if path.relative_to(REPO).as_posix() not in ("graphdist/comm.py", "graphdist/testing.py"):
                 found += _collective_calls(path)
     assert found == []
+
+
+def test_an_exchanger_is_changed_only_through_its_methods():
+    """HaloExchanger's modes (stale buffers, widths per layer, calibration, statistics, error
+    measurement, rounds) are constructor arguments or methods: assigning a public attribute of a
+    built exchanger raises, so no module outside halo/exchange.py can set one."""
+    from graphdist.halo.exchange import CommStats, HaloExchanger
+    from graphdist.halo.stale import Staleness
+    import torch
+    stats = CommStats()
+    ex = HaloExchanger(torch.tensor([0, 1]), [1, 1], [1, 1], stats=stats, stale=Staleness(2, 4))
+    assert ex.stats is stats and ex.stale.n_rows == {"forward": 2, "backward": 2}
+    for name, value in (("stale", None), ("layer_bits", {}), ("calibrate", True), ("stats", CommStats()),
+                        ("measure", True), ("rounds", 2), ("active", True), ("bits", 8)):
+        with pytest.raises(AttributeError, match="read-only"):
+            setattr(ex, name, value)
+    ex.set_widths({("forward", 0): 8, ("backward", 1): 32})
+    assert ex.layer_bits == {("forward", 0): 8}
+    ex.start_calibration()
+    assert ex.calibrating
+    stats.calib[("forward", 0)] = [1]
+    assert ex.end_calibration() == {("forward", 0): [1]} and not ex.calibrating and stats.calib == {}
+    ex.measure_errors(True)
+    assert ex.measure

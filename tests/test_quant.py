@@ -186,7 +186,7 @@ def _exchange_job(rank, ws, variants):
         quant.decode = wrong_scale if name == "2-scale" else good_decode
         adj = SparseAdj.for_model(lg, "gcn", halo="mvc")
         ex = HaloExchanger.from_local_graph(lg, halo="mvc", bits=bits, seed=3)
-        ex.measure = name in ("8", "2")
+        ex.measure_errors(name in ("8", "2"))
         ex.start_pass()
         h = lg.x.clone().requires_grad_()
         received.clear()

@@ -174,9 +174,7 @@ def plan_epoch(samples, rd, num_users: int, rank: int, world_size: int, device="
     # requests sorted by (peer, batch, node): the order of the send buffer and of each batch's rows
     rkey = np.unique((owner[remote] * nb + ib[remote]) * n_nodes + items[remote])
     cnt = np.bincount(rkey // n_nodes, minlength=k * nb).reshape(k, nb)  # [peer, batch] rows I ask for
-    ex = HaloExchanger(torch.zeros(0, dtype=torch.int64), [0] * k, [0] * k, device)
-    if stats is not None:
-        ex.stats = stats
+    ex = HaloExchanger(torch.zeros(0, dtype=torch.int64), [0] * k, [0] * k, device, stats=stats)
     if ex.active:
         got = _all_to_all(ex, torch.from_numpy(cnt.reshape(-1)).to(device), [nb] * k, [nb] * k)
         asked = got.cpu().numpy().reshape(k, nb)  # [peer, batch] rows the peer asks me for
@@ -228,9 +226,7 @@ def bpr_step(model: LightGCNShard, adj: SparseAdj, halo, plan: BatchPlan, l2: fl
         halo.start_pass()
     final = model(adj, halo)
     d = final.shape[1]
-    ex = HaloExchanger(plan.send_idx, plan.send_counts, plan.recv_counts, final.device)
-    if row_stats is not None:
-        ex.stats = row_stats
+    ex = HaloExchanger(plan.send_idx, plan.send_counts, plan.recv_counts, final.device, stats=row_stats)
     table = ex(torch.cat([final.index_select(0, plan.rows), model.weight.index_select(0, plan.rows)], 1))
     m = plan.at.numel() // 3
     eu, ep, en = table.index_select(0, plan.at).view(3, m, 2 * d).unbind(0)

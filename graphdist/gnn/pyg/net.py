@@ -50,7 +50,7 @@ class PygNet:
 
     def measure(self, on: bool) -> None:
         for e in report.exchangers(self.model, training_only=True):
-            e.measure = on
+            e.measure_errors(on)
 
     def train_pass(self, epoch: int, labels=None) -> torch.Tensor:
         # a model's own torch dropout (without drop=): a stream per (seed, epoch, rank), so a

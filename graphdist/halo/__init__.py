@@ -13,11 +13,10 @@
                   the exchange
     quant.py      quantised halo rows (offset/scale per row, stochastic rounding, packing)
     assignment.py a partition given as a file (one part id per node), read and checked
-    keyed.py      random bits that are functions of (key, global id, column): dropout masks and
-                  rounding noise equal on any number of ranks
 
 Shared by every workload that trains on a partitioned graph (``graphdist.gnn``, and the graph
-recommender). The exchange itself is :class:`graphdist.halo.exchange.HaloExchanger`.
+recommender). The exchange itself is :class:`graphdist.halo.exchange.HaloExchanger`. Keyed
+random bits (dropout masks, rounding noise) are the core's :mod:`graphdist.keyed`.
 """
 from graphdist.halo.plan import LocalGraph, build_plan, build_plans, plan_stats, validate_plans
 

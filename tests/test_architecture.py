@@ -97,7 +97,7 @@ def test_no_private_name_is_taken_from_another_module(path):
 def test_the_checks_see_a_wrong_import(tmp_path):
     """The two readers catch what they are for (a module written here, read like the others)."""
     bad = tmp_path / "m.py"
-    bad.write_text("import graphdist.halo.plan as hp\nfrom graphdist.gnn.plan import _x\nfrom graphdist.rec import trainer\n"
+    bad.write_text("import graphdist.halo.layout as hp\nfrom graphdist.gnn.plan import _x\nfrom graphdist.rec import trainer\n"
                    "hp._Shared\ntrainer._RecTask\n")
     assert _bad(bad, BANNED["graphdist.halo"]) == ["graphdist.gnn.plan", "graphdist.gnn.plan._x", "graphdist.rec",
                                                    "graphdist.rec.trainer"]

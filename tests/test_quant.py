@@ -155,10 +155,10 @@ def _exchange_job(rank, ws, variants):
     import graphdist.halo.quant as quant
     from graphdist.halo.exchange import HaloExchanger, Pending
     from graphdist.data import load_graph
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     from graphdist.halo.spmm import SparseAdj
     g = load_graph("sbm:nodes=300,classes=3,avg_degree=6,features=16,seed=1")
-    lg = build_plan(g, torch.arange(g.num_nodes) % ws, rank, ws)
+    lg = build_layout(g, torch.arange(g.num_nodes) % ws, rank, ws)
     w = torch.randn(lg.num_owned, 16, generator=torch.Generator().manual_seed(rank))
     received = []
     wait = Pending.wait

@@ -42,7 +42,7 @@ from graphdist.halo.regroup import parts_for_world
 from graphdist.halo.resident import ResidentHalo
 from graphdist.halo.rounds import in_rounds
 from graphdist.halo.stale import STALE_RESHARD, Staleness
-from graphdist.halo.setup import check_plan, load_local
+from graphdist.halo.setup import check_layout, load_local
 from graphdist.halo.spmm import SparseAdj
 from graphdist.loop import LoopConfig, Task, run_loop
 from graphdist.runtime import Timer, get_logger, peak_memory_bytes, start_rank
@@ -70,7 +70,7 @@ def _auto_line(plan: dict) -> str:
 
 
 def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
-    """Train on this rank's :class:`~graphdist.halo.plan.LocalGraph`; every rank returns the report.
+    """Train on this rank's :class:`~graphdist.halo.layout.LocalGraph`; every rank returns the report.
 
     ``callbacks``: functions ``cb(epoch, history) -> bool`` called on every rank after each epoch
     (same arguments everywhere); returning True stops training there, as early stopping does
@@ -116,7 +116,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         raise ConfigError("the graph needs features x, labels y and a train mask to train a GCN; for a "
                           "graph without node data add ,features=degree (or ,features=random:64) and "
                           ",labels=random:8 to an edgelist or npz spec")
-    check_plan(lg, cfg.halo)
+    check_layout(lg, cfg.halo)
     if cfg.row_normalize:
         x = x / x.sum(1, keepdim=True).clamp(min=1.0)
     x, y, ids = x.to(dev), lg.y.to(dev), lg.owned.to(dev)

@@ -1,12 +1,12 @@
 """The partitioned graph: what each rank holds and how halo rows move.
 
-    local.py      LocalGraph: owned rows, halo columns, both exchange plans (plain, mvc), the
+    local.py      LocalGraph: owned rows, halo columns, both exchange layouts (plain, mvc), the
                   model normalisations, locality reordering
-    plan.py       builds every part's LocalGraph in one process and validates them together
+    layout.py     builds every part's LocalGraph in one process and validates them together
     artifact.py   the partition artifact directory (meta.json, assignment.npy, part files)
     parts.py      per-part files: a rank reads only its own
     setup.py      where a rank's part comes from (an artifact, or partitioning in-process) and
-                  the check that every rank holds the same plan
+                  the check that every rank holds the same layout
     job.py        what a graph workload's job shares: workers per parts, checks before launch,
                   the worker's body (train, summary, report)
     spmm.py       the adjacency as sparse operators and ``A @ [h ; halo(h)]`` overlapped with
@@ -18,6 +18,6 @@ Shared by every workload that trains on a partitioned graph (``graphdist.gnn``, 
 recommender). The exchange itself is :class:`graphdist.halo.exchange.HaloExchanger`. Keyed
 random bits (dropout masks, rounding noise) are the core's :mod:`graphdist.keyed`.
 """
-from graphdist.halo.plan import LocalGraph, build_plan, build_plans, plan_stats, validate_plans
+from graphdist.halo.layout import LocalGraph, build_layout, build_layouts, layout_stats, validate_layouts
 
-__all__ = ["LocalGraph", "build_plan", "build_plans", "validate_plans", "plan_stats"]
+__all__ = ["LocalGraph", "build_layout", "build_layouts", "validate_layouts", "layout_stats"]

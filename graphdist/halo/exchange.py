@@ -1,7 +1,7 @@
-"""The halo exchange: message rows of a rank's plan moved to the peers that need them.
+"""The halo exchange: message rows of a rank's layout moved to the peers that need them.
 
 :class:`HaloExchanger`: one asynchronous all-to-all (:func:`graphdist.comm.all_to_all_rows`)
-per layer and direction moves *message rows* whose layout the plan fixes (``plain``: raw halo
+per layer and direction moves *message rows* whose order the layout fixes (``plain``: raw halo
 rows; ``mvc``: raw rows and pre-aggregated partial sums, see :mod:`graphdist.halo.local`). The
 training path fuses it with the SpMM (:class:`graphdist.halo.spmm.SparseAdj`): it builds the
 send buffer, calls :meth:`HaloExchanger.post`, multiplies the owned block while rows travel,
@@ -97,7 +97,7 @@ class _HaloExchangeFn(torch.autograd.Function):
 class HaloExchanger:
     """Moves a rank's message rows to the peers that need them, asynchronously.
 
-    ``HaloExchanger(send_idx, send_counts, recv_counts)`` is the plain exchange of a plan (rows
+    ``HaloExchanger(send_idx, send_counts, recv_counts)`` is the plain exchange of a layout (rows
     ``h[send_idx]``); :meth:`from_local_graph` builds it for a halo mode (``plain`` or ``mvc``,
     whose send rows come from the adjacency's send operator) and a wire format (``bits``: 32 =
     float32; 16, 8, 4, 2 = quantised with stochastic rounding whose noise is keyed by (seed,
@@ -208,7 +208,7 @@ class HaloExchanger:
     @classmethod
     def from_local_graph(cls, lg, device="cpu", group=None, *, halo: str = "plain", bits: int = 32,
                          seed: int = 0, link=None, stale: Staleness | None = None) -> "HaloExchanger":
-        """The exchanger of ``lg``'s plan in ``halo`` mode (pair it with
+        """The exchanger of ``lg``'s layout in ``halo`` mode (pair it with
         ``SparseAdj.for_model(lg, model, device, halo)``)."""
         if halo == "plain":  # a copy: lg's tensors may be pages of a mapped part file, freed with lg
             return cls(lg.send_idx.clone(), lg.send_counts, lg.recv_counts, device, group, bits=bits, seed=seed,
@@ -288,7 +288,7 @@ class HaloExchanger:
         if not self.active:
             return h
         if self.send_idx is None:
-            raise ValueError("exchanger(h) needs a plain plan (send_idx)")
+            raise ValueError("exchanger(h) needs a plain layout (send_idx)")
         return _HaloExchangeFn.apply(h.contiguous(), self)
 
     def post(self, rows: torch.Tensor, tag: int | None = None, rnd: int = 0) -> "Pending":

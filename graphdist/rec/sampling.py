@@ -19,7 +19,7 @@ Nothing here depends on another user, so the owner of ``u`` draws u's triples al
 work and memory per rank), and the union over the ranks is the one-process stream. Batches are
 ``nb`` random key ranges: their sizes vary around ``B`` (binomially); a rank returns its own
 triples sorted by (batch, g) and its per-batch counts, whose sum over the ranks
-(one all-reduce, :func:`graphdist.rec.model.plan_epoch`) is each batch's global size (the loss
+(one all-reduce, :func:`graphdist.rec.model.schedule_epoch`) is each batch's global size (the loss
 of a batch is divided by it).
 """
 from __future__ import annotations

@@ -61,6 +61,8 @@ def key32(*values: int) -> int:
 def _rows32(ids: torch.Tensor) -> torch.Tensor:
     """``(id mod 2^32) ^ (floor(id / 2^32) * 0x9E3779B1)`` as wrapping int32: the id itself below
     2^31 (the two halves of the int64, read in place on a little-endian machine)."""
+    if ids.numel() == 0:
+        return torch.empty(ids.shape, dtype=torch.int32, device=ids.device)
     halves = ids.to(torch.int64).reshape(-1).contiguous().view(torch.int32).view(-1, 2)
     lo, hi = (halves[:, 0], halves[:, 1]) if sys.byteorder == "little" else (halves[:, 1], halves[:, 0])
     return hi.mul(0x9E3779B1 - (1 << 32)).bitwise_xor_(lo).view(ids.shape)

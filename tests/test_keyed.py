@@ -13,6 +13,8 @@ def test_a_draw_is_a_function_of_key_and_id_only():
     part = keyed_unit(ids[::-3].copy(), key32(1, 2, 3))  # another order, another subset: as a rank draws
     assert np.array_equal(part, whole[::-3])
     assert not np.array_equal(keyed_unit(ids, key32(1, 2, 4)), whole)
+    assert np.array_equal(keyed_unit(ids[:6].reshape(2, 3), key32(1, 2, 3)), whole[:6].reshape(2, 3))
+    assert keyed_unit(ids[:0], key32(1, 2, 3)).shape == (0,)  # a rank without samples
 
 
 def test_draws_are_uniform_and_streams_independent():

@@ -62,13 +62,13 @@ def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs,
          acc_link=0.0):
     from graphdist.data import load_graph
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     from graphdist.halo.setup import partition_in_process
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
     g = load_graph(spec)
     a = partition_in_process(g, world, method, 0)
-    lg = build_plan(g, a, rank, world)
+    lg = build_layout(g, a, rank, world)
 
     def run(v, seed, n, link=0.0):
         cfg = GCNConfig(spec=spec, model="gcn", layers=2, hidden=16, dropout=0.5, lr=0.01, weight_decay=5e-4,

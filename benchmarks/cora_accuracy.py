@@ -35,13 +35,13 @@ def _parse(variant: str) -> dict:
 def _job(rank, world, spec, method, seeds, epochs, variants):
     from graphdist.data import load_graph
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     from graphdist.halo.setup import partition_in_process
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
     g = load_graph(spec)
     a = partition_in_process(g, world, method, 0)
-    lg = build_plan(g, a, rank, world)
+    lg = build_layout(g, a, rank, world)
     out = {}
     for v in variants:
         runs = []

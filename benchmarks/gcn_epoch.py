@@ -175,14 +175,14 @@ def _k_job(rank, world, spec, hidden, layers, epochs, warmup, threads, variants,
     from graphdist.halo.exchange import HaloExchanger
     from graphdist.data import load_graph
     from graphdist.gnn.models import GNN
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     from graphdist.halo.setup import partition_in_process
     torch.set_num_threads(threads)
     if mmap_mb > 0:
         from graphdist.runtime import set_mmap_threshold
         set_mmap_threshold(mmap_mb)
     g = load_graph(spec)
-    lg = build_plan(g, partition_in_process(g, world, "metis", 0), rank, world).reordered("rcm")
+    lg = build_layout(g, partition_in_process(g, world, "metis", 0), rank, world).reordered("rcm")
     runs = {}
     for v in variants:
         halo, bits = v.split(":")
@@ -231,14 +231,14 @@ def main(argv=None) -> int:
         set_mmap_threshold(args.malloc_mmap_mb)
     from graphdist.data import load_graph
     from graphdist.gnn.models import GNN
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     g = load_graph(args.spec)
     res = {"spec": args.spec, "nodes": g.num_nodes, "edges": g.num_edges, "hidden": args.hidden,
            "layers": args.layers, "threads": args.threads, "malloc_mmap_mb": args.malloc_mmap_mb}
     print(f"{args.spec}: {g.num_nodes:,} nodes, {g.num_edges:,} edges, {args.layers}x{args.hidden}, "
           f"{args.threads} thread(s)", flush=True)
     if not args.skip_k1:
-        lg = build_plan(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1).reordered("rcm")
+        lg = build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1).reordered("rcm")
         torch.manual_seed(0)
         model = GNN("gcn", g.num_features, args.hidden, g.num_classes, args.layers, 0.5)
         dims = [g.num_features] + [args.hidden] * (args.layers - 1) + [g.num_classes]

@@ -85,14 +85,14 @@ def plan_bytes(work: Path) -> list[dict]:
 
     from graphdist.data import load_graph
     from graphdist.gnn.plan import part_stats
-    from graphdist.halo import build_plans
+    from graphdist.halo import build_layouts
     from partitioners import partition
     rows = []
     for spec in ("sbm:nodes=20000,classes=8,avg_degree=16,features=8,seed=0", "rmat:scale=14,edge_factor=8,seed=0"):
         g = load_graph(spec)
         for k in (2, 4, 8):
             a = torch.as_tensor(partition(g, k, method="metis", seed=0))
-            for r, lg in enumerate(build_plans(g, a, k)):
+            for r, lg in enumerate(build_layouts(g, a, k)):
                 ps = part_stats(lg, check_symmetry=False)
                 rows.append({"graph": spec, "k": k, "rank": r, "n": ps.n, "h": ps.halo,
                              "plan_bytes": ps.plan_bytes})

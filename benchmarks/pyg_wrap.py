@@ -133,9 +133,9 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     import graphdist.gnn.pyg as gd
     from graphdist.data import load_graph
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     g = load_graph(args.spec)
-    part = gd.Part.from_local_graph(build_plan(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1))
+    part = gd.Part.from_local_graph(build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1))
     f_in, c = g.num_features, g.num_classes
     res = {"spec": args.spec, "nodes": g.num_nodes, "edges": g.num_edges, "hidden": args.hidden,
            "threads": args.threads, "epochs": args.epochs, "models": {}}

@@ -50,19 +50,19 @@ def main():
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29737"), RANK="0",
                       WORLD_SIZE="1", LOCAL_RANK="0")
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     from graphdist.rec.data import load_ratings
     from graphdist.rec.model import (LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency,
-                                     plan_epoch)
+                                     schedule_epoch)
     from graphdist.rec.sampling import sample_epoch
     from graphdist.rec.setup import rank_data
     from graphdist.runtime import init_distributed
     r = load_ratings(a.spec)
     init_distributed("cpu")
-    lg = build_plan(r.graph, torch.zeros(r.num_nodes, dtype=torch.int64), 0, 1)
+    lg = build_layout(r.graph, torch.zeros(r.num_nodes, dtype=torch.int64), 0, 1)
     rd = rank_data(r, lg)
     adj, halo = lightgcn_adjacency(lg), halo_exchanger(lg)
-    plans = plan_epoch(sample_epoch(rd.index, 0, 1, 2048), rd, r.num_users, 0, 1)
+    plans = schedule_epoch(sample_epoch(rd.index, 0, 1, 2048), rd, r.num_users, 0, 1)
     model = LightGCNShard(init_embeddings(rd.owned, 64, 0.1, 0), 3)
     opt = torch.optim.Adam([model.weight], lr=1e-3)
     t_old, t_new = [], []

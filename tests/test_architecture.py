@@ -97,7 +97,7 @@ def test_no_private_name_is_taken_from_another_module(path):
 def test_the_checks_see_a_wrong_import(tmp_path):
     """The two readers catch what they are for (a module written here, read like the others)."""
     bad = tmp_path / "m.py"
-    bad.write_text("import graphdist.halo.plan as hp\nfrom graphdist.gnn.plan import _x\nfrom graphdist.rec import trainer\n"
+    bad.write_text("import graphdist.halo.layout as hp\nfrom graphdist.gnn.plan import _x\nfrom graphdist.rec import trainer\n"
                    "hp._Shared\ntrainer._RecTask\n")
     assert _bad(bad, BANNED["graphdist.halo"]) == ["graphdist.gnn.plan", "graphdist.gnn.plan._x", "graphdist.rec",
                                                    "graphdist.rec.trainer"]
@@ -126,3 +126,27 @@ def test_only_comm_calls_collectives():
             if path.relative_to(REPO).as_posix() not in ("graphdist/comm.py", "graphdist/testing.py"):
                 found += _collective_calls(path)
     assert found == []
+
+
+def test_an_exchanger_is_changed_only_through_its_methods():
+    """HaloExchanger's modes (stale buffers, widths per layer, calibration, statistics, error
+    measurement, rounds) are constructor arguments or methods: assigning a public attribute of a
+    built exchanger raises, so no module outside halo/exchange.py can set one."""
+    from graphdist.halo.exchange import CommStats, HaloExchanger
+    from graphdist.halo.stale import Staleness
+    import torch
+    stats = CommStats()
+    ex = HaloExchanger(torch.tensor([0, 1]), [1, 1], [1, 1], stats=stats, stale=Staleness(2, 4))
+    assert ex.stats is stats and ex.stale.n_rows == {"forward": 2, "backward": 2}
+    for name, value in (("stale", None), ("layer_bits", {}), ("calibrate", True), ("stats", CommStats()),
+                        ("measure", True), ("rounds", 2), ("active", True), ("bits", 8)):
+        with pytest.raises(AttributeError, match="read-only"):
+            setattr(ex, name, value)
+    ex.set_widths({("forward", 0): 8, ("backward", 1): 32})
+    assert ex.layer_bits == {("forward", 0): 8}
+    ex.start_calibration()
+    assert ex.calibrating
+    stats.calib[("forward", 0)] = [1]
+    assert ex.end_calibration() == {("forward", 0): [1]} and not ex.calibrating and stats.calib == {}
+    ex.measure_errors(True)
+    assert ex.measure

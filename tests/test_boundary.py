@@ -25,10 +25,10 @@ def test_kept_is_keyed_and_has_the_rate():
 
 def _job(rank, ws, graph, a, runs, root=None):
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
-    lg = build_plan(graph, a, rank, ws)
+    lg = build_layout(graph, a, rank, ws)
     out = []
     for kw in runs:
         r = fit(GCNConfig(spec="t", progress=False, **{"input_halo": "exchange", **kw}), lg, {}, ctx)

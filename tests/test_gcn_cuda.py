@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.testing import run_ranks
 from tests.conftest import requires_cuda
 from tests.test_gcn_parity import C, FEAT, HID, METHODS, MODELS, assignment, init_state, make_graph, pyg_reference
@@ -40,7 +40,7 @@ def _close(a, b, tol=1e-5):
 def test_one_gpu_equals_pyg(kind):
     graph = make_graph()
     state = init_state(kind)
-    lg = build_plan(graph, torch.zeros(graph.num_nodes, dtype=torch.int64), 0, 1).reordered("rcm")
+    lg = build_layout(graph, torch.zeros(graph.num_nodes, dtype=torch.int64), 0, 1).reordered("rcm")
     owned, out, grads = _forward_backward(lg, kind, state, torch.device("cuda", 0), "mvc")
     ref, ref_grads = pyg_reference(graph, kind, state)
     logits = torch.zeros_like(ref)
@@ -55,7 +55,7 @@ def _two_gpu_job(rank, ws, graph, assignments, states):
     dev = torch.device("cuda", rank)
     res = {}
     for method, a in assignments.items():
-        lg = build_plan(graph, a, rank, ws)
+        lg = build_layout(graph, a, rank, ws)
         for kind in MODELS:
             for halo in ("plain", "mvc"):
                 res[(method, kind, halo)] = _forward_backward(lg, kind, states[kind], dev, halo)
@@ -91,7 +91,7 @@ def _train_job(rank, ws, graph, a):
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cuda")
-    lg = build_plan(graph, a, rank, ws)
+    lg = build_layout(graph, a, rank, ws)
     reps = {}
     for halo, bits in (("plain", 32), ("mvc", 32), ("mvc", 8)):
         cfg = GCNConfig(spec="t", model="gcn", layers=2, hidden=HID, dropout=0.5, epochs=10, seed=1,

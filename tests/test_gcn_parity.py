@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from graphdist.data import Graph
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.gnn.models import GNN
 from graphdist.testing import run_ranks
 
@@ -132,7 +132,7 @@ def pyg_train_losses(kind, graph, state, epochs=20, layers=2, batch_norm=False):
 def _dist_case(rank, ws, graph, a, kind, state, halo):
     from graphdist.halo.exchange import HaloExchanger
     from graphdist.halo.spmm import SparseAdj
-    lg = build_plan(graph, a, rank, ws).reordered("rcm")
+    lg = build_layout(graph, a, rank, ws).reordered("rcm")
     model = GNN(kind, FEAT, HID, C, 3, dropout=0.0)
     model.load_state_dict(state)
     adj = SparseAdj.for_model(lg, kind, halo=halo)
@@ -152,7 +152,7 @@ def _dist_train(rank, ws, graph, a, kind, batch_norm=False, dropout=0.0, halo="m
 
     from graphdist.runtime import DistContext, init_distributed
     from graphdist.gnn.trainer import GCNConfig, fit
-    lg = build_plan(graph, a, rank, ws)
+    lg = build_layout(graph, a, rank, ws)
     cfg = GCNConfig(spec="test", model=kind, layers=2, hidden=HID, dropout=dropout, epochs=20, seed=5,
                     progress=False, batch_norm=batch_norm, halo=halo, label_rate=label_rate, **extra)
     ctx = init_distributed("cpu") if dist.is_initialized() else DistContext(0, 1, 0, "none", torch.device("cpu"))
@@ -165,7 +165,7 @@ def _exchange_check(rank, ws, graph, a, halo):
     gradient of sum(out * w) reaches each owned row as sum_v w_v / deg_v over its out-edges."""
     from graphdist.halo.exchange import HaloExchanger
     from graphdist.halo.spmm import SparseAdj
-    lg = build_plan(graph, a, rank, ws)
+    lg = build_layout(graph, a, rank, ws)
     adj = SparseAdj.for_model(lg, "sage", halo=halo)
     ex = HaloExchanger.from_local_graph(lg, halo=halo)
     h = lg.owned.double()[:, None].repeat(1, 3).float().requires_grad_()

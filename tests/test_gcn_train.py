@@ -13,7 +13,7 @@ import torch
 
 from graphdist.cli import main
 from graphdist.errors import ConfigError
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.testing import run_ranks
 from tests.conftest import requires_cuda
 
@@ -44,7 +44,7 @@ def _resume_job(rank, ws, graph, a, root):
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
-    lg = build_plan(graph, a, rank, ws)
+    lg = build_layout(graph, a, rank, ws)
     base = dict(spec="t", model="sage", layers=3, hidden=8, dropout=0.5, epochs=8, seed=3,
                 progress=False, batch_norm=True, checkpoint_every=3)
     full = fit(GCNConfig(**base, checkpoint_dir=f"{root}/full"), lg, {}, ctx)
@@ -200,7 +200,7 @@ def test_cuda_smoke():
     from graphdist.runtime import DistContext
     from graphdist.gnn.trainer import GCNConfig, fit
     g, _ = _graph_and_assignment()
-    lg = build_plan(g, torch.zeros(g.num_nodes, dtype=torch.long), 0, 1)
+    lg = build_layout(g, torch.zeros(g.num_nodes, dtype=torch.long), 0, 1)
     ctx = DistContext(0, 1, 0, "nccl", torch.device("cuda", 0))
     rep = fit(GCNConfig(spec="t", epochs=5, progress=False, device="cuda"), lg, {}, ctx)
     assert len(rep["losses"]) == 5 and rep["losses"][-1] < rep["losses"][0]
@@ -228,7 +228,7 @@ def _halo_modes_job(rank, ws, graph, a):
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
-    lg = build_plan(graph, a, rank, ws)
+    lg = build_layout(graph, a, rank, ws)
     reps = {}
     for halo, bits, eval_bits in (("plain", 32, 32), ("mvc", 32, 32), ("mvc", 8, 32), ("mvc", 2, 32),
                                   ("mvc", 8, 8)):

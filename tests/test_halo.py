@@ -6,7 +6,7 @@ import torch
 
 from graphdist.data import Graph
 from graphdist.errors import ArtifactError, MissingFileError
-from graphdist.halo.plan import build_plan, build_plans, validate_plans
+from graphdist.halo.layout import build_layout, build_layouts, validate_layouts
 from graphdist.halo.parts import load_part, part_path, write_parts
 
 
@@ -21,7 +21,7 @@ A3 = torch.tensor([0, 0, 1, 1, 2, 2])
 
 
 def test_path_plan_by_hand():
-    p0, p1, p2 = build_plans(path6(), A3, 3)
+    p0, p1, p2 = build_layouts(path6(), A3, 3)
     # part 1 owns 2,3; in-neighbours 1 (part 0) and 4 (part 2) -> columns [2 3 | 1 | 4]
     assert p1.owned.tolist() == [2, 3]
     assert p1.halo.tolist() == [1, 4]
@@ -44,13 +44,13 @@ def test_path_plan_by_hand():
 
 
 def test_gcn_normalisation_by_hand():
-    p1 = build_plans(path6(), A3, 3)[1]
+    p1 = build_layouts(path6(), A3, 3)[1]
     indptr, indices, vals = p1.gcn_adjacency()
     # d = deg + 1 = 3 for nodes 1..4: every entry 1/sqrt(3*3) incl. the self-loop
     assert indptr.tolist() == [0, 3, 6]
     assert indices.tolist() == [0, 1, 2, 0, 1, 3]
     assert torch.allclose(vals, torch.full((6,), 1 / 3))
-    p0 = build_plans(path6(), A3, 3)[0]
+    p0 = build_layouts(path6(), A3, 3)[0]
     _, idx0, v0 = p0.gcn_adjacency()
     # node 0 (d=2): self 1/2, from node 1 (d=3) 1/sqrt(6); node 1: from 0 1/sqrt(6), self 1/3, from 2 1/3
     want = torch.tensor([1 / 2, 6 ** -0.5, 6 ** -0.5, 1 / 3, 1 / 3])
@@ -60,7 +60,7 @@ def test_gcn_normalisation_by_hand():
 
 def test_mean_adjacency_and_isolated_node():
     g = Graph.from_edges(torch.tensor([0, 0]), torch.tensor([1, 2]), 4)  # node 3 isolated
-    (p,) = build_plans(g, torch.zeros(4, dtype=torch.long), 1)
+    (p,) = build_layouts(g, torch.zeros(4, dtype=torch.long), 1)
     ip, ix, v = p.mean_adjacency()
     assert ip.tolist() == [0, 2, 3, 4, 4]
     assert torch.allclose(v, torch.tensor([0.5, 0.5, 1.0, 1.0]))
@@ -76,7 +76,7 @@ def test_gcn_norm_matches_pyg_on_random_graph():
     ei, w = gcn_norm(g.edge_index, num_nodes=n, add_self_loops=True)
     dense = torch.zeros(n, n)
     dense[ei[1], ei[0]] = w  # row = destination
-    for p in build_plans(g, a, 3):
+    for p in build_layouts(g, a, 3):
         ip, ix, v = p.gcn_adjacency()
         cols = torch.cat([p.owned, p.halo])
         local = torch.zeros(p.num_owned, p.num_cols)
@@ -88,28 +88,28 @@ def test_gcn_norm_matches_pyg_on_random_graph():
 def test_directed_graph_halo_is_in_neighbours_only():
     # edges 0 -> 2 and 2 -> 1 only; parts [0, 0, 1]
     g = Graph.from_edges(torch.tensor([0, 2]), torch.tensor([2, 1]), 3, symmetrize=False)
-    p0, p1 = build_plans(g, torch.tensor([0, 0, 1]), 2)
+    p0, p1 = build_layouts(g, torch.tensor([0, 0, 1]), 2)
     assert p0.halo.tolist() == [2]      # node 1 (part 0) receives from 2
     assert p1.halo.tolist() == [0]      # node 2 (part 1) receives from 0
     assert p0.owned[p0.send_idx].tolist() == [0]
 
 
 def test_validate_detects_asymmetry():
-    plans = build_plans(path6(), A3, 3)
+    plans = build_layouts(path6(), A3, 3)
     plans[0].send_idx = torch.tensor([0])  # sends node 0 where part 1 expects node 1
     with pytest.raises(ArtifactError, match="asymmetric"):
-        validate_plans(plans)
+        validate_layouts(plans)
 
 
 def test_bad_assignment():
     with pytest.raises(ArtifactError, match="0..1"):
-        build_plans(path6(), torch.tensor([0, 0, 1, 1, 2, 2]), 2)
+        build_layouts(path6(), torch.tensor([0, 0, 1, 1, 2, 2]), 2)
     with pytest.raises(ArtifactError, match="6 nodes"):
-        build_plan(path6(), torch.tensor([0, 1]), 0, 2)
+        build_layout(path6(), torch.tensor([0, 1]), 0, 2)
 
 
 def test_empty_part_is_allowed():
-    plans = build_plans(path6(), torch.tensor([0, 0, 0, 2, 2, 2]), 3)
+    plans = build_layouts(path6(), torch.tensor([0, 0, 0, 2, 2, 2]), 3)
     assert plans[1].num_owned == 0 and plans[1].num_halo == 0
     assert plans[0].halo.tolist() == [3] and plans[2].halo.tolist() == [2]
 
@@ -121,7 +121,7 @@ def test_parts_roundtrip(tmp_path):
     assert summary["halo_rows_total"] == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["part_00000.pt", "part_00001.pt", "part_00002.pt"]
     p1 = load_part(tmp_path, 1)
-    want = build_plans(g, A3, 3)[1]
+    want = build_layouts(g, A3, 3)[1]
     for k in ("owned", "indptr", "indices", "halo", "send_idx", "col_deg", "x", "y"):
         assert torch.equal(getattr(p1, k), getattr(want, k)), k
     assert p1.recv_counts == want.recv_counts and p1.fingerprint == g.fingerprint
@@ -143,7 +143,7 @@ STAR = torch.tensor([0, 1, 1, 1, 0, 0])
 
 
 def test_mvc_plan_by_hand():
-    p0, p1 = build_plans(star(), STAR, 2)
+    p0, p1 = build_layouts(star(), STAR, 2)
     # cover of the cut {0,4,5} -> {1,2,3}: row 0 raw (it feeds 1, 2, 3), one partial sum 4 + 5 for node 1
     assert p0.owned[p0.send_idx].tolist() == [0, 4, 5] and p0.send_raw.tolist() == [True, False, False]
     assert p0.pre_dst.tolist() == [1] and p0.pre_send_counts == [0, 1]
@@ -157,7 +157,7 @@ def test_mvc_plan_by_hand():
 
 def test_mvc_operators_by_hand():
     from graphdist.halo.spmm import SparseAdj
-    p0, p1 = build_plans(star(), STAR, 2)
+    p0, p1 = build_layouts(star(), STAR, 2)
     t = SparseAdj.for_model(p0, "sage", halo="mvc").send.A.to_dense()
     assert t.tolist() == [[1, 0, 0], [0, 1, 1]]          # row 0 raw; 4 + 5 summed (mean: right = 1)
     h = SparseAdj.for_model(p1, "sage", halo="mvc").halo.A.to_dense()
@@ -197,10 +197,10 @@ def test_mvc_equals_plain_and_dense(model):
     g = Graph.from_edges(torch.randint(0, n, (300,), generator=gen), torch.randint(0, n, (300,), generator=gen), n,
                          symmetrize=False, self_loops=True)
     a = torch.randint(0, 4, (n,), generator=gen)
-    plans = build_plans(g, a, 4)
+    plans = build_layouts(g, a, 4)
     assert sum(p.exchange_layout("mvc").recv_counts[s] for p in plans for s in range(4)) < \
         sum(p.num_halo for p in plans)  # the cover saves rows here
-    (whole,) = build_plans(g, torch.zeros(n, dtype=torch.long), 1)
+    (whole,) = build_layouts(g, torch.zeros(n, dtype=torch.long), 1)
     rows, cols, vals = whole.edges(model)
     dense = torch.zeros(n, n, dtype=torch.float64)
     dense[rows, cols] = vals
@@ -212,14 +212,14 @@ def test_mvc_equals_plain_and_dense(model):
 
 
 def test_validate_detects_mvc_asymmetry():
-    plans = build_plans(star(), STAR, 2)
+    plans = build_layouts(star(), STAR, 2)
     plans[0].pre_src = torch.tensor([1, 1])  # sums 4 twice where part 1 left out 4 and 5
     with pytest.raises(ArtifactError, match="are not the edges"):
-        validate_plans(plans)
-    plans = build_plans(star(), STAR, 2)
+        validate_layouts(plans)
+    plans = build_layouts(star(), STAR, 2)
     plans[1].halo_raw = torch.tensor([True, True, False])
     with pytest.raises(ArtifactError, match="other raw rows"):
-        validate_plans(plans)
+        validate_layouts(plans)
 
 
 def test_reordered_part_is_the_same_graph():
@@ -227,13 +227,13 @@ def test_reordered_part_is_the_same_graph():
     n = 50
     g = Graph.from_edges(torch.randint(0, n, (200,), generator=gen), torch.randint(0, n, (200,), generator=gen), n,
                          x=torch.randn(n, 3, generator=gen))
-    plans = build_plans(g, torch.arange(n) % 3, 3)
+    plans = build_layouts(g, torch.arange(n) % 3, 3)
     h = torch.randn(n, 4, generator=gen)
     for halo in ("plain", "mvc"):
         base = _simulated(plans, "gcn", halo, h)
         for order in ("rcm", "degree", "community"):
             moved = [p.reordered(order) for p in plans]
-            validate_plans(moved)
+            validate_layouts(moved)
             assert not all(torch.equal(m.owned, p.owned) for m, p in zip(moved, plans))
             for m, p, b, o in zip(moved, plans, base, _simulated(moved, "gcn", halo, h)):
                 assert torch.equal(m.x, g.x[m.owned])

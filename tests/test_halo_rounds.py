@@ -6,11 +6,13 @@ losses, quantised rows cost the one-round bytes, and no more than two rounds are
 flight, each at most ceil(c / R) rows of a peer's c."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.halo.rounds import round_of
 from graphdist.gnn.models import GNN
 from graphdist.testing import run_ranks
@@ -68,7 +70,7 @@ def _case(rank, ws, graph, a, kind, state, halo, rounds, bits=32):
     from graphdist import comm
     from graphdist.halo.exchange import HaloExchanger
     from graphdist.halo.spmm import SparseAdj
-    lg = build_plan(graph, a, rank, ws).reordered("rcm")
+    lg = build_layout(graph, a, rank, ws).reordered("rcm")
     model = GNN(kind, graph.x.shape[1], HID, C, 3, dropout=0.0)
     model.load_state_dict(state)
     adj = SparseAdj.for_model(lg, kind, halo=halo)
@@ -157,7 +159,7 @@ def _resume_job(rank, ws, graph, a, root):
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
-    lg = build_plan(graph, a, rank, ws)
+    lg = build_layout(graph, a, rank, ws)
     base = dict(spec="t", layers=2, hidden=HID, dropout=0.5, epochs=6, seed=3, progress=False, checkpoint_every=3)
     full = fit(GCNConfig(**base, halo_rounds=3, checkpoint_dir=f"{root}/full"), lg, {}, ctx)
     fit(GCNConfig(**base, halo_rounds=3, checkpoint_dir=f"{root}/cut"), lg, {}, ctx,
@@ -202,7 +204,7 @@ def test_stale_halos_and_boundary_sampling_take_one_round():
     assert round_choices(GCNConfig(), 4) == list(ROUNDS) and round_choices(GCNConfig(halo_rounds=8), 4) == [8]
     assert round_choices(GCNConfig(), 1) == [1]
     graph = make_graph()
-    lg = build_plan(graph, assignment(graph, 2, "random"), 0, 2)
+    lg = build_layout(graph, assignment(graph, 2, "random"), 0, 2)
     ps = [part_stats(lg)]
     for kw in ({"halo_staleness": 1}, {"boundary_rate": 0.5}):
         cfg = GCNConfig(layers=2, hidden=HID, **kw)
@@ -218,7 +220,7 @@ def test_a_split_adjacency_keeps_no_whole_block():
     from graphdist.halo.exchange import HaloExchanger
     from graphdist.halo.spmm import CSRPair, SparseAdj
     graph = make_graph()
-    lg = build_plan(graph, assignment(graph, 2, "random"), 0, 2)
+    lg = build_layout(graph, assignment(graph, 2, "random"), 0, 2)
     adj = SparseAdj.for_model(lg, "gcn", "cpu", halo="mvc")
     ex = HaloExchanger.from_local_graph(lg, "cpu", halo="mvc")
     whole = (adj.halo.shape, adj.halo.nnz, adj.send.shape, adj.send.nnz)
@@ -228,6 +230,7 @@ def test_a_split_adjacency_keeps_no_whole_block():
     assert (adj.halo.shape, adj.halo.nnz, adj.send.shape, adj.send.nnz) == whole
     blocks = adj.blocks()
     assert len(blocks) == 3 and sum(h.nnz for h, _ in blocks) == whole[1] and sum(t.nnz for _, t in blocks) == whole[3]
-    ex.active = True  # as in a process group of 2; the check comes before any collective
+    # an exchanger as in a process group of 2 (this one's counts, one round); the check comes before any collective
+    active = SimpleNamespace(active=True, rounds=1, n_send=ex.n_send, n_recv=ex.n_recv, send_idx=ex.send_idx)
     with pytest.raises(ValueError, match="in 1 round"):
-        adj.propagate(torch.zeros(lg.num_owned, lg.x.shape[1]), ex)
+        adj.propagate(torch.zeros(lg.num_owned, lg.x.shape[1]), active)

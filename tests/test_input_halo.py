@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.testing import run_ranks
 
 SPEC = "sbm:nodes=240,classes=3,avg_degree=6,features=10,seed=1"
@@ -33,7 +33,7 @@ def _job(rank, ws, graph, a):
     from graphdist.gnn.trainer import fit
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
-    lg = build_plan(graph, a, rank, ws)
+    lg = build_layout(graph, a, rank, ws)
     out = {}
     for halo in ("plain", "mvc"):
         for rounds in (1, 2):
@@ -70,7 +70,7 @@ def test_one_rank_has_nothing_to_hold():
     from graphdist.runtime import init_distributed
     g = _graph()
     ctx = init_distributed("cpu")
-    lg = build_plan(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1)
+    lg = build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1)
     a = fit(_cfg(input_halo="resident"), lg, {}, ctx)
     b = fit(_cfg(input_halo="exchange"), lg, {}, ctx)
     assert a["losses"] == b["losses"] and a["comm/halo_bytes_per_epoch"] == 0
@@ -93,7 +93,7 @@ def _fallback_job(rank, ws, graph, a):
     from graphdist.gnn import trainer
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
-    lg = build_plan(graph, a, rank, ws)
+    lg = build_layout(graph, a, rank, ws)
     held = trainer.fit(_cfg(), lg, {}, ctx)
     real = trainer.check_fits
 

@@ -9,7 +9,7 @@ import torch
 
 from graphdist.data import Graph
 from graphdist.halo.parts import load_part, write_parts
-from graphdist.halo.plan import build_plans
+from graphdist.halo.layout import build_layouts
 from graphdist.halo.spmm import SparseAdj
 from graphdist.sparse import coo_to_csr
 
@@ -48,7 +48,7 @@ def _reference_blocks(lg, model):
 def test_adjacency_is_the_reference_bit_for_bit(symmetric, model, k):
     g = _graph(symmetric)
     a = torch.arange(g.num_nodes) % k
-    for lg in build_plans(g, a, k):
+    for lg in build_layouts(g, a, k):
         lg = lg.reordered("rcm")
         ref = _reference_blocks(lg, model)
         for halo in ("plain", "mvc"):
@@ -71,7 +71,7 @@ def test_adjacency_is_the_reference_bit_for_bit(symmetric, model, k):
 
 def test_reordered_csr_matches_a_per_row_sort():
     g = _graph(False)
-    for lg in build_plans(g, torch.arange(g.num_nodes) % 3, 3):
+    for lg in build_layouts(g, torch.arange(g.num_nodes) % 3, 3):
         m = lg.reordered("rcm")
         perm = torch.searchsorted(lg.owned, m.owned)  # old row of each new row (owned ascending)
         inv = torch.empty_like(perm)
@@ -99,7 +99,7 @@ def test_reordered_part_shares_no_storage_with_its_file(tmp_path):
 
 def test_normalised_csr_equals_edges():
     g = _graph(False)
-    (lg,) = build_plans(g, torch.zeros(g.num_nodes, dtype=torch.int64), 1)
+    (lg,) = build_layouts(g, torch.zeros(g.num_nodes, dtype=torch.int64), 1)
     for model in ("gcn", "sage", "sym"):
         ptr, cols, vals = lg.normalised_csr(model)
         rows, c, v = lg.edges(model)

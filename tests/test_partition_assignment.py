@@ -12,7 +12,7 @@ from graphdist.cli import main
 from graphdist.data import load_graph
 from graphdist.halo.artifact import read_artifact
 from graphdist.halo.parts import load_part
-from graphdist.halo.plan import build_plan
+from graphdist.halo.layout import build_layout
 from partitioners import partition, quality
 
 SPEC = "sbm:nodes=300,classes=3,avg_degree=6,features=4,seed=1"
@@ -46,7 +46,7 @@ def test_artifact_from_a_given_assignment(given, tmp_path, fmt, capsys):
     assert meta["params"]["assignment"] == str(f)
     assert meta["quality"] == json.loads(json.dumps(quality(g, torch.from_numpy(a), k=3)))
     for r in range(3):  # the parts are the plans of that very assignment
-        want, lg = build_plan(g, torch.from_numpy(a), r, 3), load_part(out, r)
+        want, lg = build_layout(g, torch.from_numpy(a), r, 3), load_part(out, r)
         assert torch.equal(lg.owned, want.owned) and torch.equal(lg.indices, want.indices)
         assert torch.equal(lg.send_idx, want.send_idx) and torch.equal(lg.x, want.x)
 

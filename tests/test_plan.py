@@ -143,10 +143,10 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
     from graphdist.gnn.config import GCNConfig
     from graphdist.gnn.plan import ROUNDS, check_fits, part_stats, rank_memory
     from graphdist import memory
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     g = load_graph("sbm:nodes=8000,classes=4,avg_degree=12,features=64,seed=0")
     a = torch.randint(0, 4, (g.num_nodes,), generator=torch.Generator().manual_seed(0))
-    lg = build_plan(g, a, 0, 4)
+    lg = build_layout(g, a, 0, 4)
     assert lg.num_halo > 2.5 * lg.num_owned
     cfg = GCNConfig(spec="sbm", layers=2, hidden=64, halo="plain", input_halo="exchange")  # every layer exchanges
     ps = part_stats(lg, check_symmetry=False)

@@ -12,7 +12,7 @@ from torch_geometric.nn.aggr import SumAggregation
 
 import graphdist.gnn.pyg as gd
 from graphdist.errors import ConfigError
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.testing import run_ranks
 
 SPEC = "sbm:nodes=300,classes=3,avg_degree=6,homophily=0.8,features=8,seed=1"
@@ -37,7 +37,7 @@ class Seq(nn.Module):
 def part():
     from graphdist.data import load_graph
     g = load_graph(SPEC)
-    return gd.Part.from_local_graph(build_plan(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1))
+    return gd.Part.from_local_graph(build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1))
 
 
 REFUSED = {

@@ -23,7 +23,7 @@ from torch_geometric.nn import (APPNP, ARMAConv, ChebConv, DNAConv, GatedGraphCo
                                 TAGConv)
 
 import graphdist.gnn.pyg as gd
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.testing import run_ranks
 from tests.test_gcn_parity import assignment
 from tests.test_pyg_parity import C, FEAT, HID, METHODS, N, _rel_err, make_graph
@@ -126,7 +126,7 @@ def _rank_job(rank, ws, graph, assignments):
     torch.set_num_threads(1)
     res = {}
     for method, a in assignments.items():
-        part = gd.Part.from_local_graph(build_plan(graph, a, rank, ws))
+        part = gd.Part.from_local_graph(build_layout(graph, a, rank, ws))
         for kind in BUILDERS:
             res[(method, kind)] = _case(part, kind, "plain")
         for kind in MVC:

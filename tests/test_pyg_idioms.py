@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 import graphdist.gnn.pyg as gd
 from graphdist.data import Graph
 from graphdist.errors import ConfigError
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.testing import run_ranks
 
 N, C = 300, 4
@@ -46,7 +46,7 @@ def planetoid_split(y, per_class, num_val, num_test, seed):
 
 
 def _job(rank, ws, graph, assign):
-    part = gd.Part.from_local_graph(build_plan(graph, assign, rank, ws))
+    part = gd.Part.from_local_graph(build_layout(graph, assign, rank, ws))
     masks = gd.random_split(part, 10, 50, 100, seed=3)
     assert part.train_mask is masks[0]
     return part.node_ids, masks, gd.normalize_features(part.x)
@@ -74,6 +74,6 @@ def test_random_split_and_normalize_features_are_graph_wide(k):
 
 def test_random_split_refuses_too_many_in_one_line():
     graph = make_graph()
-    part = gd.Part.from_local_graph(build_plan(graph, torch.zeros(N, dtype=torch.int64), 0, 1))
+    part = gd.Part.from_local_graph(build_layout(graph, torch.zeros(N, dtype=torch.int64), 0, 1))
     with pytest.raises(ConfigError, match=r"num_val \+ num_test = 1500 but only \d+ labelled nodes are left"):
         gd.random_split(part, 20, 500, 1000)

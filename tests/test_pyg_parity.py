@@ -27,7 +27,7 @@ from torch_geometric.nn.models import GIN, GraphSAGE
 
 import graphdist.gnn.pyg as gd
 from graphdist.data import Graph
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.testing import run_ranks
 from tests.test_gcn_parity import assignment  # the same random / METIS parts
 
@@ -169,7 +169,7 @@ def _rank_job(rank, ws, graph, assignments):
     torch.set_num_threads(1)
     res = {}
     for method, a in assignments.items():
-        part = gd.Part.from_local_graph(build_plan(graph, a, rank, ws))
+        part = gd.Part.from_local_graph(build_layout(graph, a, rank, ws))
         for kind in BUILDERS:
             res[(method, kind, "plain", 32)] = _case(part, kind)
         for kind in MVC:

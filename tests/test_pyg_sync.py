@@ -16,7 +16,7 @@ from torch_geometric.nn import GCNConv, SAGEConv
 import graphdist.gnn.pyg as gd
 from graphdist.data import load_graph
 from graphdist.errors import ConfigError
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.testing import run_ranks
 
 SPEC = "sbm:nodes=120,classes=3,avg_degree=5,homophily=0.8,features=6,seed=2"
@@ -49,7 +49,7 @@ def _step(model, part):
 
 def _job(rank, ws):
     g = load_graph(SPEC)
-    part = gd.Part.from_local_graph(build_plan(g, torch.arange(g.num_nodes) % ws, rank, ws))
+    part = gd.Part.from_local_graph(build_layout(g, torch.arange(g.num_nodes) % ws, rank, ws))
     out = {}
     torch.manual_seed(100 + rank)  # every rank its own generator
     model = gd.distribute(Net(), part)
@@ -116,7 +116,7 @@ def test_reset_rebroadcasts_and_desync_is_stopped_in_one_line():
 
 def test_check_weights_at_k1_and_bad_check_every():
     g = load_graph(SPEC)
-    part = gd.Part.from_local_graph(build_plan(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1))
+    part = gd.Part.from_local_graph(build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1))
     model = gd.distribute(Net(), part)
     _step(model, part)  # one rank: nothing to compare, no error
     gd.check_weights(model)

@@ -95,7 +95,7 @@ def test_expected_square_error_is_the_mean_over_rounding_noise(bits):
 
 @pytest.mark.parametrize("bits", QBITS)
 def test_noise_is_a_function_of_key_and_position(bits, monkeypatch):
-    import graphdist.halo.keyed as keyed
+    import graphdist.keyed as keyed
     gen = torch.Generator().manual_seed(bits)
     x = torch.randn(300, 13, generator=gen)
     whole = encode(x, bits, key=11)
@@ -155,10 +155,10 @@ def _exchange_job(rank, ws, variants):
     import graphdist.halo.quant as quant
     from graphdist.halo.exchange import HaloExchanger, Pending
     from graphdist.data import load_graph
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     from graphdist.halo.spmm import SparseAdj
     g = load_graph("sbm:nodes=300,classes=3,avg_degree=6,features=16,seed=1")
-    lg = build_plan(g, torch.arange(g.num_nodes) % ws, rank, ws)
+    lg = build_layout(g, torch.arange(g.num_nodes) % ws, rank, ws)
     w = torch.randn(lg.num_owned, 16, generator=torch.Generator().manual_seed(rank))
     received = []
     wait = Pending.wait
@@ -186,7 +186,7 @@ def _exchange_job(rank, ws, variants):
         quant.decode = wrong_scale if name == "2-scale" else good_decode
         adj = SparseAdj.for_model(lg, "gcn", halo="mvc")
         ex = HaloExchanger.from_local_graph(lg, halo="mvc", bits=bits, seed=3)
-        ex.measure = name in ("8", "2")
+        ex.measure_errors(name in ("8", "2"))
         ex.start_pass()
         h = lg.x.clone().requires_grad_()
         received.clear()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.rec.data import make_ratings
 from graphdist.testing import run_ranks
 
@@ -25,7 +25,7 @@ def _eval_job(rank, ws, cases):
     res = {}
     for name, (ratings, assignment, table, K, eval_users) in cases.items():
         comm.all_gather_rows = gather  # setup gathers the owned item ids (not rows of the table)
-        lg = build_plan(ratings.graph, assignment[ws], rank, ws)
+        lg = build_layout(ratings.graph, assignment[ws], rank, ws)
         rd = rank_data(ratings, lg)
         ev = RankingEval(rd, K, eval_users=eval_users, seed=3)
         comm.all_gather_rows = no_gather

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.rec.data import Ratings, make_ratings
 from graphdist.testing import run_ranks
 
@@ -48,14 +48,14 @@ def global_triples(ratings: Ratings, seed: int = 5):
 def _job(rank, ws, ratings, assignments, table, epochs):
     from graphdist import comm
     from graphdist.rec.adam import TableAdam
-    from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, lightgcn_adjacency, plan_epoch
+    from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, lightgcn_adjacency, schedule_epoch
     from graphdist.rec.sampling import sample_epoch
     from graphdist.rec.setup import rank_data
     from graphdist.runtime import init_distributed
     init_distributed("cpu")
     out = {}
     for (method, mode), a in assignments.items():
-        lg = build_plan(ratings.graph, a, rank, ws)
+        lg = build_layout(ratings.graph, a, rank, ws)
         rd = rank_data(ratings, lg)
         model = LightGCNShard(table[rd.owned], L)
         adj, halo = lightgcn_adjacency(lg, halo=mode), halo_exchanger(lg, halo=mode)
@@ -65,7 +65,7 @@ def _job(rank, ws, ratings, assignments, table, epochs):
         with torch.no_grad():
             final = model(adj, halo)
         plans = [p for e in range(1, epochs + 1)
-                 for p in plan_epoch(sample_epoch(rd.index, 5, e, BATCH), rd, U, rank, ws)][:STEPS]
+                 for p in schedule_epoch(sample_epoch(rd.index, 5, e, BATCH), rd, U, rank, ws)][:STEPS]
         bpr_step(model, adj, halo, plans[0], L2)  # gradients of the first batch, no step
         grad = model.weight.grad.clone()
         opt = TableAdam(model.weight, lr=LR)  # train-rec's optimizer; the reference uses torch.optim.Adam
@@ -135,7 +135,7 @@ def _paper_job(rank, ws, ratings, a, table):
     from graphdist.rec.model import LightGCNShard, halo_exchanger, lightgcn_adjacency
     from graphdist.runtime import init_distributed
     init_distributed("cpu")
-    lg = build_plan(ratings.graph, a, rank, ws)
+    lg = build_layout(ratings.graph, a, rank, ws)
     m = LightGCNShard(table[lg.owned], 1)
     with torch.no_grad():
         return lg.owned, m(lightgcn_adjacency(lg), halo_exchanger(lg))

@@ -12,20 +12,20 @@ from graphdist.testing import run_ranks
 
 
 def test_bpr_steps_make_no_host_sync(monkeypatch):
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     from graphdist.rec.model import (LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency,
-                                     plan_epoch)
+                                     schedule_epoch)
     from graphdist.rec.sampling import sample_epoch
     from graphdist.rec.setup import rank_data
     g = np.random.default_rng(1)
     r = make_ratings(np.stack([g.integers(0, 40, 400), g.integers(0, 30, 400)], 1), np.zeros((0, 2), np.int64),
                      40, 30, {})
-    lg = build_plan(r.graph, torch.zeros(70, dtype=torch.int64), 0, 1)
+    lg = build_layout(r.graph, torch.zeros(70, dtype=torch.int64), 0, 1)
     rd = rank_data(r, lg)
     model = LightGCNShard(init_embeddings(rd.owned, 8, 0.1, 0), 2)
     adj, halo = lightgcn_adjacency(lg), halo_exchanger(lg)
     opt = torch.optim.Adam([model.weight], lr=0.01)
-    plans = plan_epoch(sample_epoch(rd.index, 0, 1, 64), rd, 40, 0, 1)
+    plans = schedule_epoch(sample_epoch(rd.index, 0, 1, 64), rd, 40, 0, 1)
     assert len(plans) >= 3
     bpr_step(model, adj, halo, plans[0], 1e-4, opt)  # Adam's state exists before the check
 
@@ -68,7 +68,7 @@ def test_steps_cap_and_eval_user_sample_are_reported():
 def _fits_job(rank, ws):
     from graphdist import memory
     from graphdist.errors import ConfigError
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     from graphdist.rec.config import RecConfig
     from graphdist.rec.memory import check_rank_fits, estimate_rank_bytes
     from graphdist.rec.setup import rank_data
@@ -77,7 +77,7 @@ def _fits_job(rank, ws):
     g = np.random.default_rng(1)
     r = make_ratings(np.stack([g.integers(0, 40, 400), g.integers(0, 30, 400)], 1), np.zeros((0, 2), np.int64),
                      40, 30, {})
-    lg = build_plan(r.graph, torch.arange(70) % ws, rank, ws)
+    lg = build_layout(r.graph, torch.arange(70) % ws, rank, ws)
     rd = rank_data(r, lg)
     small, big = RecConfig(spec="x:", batch_size=64), RecConfig(spec="x:", batch_size=1 << 22, dim=256)
     est = estimate_rank_bytes(lg, rd, small, 10), estimate_rank_bytes(lg, rd, big, 10)

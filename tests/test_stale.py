@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from graphdist.cli import main
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.testing import run_ranks
 
 SPEC = "sbm:nodes=300,classes=3,avg_degree=5,features=8,seed=0"
@@ -97,7 +97,7 @@ def _fit_job(rank, ws, graph, a, runs, root=None):
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
-    lg = build_plan(graph, a, rank, ws)
+    lg = build_layout(graph, a, rank, ws)
     out = [fit(GCNConfig(spec="t", progress=False, **kw), lg, {}, ctx)["losses"] for kw in runs]
     return out if root is None else (out, _resume_case(lg, ctx, root))
 

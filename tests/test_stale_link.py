@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from graphdist.cli import main
-from graphdist.halo import build_plan
+from graphdist.halo import build_layout
 from graphdist.halo.link import Link
 from graphdist.testing import run_ranks
 
@@ -52,7 +52,7 @@ def _train_job(rank, ws, graph, a):
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
-    lg = build_plan(graph, a, rank, ws)
+    lg = build_layout(graph, a, rank, ws)
     base = dict(spec="t", hidden=8, epochs=3, seed=1, progress=False)
     plain = fit(GCNConfig(**base), lg, {}, ctx)
     slow = fit(GCNConfig(**base, link_gbps=0.01, link_latency_us=100), lg, {}, ctx)

@@ -77,10 +77,10 @@ def test_generated_node_data(tmp_path):
 
 def test_training_without_node_data_names_the_option(tmp_path):
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.halo import build_plan
+    from graphdist.halo import build_layout
     from graphdist.runtime import DistContext
     p = _w(tmp_path, "g.txt", b"0 1\n1 2\n")
     g = load_graph(f"edgelist:{p}")
-    lg = build_plan(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1)
+    lg = build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1)
     with pytest.raises(ConfigError, match="features=degree"):
         fit(GCNConfig(spec="x", epochs=1, progress=False), lg, {}, DistContext(0, 1, 0, "none", torch.device("cpu")))

@@ -174,8 +174,9 @@ class AutoBits:
         """Apply a recorded choice, or turn calibration on; True while calibrating."""
         calibrating = self.KEY not in hist
         for ex in exchangers:
-            ex.calibrate = calibrating
-            if not calibrating:
+            if calibrating:
+                ex.start_calibration()
+            else:
                 _apply(ex, hist[self.KEY])
         return calibrating
 
@@ -184,11 +185,9 @@ class AutoBits:
         epoch's traffic is counted again at the chosen widths (``halo_rows_bytes`` dropped)."""
         mine: dict = {}
         for ex in exchangers:
-            ex.calibrate = False
-            for k, v in ex.stats.calib.items():
+            for k, v in ex.end_calibration().items():
                 mine[k] = [a + b for a, b in zip(mine[k], v)] if k in mine else list(v)
                 mine[k][2] = v[2]
-            ex.stats.calib = {}
         every = comm.all_gather_object(mine)
         if self.link is None:
             from graphdist.gnn.plan_time import codec_rates
@@ -204,4 +203,4 @@ class AutoBits:
 
 
 def _apply(ex, choice: dict) -> None:
-    ex.layer_bits = {(d, t): int(b) for d in ("forward", "backward") for t, b in enumerate(choice[d]) if b != ex.bits}
+    ex.set_widths({(d, t): int(b) for d in ("forward", "backward") for t, b in enumerate(choice[d])})

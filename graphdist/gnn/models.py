@@ -39,8 +39,8 @@ from torch import nn
 
 from graphdist import comm
 from graphdist.errors import ConfigError
-from graphdist.halo.keyed import key32 as _key32
-from graphdist.halo.keyed import bits_into, blocks, id_hashes, keyed_bits
+from graphdist.keyed import key32 as _key32
+from graphdist.keyed import bits_into, blocks, id_hashes, keyed_bits
 from graphdist.halo.spmm import SparseAdj
 
 
@@ -180,7 +180,7 @@ class GlobalBatchNorm1d(nn.BatchNorm1d):
 
 def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int, *, relu: bool = False) -> torch.Tensor:
     """Dropout whose mask is a function of ``(key, global row id, column)`` only
-    (:func:`graphdist.halo.keyed.keyed_bits`: an xor, a multiply and a compare per element,
+    (:func:`graphdist.keyed.keyed_bits`: an xor, a multiply and a compare per element,
     several times cheaper than ``torch.bernoulli`` on a CPU)::
 
         keep[i, j] = bits(key, id_i, j) >= (p - 1/2) * 2^32      (signed 32-bit compare)
@@ -189,7 +189,7 @@ def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int, *, rel
     one process (``ids`` = the rows' global node ids, ``key`` from (seed, epoch, layer)).
     ``relu=True`` gives ``dropout(relu(h))`` *in place of* ``h`` (a layer's output, which
     nothing else holds). The mask is drawn a block of rows at a time into a scratch buffer
-    (:func:`graphdist.halo.keyed.blocks`), the compare writes it there as 0/1 floats, and
+    (:func:`graphdist.keyed.blocks`), the compare writes it there as 0/1 floats, and
     ``h * mask / (1 - p)`` goes straight into the result: no mask of the tensor's size."""
     if h.dtype != torch.float32:
         out = h * _scaled_mask(h, p, ids, key)

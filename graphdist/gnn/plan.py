@@ -419,13 +419,13 @@ def _parts(cfg: PlanConfig):
         k = int(read_meta(cfg.partition)["k"])
         return [load_part(cfg.partition, r) for r in range(k)], str(cfg.partition)
     from graphdist.data import load_graph
-    from graphdist.halo.plan import SharedArrays, build_plan, checked_assignment
+    from graphdist.halo.layout import SharedArrays, build_layout, checked_assignment
     from graphdist.halo.setup import partition_in_process
     g = load_graph(cfg.spec)
     k = int(cfg.parts or 1)
     a = checked_assignment(g, partition_in_process(g, k, cfg.method, cfg.seed), k)
     sh = SharedArrays(g, a, k)
-    return [build_plan(g, a, r, k, shared=sh) for r in range(k)], f"{cfg.spec} ({cfg.method}, k={k})"
+    return [build_layout(g, a, r, k, shared=sh) for r in range(k)], f"{cfg.spec} ({cfg.method}, k={k})"
 
 
 def check_fits(cfg, lg, world_size: int) -> int:

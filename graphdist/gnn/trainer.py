@@ -41,8 +41,8 @@ from graphdist.halo.quant import rel_error as quant_rel_error
 from graphdist.halo.regroup import parts_for_world
 from graphdist.halo.resident import ResidentHalo
 from graphdist.halo.rounds import in_rounds
-from graphdist.halo.stale import STALE_RESHARD, StaleHalos
-from graphdist.halo.setup import check_plan, load_local
+from graphdist.halo.stale import STALE_RESHARD, Staleness
+from graphdist.halo.setup import check_layout, load_local
 from graphdist.halo.spmm import SparseAdj
 from graphdist.loop import LoopConfig, Task, run_loop
 from graphdist.runtime import Timer, get_logger, peak_memory_bytes, start_rank
@@ -70,7 +70,7 @@ def _auto_line(plan: dict) -> str:
 
 
 def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
-    """Train on this rank's :class:`~graphdist.halo.plan.LocalGraph`; every rank returns the report.
+    """Train on this rank's :class:`~graphdist.halo.layout.LocalGraph`; every rank returns the report.
 
     ``callbacks``: functions ``cb(epoch, history) -> bool`` called on every rank after each epoch
     (same arguments everywhere); returning True stops training there, as early stopping does
@@ -116,7 +116,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         raise ConfigError("the graph needs features x, labels y and a train mask to train a GCN; for a "
                           "graph without node data add ,features=degree (or ,features=random:64) and "
                           ",labels=random:8 to an edgelist or npz spec")
-    check_plan(lg, cfg.halo)
+    check_layout(lg, cfg.halo)
     if cfg.row_normalize:
         x = x / x.sum(1, keepdim=True).clamp(min=1.0)
     x, y, ids = x.to(dev), lg.y.to(dev), lg.owned.to(dev)
@@ -225,8 +225,15 @@ class BuiltinNet:
         self.adj = SparseAdj.for_model(lg, cfg.model, dev, halo=cfg.halo)
         link = Link(cfg.link_gbps, cfg.link_latency_us)
         self.link = link if link.active else None
+        stale = None
+        if cfg.halo_staleness:
+            # widest row a layer exchanges: min(F_in, F_out), or the features when the first layer
+            # propagates them (F_in < 2 F_out, graphdist.gnn.models)
+            f0 = cfg.hidden if cfg.layers > 1 else n_classes
+            width = max(cfg.hidden, n_classes, x.shape[1] if x.shape[1] < 2 * f0 else 0)
+            stale = Staleness(cfg.layers, width, cfg.staleness_smoothing)
         self.ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed,
-                                                 link=self.link)
+                                                 link=self.link, stale=stale)
         # evaluation is exact (32-bit, fresh rows) unless --eval-halo-bits says otherwise
         same = cfg.eval_halo_bits == cfg.halo_bits and not cfg.halo_staleness and not separate_eval
         self.ex_eval = self.ex if same else \
@@ -239,14 +246,7 @@ class BuiltinNet:
         torch.manual_seed(cfg.seed)
         self.model = GNN(cfg.model, x.shape[1], cfg.hidden, n_classes, cfg.layers, cfg.dropout, cfg.batch_norm,
                          seed=cfg.seed, label_classes=n_classes if cfg.label_rate > 0 else 0).to(dev)
-        self.stale = None
-        if cfg.halo_staleness:
-            # widest row a layer exchanges: min(F_in, F_out), or the features when the first layer
-            # propagates them (F_in < 2 F_out, graphdist.gnn.models)
-            f0 = cfg.hidden if cfg.layers > 1 else n_classes
-            width = max(cfg.hidden, n_classes, x.shape[1] if x.shape[1] < 2 * f0 else 0)
-            self.stale = self.ex.stale = StaleHalos({"forward": self.ex.n_recv, "backward": self.ex.n_send},
-                                                    cfg.layers, width, cfg.staleness_smoothing, dev)
+        self.stale = self.ex.stale
         self.sampler = None  # --boundary-rate < 1: a new cut each epoch
         if cfg.boundary_rate < 1.0 and self.ex.active:
             self.sampler = BoundarySampler(lg, self.adj, self.ex, cfg.boundary_rate, cfg.seed)
@@ -259,7 +259,7 @@ class BuiltinNet:
         return list({id(self.ex): self.ex, id(self.ex_eval): self.ex_eval}.values())
 
     def measure(self, on: bool) -> None:
-        self.ex.measure = on
+        self.ex.measure_errors(on)
 
     def train_pass(self, epoch: int, labels):
         adj, ex = self.sampler.epoch(epoch) if self.sampler is not None else (self.adj, self.ex)
@@ -398,7 +398,7 @@ def _label_split(cfg, train, y, ids, epoch: int, n_train: float):
     label in and the loss is on the rest (divided by their global count, so k ranks = 1)."""
     if cfg.label_rate <= 0:
         return train, None, n_train
-    from graphdist.halo.keyed import key32, keyed_bits
+    from graphdist.keyed import key32, keyed_bits
     draw = keyed_bits(ids, 1, key32(cfg.seed, epoch, 0x1AB))[:, 0]
     prop = train & (draw < int(cfg.label_rate * (1 << 32)) - (1 << 31))
     sup = train & ~prop

@@ -34,7 +34,7 @@ import torch
 from graphdist.errors import ArtifactError
 
 FORMAT_VERSION = 3
-"""2: part files carry the pre/post-aggregation (mvc) plan; meta.json records SHA-256 hashes;
+"""2: part files carry the pre/post-aggregation (mvc) layout; meta.json records SHA-256 hashes;
 3: part format 3 (int32 local columns, memory-mapped); ``params.assignment`` names the file of a
 partition given with ``--assignment``."""
 META = "meta.json"

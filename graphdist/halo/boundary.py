@@ -21,11 +21,9 @@ its sources were dropped (the receiver cannot tell), so mvc's bytes drop less th
 """
 from __future__ import annotations
 
-import copy
-
 import torch
 
-from graphdist.halo.keyed import key32, keyed_bits
+from graphdist.keyed import key32, keyed_bits
 from graphdist.halo.spmm import CSRPair
 from graphdist.sparse import ptr2index
 
@@ -95,14 +93,14 @@ class BoundarySampler:
         kr = kept(self.halo_ids, self.rate, self.seed, epoch)
         ex = self.ex.restricted(self.ex.send_idx[ks], _segment_sums(ks, self.ex.send_counts),
                                 _segment_sums(kr, self.ex.recv_counts))
-        adj = copy.copy(self.adj)
-        if self.adj.halo is not None:
+        halo = self.adj.halo
+        if halo is not None:
             new_col = torch.cumsum(kr.to(torch.int64), 0) - 1
             keep = kr[self.cols]
             # rows stay sorted, and columns within a row too (the renumbering keeps their order)
-            adj.halo = CSRPair(self.rows[keep], new_col[self.cols[keep]], self.vals[keep] / self.rate,
-                               self.n_own, int(kr.sum()), self.vals.device)
-        return adj, ex
+            halo = CSRPair(self.rows[keep], new_col[self.cols[keep]], self.vals[keep] / self.rate,
+                           self.n_own, int(kr.sum()), self.vals.device)
+        return self.adj.with_blocks(halo, self.adj.send), ex
 
     def _epoch_mvc(self, epoch: int):
         dev = self.t_vals.device
@@ -114,16 +112,15 @@ class BoundarySampler:
         # receiver: the same raw rows go (their ids), every partial sum stays
         kr = ~self.raw_in | kept(self.in_ids, self.rate, self.seed, epoch)
         ex = self.ex.restricted(None, _segment_sums(ks, self.ex.send_counts), _segment_sums(kr, self.ex.recv_counts))
-        adj = copy.copy(self.adj)
         out_row = torch.cumsum(ks.to(torch.int64), 0) - 1
-        adj.send = CSRPair(out_row[self.t_rows[ke]], self.t_cols[ke], self.t_vals[ke] / self.rate, int(ks.sum()),
-                           self.n_own, dev)
-        if self.adj.halo is not None:
+        send = CSRPair(out_row[self.t_rows[ke]], self.t_cols[ke], self.t_vals[ke] / self.rate, int(ks.sum()),
+                       self.n_own, dev)
+        halo = self.adj.halo
+        if halo is not None:
             in_col = torch.cumsum(kr.to(torch.int64), 0) - 1
             keep = kr[self.cols]
-            adj.halo = CSRPair(self.rows[keep], in_col[self.cols[keep]], self.vals[keep], self.n_own, int(kr.sum()),
-                               dev)
-        return adj, ex
+            halo = CSRPair(self.rows[keep], in_col[self.cols[keep]], self.vals[keep], self.n_own, int(kr.sum()), dev)
+        return self.adj.with_blocks(halo, send), ex
 
 
 def _coo(a: torch.Tensor):

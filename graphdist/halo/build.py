@@ -17,7 +17,7 @@ was written. Rank ``r`` of ``k``:
 4. solves the cover of the cut into its part (:func:`partitioners.cover.part_cover`, the block
    the one-process cover solves for it) and tells each peer which of that peer's rows it needs
    (``[u, raw]``) and which partial sums it wants (``[v, u]`` for every edge summed): one
-   all-to-all each; the replies make each rank's send plans;
+   all-to-all each; the replies make each rank's send layouts;
 5. writes its own part file into the artifact's temporary directory (rank 0 makes it; on
    several nodes ``--out`` must be on a file system they all mount). Rank 0 writes
    ``assignment.npy`` and ``meta.json`` and renames the directory into place.
@@ -118,7 +118,7 @@ def build_artifact(cfg) -> dict:
     x, y, num_classes = _node_data(opts, owned, n, indeg, outdeg, spec.path)
     fp = _fingerprint(n, a, owned, indptr, cols, indeg, opts, outdeg)
     _log(rank, f"build: rows shuffled, fingerprint {fp} ({time.perf_counter() - t0:.1f} s)")
-    from graphdist.halo.rank_plan import local_part
+    from graphdist.halo.rank_layout import local_part
     lg, stats = local_part(rank, k, n, a, owned, indptr, cols, indeg - loops, x, y, num_classes, fp)
     del indptr, cols, x, y
     quality = _quality(a, k, n, indeg, stats)

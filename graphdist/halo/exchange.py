@@ -1,7 +1,7 @@
-"""The halo exchange: message rows of a rank's plan moved to the peers that need them.
+"""The halo exchange: message rows of a rank's layout moved to the peers that need them.
 
 :class:`HaloExchanger`: one asynchronous all-to-all (:func:`graphdist.comm.all_to_all_rows`)
-per layer and direction moves *message rows* whose layout the plan fixes (``plain``: raw halo
+per layer and direction moves *message rows* whose order the layout fixes (``plain``: raw halo
 rows; ``mvc``: raw rows and pre-aggregated partial sums, see :mod:`graphdist.halo.local`). The
 training path fuses it with the SpMM (:class:`graphdist.halo.spmm.SparseAdj`): it builds the
 send buffer, calls :meth:`HaloExchanger.post`, multiplies the owned block while rows travel,
@@ -13,6 +13,12 @@ With a :class:`~graphdist.halo.link.Link` (``--link-gbps``) every exchange arriv
 its simulated transfer time; with stale buffers (:mod:`graphdist.halo.stale`, ``--halo-staleness
 1``) ``post`` hands back the rows of the previous epoch's exchange and leaves this one in flight.
 
+Its modes are its own: stale buffers, the statistics it counts into, the link and the widths
+are constructor arguments; widths per layer (:meth:`HaloExchanger.set_widths`), calibration
+(:meth:`~HaloExchanger.start_calibration` / :meth:`~HaloExchanger.end_calibration`), error
+measurement (:meth:`~HaloExchanger.measure_errors`) and rounds (:meth:`~HaloExchanger.in_rounds`)
+change through its methods. No public attribute is assigned after construction (it raises).
+
 ``exchanger(h)`` (autograd) returns ``[h ; halo rows]`` in one tensor for callers that index
 rows directly (the recommender's per-batch tables); ``all_to_all`` moves a plain tensor.
 
@@ -22,7 +28,6 @@ is plain single-device code with the exchange injected. The collectives themselv
 """
 from __future__ import annotations
 
-import copy
 import time
 
 import torch
@@ -30,8 +35,9 @@ import torch
 from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.halo import quant
-from graphdist.halo.keyed import key32
+from graphdist.keyed import key32
 from graphdist.halo.quant import BITS
+from graphdist.halo.stale import Staleness, StaleHalos
 
 __all__ = ["CommStats", "HaloExchanger", "Pending"]
 
@@ -48,7 +54,7 @@ class CommStats:
         self.calib: dict = {}
         """``{(direction, tag): [rows sent, rows received, width, squared norm, expected squared
         error at 16, 8, 4, 2 bits, seconds to encode and decode them at 16, 8, 4, 2 bits, seconds
-        of compute between post and wait]}`` of the rows sent while ``calibrate`` is on (``--halo
+        of compute between post and wait]}`` of the rows sent while calibrating (``--halo
         auto``: what the rows would lose and cost at each width, and how much transfer the
         layer's compute hides)."""
 
@@ -91,18 +97,25 @@ class _HaloExchangeFn(torch.autograd.Function):
 class HaloExchanger:
     """Moves a rank's message rows to the peers that need them, asynchronously.
 
-    ``HaloExchanger(send_idx, send_counts, recv_counts)`` is the plain exchange of a plan (rows
+    ``HaloExchanger(send_idx, send_counts, recv_counts)`` is the plain exchange of a layout (rows
     ``h[send_idx]``); :meth:`from_local_graph` builds it for a halo mode (``plain`` or ``mvc``,
     whose send rows come from the adjacency's send operator) and a wire format (``bits``: 32 =
     float32; 16, 8, 4, 2 = quantised with stochastic rounding whose noise is keyed by (seed,
     step, rank, exchange), see :meth:`set_step`).
     ``stats`` counts the rows and bytes this rank sends (quantisation parameters included)
-    and, with ``measure = True``, the relative error of the quantised rows per layer.
+    and, after :meth:`measure_errors`, the relative error of the quantised rows per layer; a
+    :class:`CommStats` given as ``stats`` is shared (counted into by several exchangers).
+    ``stale``: hold each exchange for the next epoch (:class:`~graphdist.halo.stale.StaleHalos`
+    of this exchanger's row counts, ``--halo-staleness 1``).
+
+    Public attributes are read-only once it is built (assigning one raises ``AttributeError``):
+    its modes change only through its methods.
     """
 
     def __init__(self, send_idx: torch.Tensor | None, send_counts: list[int], recv_counts: list[int],
                  device: torch.device | str = "cpu", group=None, *, bits: int = 32, seed: int = 0,
-                 mode: str | None = None, link=None):
+                 mode: str | None = None, link=None, stats: CommStats | None = None,
+                 stale: Staleness | None = None):
         if bits not in BITS:
             raise ConfigError(f"--halo-bits {bits} is not supported (choose from {', '.join(map(str, BITS))})")
         self.send_idx = None if send_idx is None else send_idx.to(device)
@@ -110,51 +123,109 @@ class HaloExchanger:
         self.recv_counts = [int(c) for c in recv_counts]
         self.n_send = sum(self.send_counts)
         self.n_recv = sum(self.recv_counts)
+        self.device = torch.device(device)
         self.group = group
-        self.stats = CommStats()
+        self.stats = CommStats() if stats is None else stats
         self.active = comm.world()[1] > 1 and len(self.send_counts) > 1
         self.mode = mode or "plain"
-        self.bits, self.seed, self.measure = int(bits), int(seed), False
-        self._tag = 0
-        self._step, self._calls = 0, 0
+        self.bits, self.seed = int(bits), int(seed)
         self.link = link
         """:class:`~graphdist.halo.link.Link` that delays each exchange (None: no delay)."""
-        self.layer_bits: dict = {}
-        """``{(direction, tag): bits}``: the wire width of one layer's exchange in one direction
-        where it differs from ``bits`` (``--halo auto``'s choice, :mod:`graphdist.gnn.auto`)."""
-        self.calibrate = False
-        """True: record in ``stats.calib`` what each tagged exchange would cost and err at every width."""
-        self.stale = None
-        """:class:`~graphdist.halo.stale.StaleHalos` (``--halo-staleness 1``) or None."""
-        self.rounds = 1
-        """All-to-alls per exchange (:meth:`in_rounds`, :mod:`graphdist.halo.rounds`)."""
+        self._measure = False
+        self._tag = 0
+        self._step, self._calls = 0, 0
+        self._widths: dict = {}
+        self._calibrating = False
+        self._stale = None if stale is None else StaleHalos(
+            {"forward": self.n_recv, "backward": self.n_send}, stale.layers, stale.width, stale.gamma, device)
+        self._rounds = 1
         self._round_counts = [(self.send_counts, self.recv_counts)]
         self._round_idx = [self.send_idx]
         if bits < 32 and self.active and comm.backend(group) not in ("gloo", "nccl"):
             raise ConfigError(f"--halo-bits {bits}: the {comm.backend(group)} backend cannot carry "
                               "quantised halo rows (gloo or nccl needed); use --halo-bits 32")
+        self._built = True
+
+    def __setattr__(self, name: str, value) -> None:
+        if not name.startswith("_") and getattr(self, "_built", False):
+            raise AttributeError(f"HaloExchanger.{name} is read-only once the exchanger is built: pass it to the "
+                                 "constructor or use a method (set_widths, start_calibration, measure_errors, "
+                                 "in_rounds)")
+        object.__setattr__(self, name, value)
+
+    @property
+    def stale(self) -> StaleHalos | None:
+        """:class:`~graphdist.halo.stale.StaleHalos` (``--halo-staleness 1``) or None."""
+        return self._stale
+
+    @property
+    def rounds(self) -> int:
+        """All-to-alls per exchange (:meth:`in_rounds`, :mod:`graphdist.halo.rounds`)."""
+        return self._rounds
+
+    @property
+    def layer_bits(self) -> dict:
+        """``{(direction, tag): bits}``: the wire width of one layer's exchange in one direction
+        where it differs from ``bits`` (:meth:`set_widths`)."""
+        return dict(self._widths)
+
+    @property
+    def measure(self) -> bool:
+        """Whether the error of quantised rows is recorded in ``stats.errors`` (:meth:`measure_errors`)."""
+        return self._measure
+
+    @property
+    def calibrating(self) -> bool:
+        """Whether each tagged exchange records in ``stats.calib`` what it would cost and err at
+        every width (:meth:`start_calibration`)."""
+        return self._calibrating
+
+    def set_widths(self, widths: dict) -> None:
+        """Move each layer's exchange in each direction at ``widths[(direction, tag)]`` bits
+        (``--halo auto``'s choice, :mod:`graphdist.gnn.auto`); the others at ``bits``."""
+        for (direction, tag), b in widths.items():
+            if int(b) not in BITS:
+                raise ValueError(f"{direction} exchange {tag}: {b} bits is not one of {BITS}")
+        self._widths = {(d, int(t)): int(b) for (d, t), b in widths.items() if int(b) != self.bits}
+
+    def measure_errors(self, on: bool) -> None:
+        """Record (or stop recording) the relative error of the quantised rows sent, per layer
+        and direction, in ``stats.errors``."""
+        self._measure = bool(on)
+
+    def start_calibration(self) -> None:
+        """From now on every tagged exchange records in ``stats.calib`` what its rows would lose
+        and cost at each width (``--halo auto``'s first epoch)."""
+        self._calibrating = True
+
+    def end_calibration(self) -> dict:
+        """Stop calibrating; the records taken since :meth:`start_calibration` (``stats.calib``,
+        which is emptied)."""
+        self._calibrating = False
+        calib, self.stats.calib = self.stats.calib, {}
+        return calib
 
     @classmethod
     def from_local_graph(cls, lg, device="cpu", group=None, *, halo: str = "plain", bits: int = 32,
-                         seed: int = 0, link=None) -> "HaloExchanger":
-        """The exchanger of ``lg``'s plan in ``halo`` mode (pair it with
+                         seed: int = 0, link=None, stale: Staleness | None = None) -> "HaloExchanger":
+        """The exchanger of ``lg``'s layout in ``halo`` mode (pair it with
         ``SparseAdj.for_model(lg, model, device, halo)``)."""
         if halo == "plain":  # a copy: lg's tensors may be pages of a mapped part file, freed with lg
             return cls(lg.send_idx.clone(), lg.send_counts, lg.recv_counts, device, group, bits=bits, seed=seed,
-                       link=link)
+                       link=link, stale=stale)
         lay = lg.exchange_layout(halo)
-        return cls(None, lay.send_counts, lay.recv_counts, device, group, bits=bits, seed=seed, mode=halo, link=link)
+        return cls(None, lay.send_counts, lay.recv_counts, device, group, bits=bits, seed=seed, mode=halo, link=link,
+                   stale=stale)
 
     def restricted(self, send_idx: torch.Tensor, send_counts: list[int], recv_counts: list[int]) -> "HaloExchanger":
         """A plain exchanger of a subset of this one's rows (boundary sampling,
         :mod:`graphdist.halo.boundary`) that shares its counters, link and rounding keys."""
-        if self.rounds != 1:
+        if self._rounds != 1:
             raise ConfigError("--halo-rounds above 1 cannot be combined with --boundary-rate below 1")
-        sub = copy.copy(self)
-        sub.send_idx, sub.send_counts, sub.recv_counts = send_idx, [int(c) for c in send_counts], \
-            [int(c) for c in recv_counts]
-        sub.n_send, sub.n_recv, sub.stale = sum(sub.send_counts), sum(sub.recv_counts), None
-        sub._round_counts, sub._round_idx = [(sub.send_counts, sub.recv_counts)], [send_idx]
+        sub = HaloExchanger(send_idx, send_counts, recv_counts, self.device, self.group, bits=self.bits,
+                            seed=self.seed, mode=self.mode, link=self.link, stats=self.stats)
+        sub._widths, sub._measure, sub._calibrating = self._widths, self._measure, self._calibrating
+        sub._tag, sub._step, sub._calls = self._tag, self._step, self._calls
         return sub
 
     def in_rounds(self, rounds: int) -> "HaloExchanger":
@@ -163,9 +234,9 @@ class HaloExchanger:
         with stale halos or a restricted (sampled) exchanger."""
         from graphdist.halo.rounds import round_of
         rounds = int(rounds)
-        if rounds <= 1 or rounds == self.rounds:
+        if rounds <= 1 or rounds == self._rounds:
             return self
-        if self.stale is not None:
+        if self._stale is not None:
             raise ConfigError("--halo-rounds above 1 cannot be combined with --halo-staleness 1")
         s_rnd, s_per = round_of(self.send_counts, rounds)
         _, r_per = round_of(self.recv_counts, rounds)
@@ -175,7 +246,7 @@ class HaloExchanger:
             self._round_idx = [self.send_idx[s_rnd == r] for r in range(rounds)]
         else:
             self._round_idx = [None] * rounds
-        self.rounds = rounds
+        self._rounds = rounds
         return self
 
     def round_counts(self, rnd: int) -> tuple[int, int]:
@@ -185,7 +256,7 @@ class HaloExchanger:
 
     def round_send_idx(self, rnd: int) -> torch.Tensor:
         """Plain mode: the owned rows sent in round ``rnd``, peer by peer."""
-        return self.send_idx if self.rounds == 1 else self._round_idx[rnd]
+        return self.send_idx if self._rounds == 1 else self._round_idx[rnd]
 
     def set_step(self, step: int) -> None:
         """Rounding noise from now on is keyed by (seed, step, rank, n-th exchange of the step):
@@ -217,7 +288,7 @@ class HaloExchanger:
         if not self.active:
             return h
         if self.send_idx is None:
-            raise ValueError("exchanger(h) needs a plain plan (send_idx)")
+            raise ValueError("exchanger(h) needs a plain layout (send_idx)")
         return _HaloExchangeFn.apply(h.contiguous(), self)
 
     def post(self, rows: torch.Tensor, tag: int | None = None, rnd: int = 0) -> "Pending":
@@ -226,20 +297,20 @@ class HaloExchanger:
         (gloo thread / NCCL stream)."""
         send, recv = self._round_counts[rnd]
         pending = self._start(rows, send, recv, sum(recv), "forward", tag, rnd)
-        return pending if self.stale is None else self.stale.swap("forward", tag, pending)
+        return pending if self._stale is None else self._stale.swap("forward", tag, pending)
 
     def post_reverse(self, rows: torch.Tensor, tag: int | None = None, rnd: int = 0) -> "Pending":
         """The reverse direction (gradients of received rows go home): ``[n_recv, F]`` in,
         ``.wait()`` gives ``[n_send, F]``."""
         send, recv = self._round_counts[rnd]
         pending = self._start(rows, recv, send, sum(send), "backward", tag, rnd)
-        return pending if self.stale is None else self.stale.swap("backward", tag, pending)
+        return pending if self._stale is None else self._stale.swap("backward", tag, pending)
 
     def _start(self, rows, in_counts, out_counts, n_out, direction, tag, rnd=0) -> "Pending":
         rows = rows.contiguous()
         decode = None
-        bits = self.bits if tag is None else self.layer_bits.get((direction, int(tag)), self.bits)
-        on_wait = self._calibrate(rows, n_out, direction, int(tag)) if self.calibrate and tag is not None else None
+        bits = self.bits if tag is None else self._widths.get((direction, int(tag)), self.bits)
+        on_wait = self._calibrate(rows, n_out, direction, int(tag)) if self._calibrating and tag is not None else None
         if bits == 32:
             buf = rows
         else:
@@ -247,7 +318,7 @@ class HaloExchanger:
             buf = quant.encode(rows, bits, key32(self.seed, self._step, comm.world(self.group)[0], self._calls))
             width, dtype = rows.shape[1], rows.dtype
             decode = lambda out: quant.decode(out, bits, width, dtype)  # noqa: E731
-            if self.measure and tag is not None and rows.numel():
+            if self._measure and tag is not None and rows.numel():
                 err = decode(buf) - rows
                 self.stats.add_error(direction, tag, float((err * err).sum()), float((rows * rows).sum()))
         out = buf.new_empty((n_out,) + tuple(buf.shape[1:]))

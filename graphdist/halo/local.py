@@ -1,5 +1,5 @@
 """One rank's share of a partitioned graph: :class:`LocalGraph` (plain tensors, no
-torch.distributed), built by :mod:`graphdist.halo.plan`.
+torch.distributed), built by :mod:`graphdist.halo.layout`.
 
 Rank ``r`` owns the nodes with ``assignment == r``. Its **halo** is the set of remote
 in-neighbours of its owned nodes. Local column ids::
@@ -60,7 +60,7 @@ class ExchangeLayout:
 
 @dataclass(eq=False)
 class LocalGraph:
-    """One rank's share of the graph: owned rows, halo columns, exchange plans, node data."""
+    """One rank's share of the graph: owned rows, halo columns, exchange layouts, node data."""
 
     rank: int
     """This part's id (= the rank that trains on it)."""
@@ -225,7 +225,7 @@ class LocalGraph:
         if halo not in HALO_MODES:
             raise ValueError(f"halo must be one of {', '.join(HALO_MODES)}, got {halo!r}")
         if halo == "mvc" and not self.has_mvc:
-            raise ArtifactError(f"part {self.rank} has no pre-aggregation plan (written by an older "
+            raise ArtifactError(f"part {self.rank} has no pre-aggregation layout (written by an older "
                                 "graphdist); rebuild the partition with `graphdist partition`, or use --halo plain")
         recv_peer = torch.repeat_interleave(torch.arange(k), torch.tensor(self.recv_counts, dtype=torch.int64))
         send_peer = torch.repeat_interleave(torch.arange(k), torch.tensor(self.send_counts, dtype=torch.int64))

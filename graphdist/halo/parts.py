@@ -8,7 +8,7 @@ time: the partition command never holds every part's node data at once.
 
 Each file holds one :class:`~graphdist.halo.local.LocalGraph` (see :mod:`graphdist.halo.local` for
 the layout: owned global ids, local CSR over ``[owned | halo from peer 0 | ... ]``, the plain and
-the pre-aggregation (mvc) exchange plans, global degrees of all local columns, the part's
+the pre-aggregation (mvc) exchange layouts, global degrees of all local columns, the part's
 x/y/masks) plus ``format_version`` and the graph ``fingerprint``. Inside an artifact,
 :func:`load_part` checks the file's SHA-256 against ``meta.json`` before reading it. ``meta.json`` and ``assignment.npy`` belong
 to :mod:`graphdist.halo.artifact`, which calls :func:`write_parts` into its temp dir.
@@ -21,10 +21,10 @@ import torch
 
 from graphdist.errors import ArtifactError, MissingFileError
 from graphdist.fileio import atomic_torch_save
-from graphdist.halo.plan import LocalGraph, SharedArrays, build_plan, checked_assignment, plan_stats, validate_plans
+from graphdist.halo.layout import LocalGraph, SharedArrays, build_layout, checked_assignment, layout_stats, validate_layouts
 
 PART_FORMAT_VERSION = 3
-"""2: the mvc plan (halo_raw, send_raw, pre_rows, pre_ptr, pre_src, pre_dst and counts);
+"""2: the mvc layout (halo_raw, send_raw, pre_rows, pre_ptr, pre_src, pre_dst and counts);
 3: int32 local column ids (``indices``), files read memory-mapped."""
 _NODE_DATA = ("x", "y", "train_mask", "val_mask", "test_mask")
 
@@ -48,17 +48,17 @@ def write_parts(directory, graph, assignment, k: int | None = None) -> dict:
     sh = SharedArrays(graph, a, k)
     plans, sizes = [], []
     for r in range(k):
-        p = build_plan(graph, a, r, k, shared=sh)
+        p = build_layout(graph, a, r, k, shared=sh)
         dst = part_path(d, r)
         save_part(p, dst)
         sizes.append(dst.stat().st_size)
-        for name in _NODE_DATA:  # written: only the exchange plan stays for the check below
+        for name in _NODE_DATA:  # written: only the exchange layout stays for the check below
             setattr(p, name, None)
         plans.append(p)
     del sh
-    validate_plans(plans)
+    validate_layouts(plans)
     out = {"parts": k, "files": [part_path(d, r).name for r in range(k)], "bytes": sizes}
-    out.update(plan_stats(plans))
+    out.update(layout_stats(plans))
     return out
 
 

@@ -16,7 +16,7 @@ at most 2^-8 of ``|min|``). Values narrower than a byte are packed along the row
 byte ``j`` holds values ``2j`` (low nibble) and ``2j+1``; for b = 2 values ``4j .. 4j+3`` from
 the low bits up. b = 16 stores each code little-endian in 2 bytes.
 
-``u`` is :func:`graphdist.halo.keyed.centred_into` of ``key`` and the value's position in the
+``u`` is :func:`graphdist.keyed.centred_into` of ``key`` and the value's position in the
 message (on a grid of :data:`GRID`-wide rows, so that hashing stays in long rows however
 narrow the message is): a hash, no generator state, so the same key draws the same noise on
 any rank and in a resumed run. It
@@ -33,7 +33,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from graphdist.halo.keyed import blocks, centred_into, key32, position_hashes
+from graphdist.keyed import blocks, centred_into, key32, position_hashes
 
 __all__ = ["BITS", "row_bytes", "encode", "decode", "expected_sq_error", "rel_error"]
 

@@ -10,7 +10,7 @@ import torch
 
 from graphdist import comm
 from graphdist.errors import ArtifactError, ConfigError
-from graphdist.halo.plan import LocalGraph, build_plan
+from graphdist.halo.layout import LocalGraph, build_layout
 
 
 def _quality(graph, assignment, k: int) -> dict:
@@ -42,12 +42,12 @@ def load_local(cfg, rank: int, world_size: int, graph=None) -> tuple[LocalGraph,
         from graphdist.data import load_graph
         graph = load_graph(cfg.spec)
     comm.check_same(graph.fingerprint, f"graph fingerprint of {cfg.spec}")
-    # rank 0 partitions and sends the assignment: every rank trains on one plan even where the
+    # rank 0 partitions and sends the assignment: every rank trains on one layout even where the
     # partitioner is not deterministic (several threads)
     a = (partition_in_process(graph, k, cfg.method, cfg.seed) if rank == 0
          else torch.zeros(graph.num_nodes, dtype=torch.int64))
     comm.broadcast(a, 0)
-    lg = build_plan(graph, a, rank, k)
+    lg = build_layout(graph, a, rank, k)
     info = {"method": cfg.method if k > 1 else "none", "parts": k, "source": "in-process",
             "quality": _quality(graph, a, k) if k > 1 and rank == 0 else {}}
     return lg, info
@@ -76,8 +76,8 @@ def _from_artifact(cfg, rank: int, world_size: int, graph=None) -> tuple[LocalGr
     return lg, info
 
 
-def check_plan(lg: LocalGraph, halo: str = "plain") -> None:
-    """Every rank must hold a part of the same graph and plan: the fingerprints agree, and what
+def check_layout(lg: LocalGraph, halo: str = "plain") -> None:
+    """Every rank must hold a part of the same graph and layout: the fingerprints agree, and what
     rank s sends to r in ``halo`` mode is what r expects from s (one small all-gather of the counts)."""
     comm.check_same(lg.fingerprint, "graph fingerprint")
     lay = lg.exchange_layout(halo)
@@ -85,5 +85,5 @@ def check_plan(lg: LocalGraph, halo: str = "plain") -> None:
     bad = [(s, lg.rank) for s in range(lg.world_size) if sends[s][lg.rank] != lay.recv_counts[s]]
     if bad:
         s, r = bad[0]
-        raise ArtifactError(f"halo plans disagree: rank {s} sends {sends[s][r]} rows to rank {r}, which "
+        raise ArtifactError(f"halo layouts disagree: rank {s} sends {sends[s][r]} rows to rank {r}, which "
                             f"expects {lay.recv_counts[s]} (parts from different artifacts?)")

@@ -20,6 +20,7 @@ workload that propagates over a partitioned graph (GCN/SAGE, LightGCN).
 """
 from __future__ import annotations
 
+import copy
 import warnings
 import weakref
 from typing import NamedTuple
@@ -201,6 +202,15 @@ class SparseAdj:
         self.halo = None if self.halo is None else _Whole(self.halo.shape, self.halo.nnz)
         self.send = None if self.send is None else _Whole(self.send.shape, self.send.nnz)
         return self
+
+    def with_blocks(self, halo, send) -> "SparseAdj":
+        """This adjacency with other halo and send blocks (``CSRPair`` or None), the owned block
+        and everything else shared: one epoch's sampled cut (:mod:`graphdist.halo.boundary`)."""
+        if self.rounds != 1:
+            raise ValueError(f"an adjacency split into {self.rounds} rounds takes no other blocks")
+        new = copy.copy(self)
+        new.halo, new.send = halo, send
+        return new
 
     def blocks(self) -> list[tuple]:
         """``[(A_halo block, T block)]`` per round (None where there is none)."""

@@ -44,9 +44,11 @@ run resumes bit for bit.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
-__all__ = ["StaleHalos", "STALE_RESHARD"]
+__all__ = ["Staleness", "StaleHalos", "STALE_RESHARD"]
 
 STALE_RESHARD = ("--halo-staleness: the held halo rows belong to the old partition's cut (rows of its halo, "
                  "gradient sums per old peer) and do not carry over to this one; the first resumed epoch "
@@ -71,9 +73,22 @@ def _rows(held) -> torch.Tensor:
     return held if isinstance(held, torch.Tensor) else held.wait()
 
 
+@dataclass(frozen=True)
+class Staleness:
+    """Stale halos asked of an exchanger (its constructor's ``stale``, which builds its
+    :class:`StaleHalos` from its own row counts)."""
+
+    layers: int
+    """Layers that exchange (one held buffer per layer and direction)."""
+    width: int
+    """The widest row any layer can exchange."""
+    gamma: float = 0.0
+    """Smoothing factor of the held rows (``--staleness-smoothing``)."""
+
+
 class StaleHalos:
     """The held exchanges of one rank's :class:`~graphdist.halo.exchange.HaloExchanger`
-    (set as its ``stale``), keyed by (direction, layer tag).
+    (built by its constructor from a :class:`Staleness`), keyed by (direction, layer tag).
 
     ``n_rows = {"forward": n_recv, "backward": n_send}``, ``layers`` and ``width`` (the widest
     row any layer can exchange) fix the checkpoint layout; ``gamma`` is the smoothing factor."""

@@ -3,11 +3,11 @@ every rank after loading and before the first step, so a graph that does not fit
 line naming the memory it needs instead of being killed half-way.
 
 Per rank (``n`` own rows, ``h`` halo rows, ``D`` dim, ``L`` layers, ``m`` own triples per batch,
-``s`` own triples planned per epoch, ``I_own`` own items)::
+``s`` own triples scheduled per epoch, ``I_own`` own items)::
 
     need = PROCESS_BYTES + part file                                   the process, the part
            + 4 D (TABLE_COPIES n + 2 (L + 1) (n + h))                      rows, Adam, layers
-           + PER_TRIPLE_DIM * m * D + PER_SAMPLE * s                       batch, epoch plan
+           + PER_TRIPLE_DIM * m * D + PER_SAMPLE * s                       batch, epoch schedule
            + 4 D * (I_own + max shard) + 16 * users * K                    evaluation
 
 The coefficients are rounded up from the measured runs in BENCHMARKS.md ("Graph recommender at
@@ -31,7 +31,7 @@ PER_TRIPLE_DIM = 120
 """Bytes per own triple and dimension in a step: [E | E0] rows of user, positive and negative,
 their gradients, the batch table and the received rows (float32)."""
 PER_SAMPLE = 260
-"""Bytes per own planned triple: the epoch's samples, requests and plan arrays (int64) at their peak."""
+"""Bytes per own scheduled triple: the epoch's samples, requests and schedule arrays (int64) at their peak."""
 
 
 ROUND_BYTES = 16 * 2 ** 20

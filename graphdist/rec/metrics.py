@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from graphdist import comm
-from graphdist.rec.sampling import unit_uniform
+from graphdist.keyed import key32, keyed_unit
 
 __all__ = ["RankingEval", "topk_lowest_id", "merge_topk", "select_eval_users"]
 
@@ -72,7 +72,7 @@ def select_eval_users(users: np.ndarray, n: int | None, seed: int) -> np.ndarray
     ordered with the id). Collective (one small all-gather) when ``n`` is given."""
     if n is None:
         return np.ones(users.size, dtype=bool)
-    h = unit_uniform(seed, 0x5E1EC7, 0, users)
+    h = keyed_unit(users, key32(seed, 0x5E1EC7, 0))
     order = np.lexsort((users, h))[:n]
     cands = comm.all_gather_object([(float(h[i]), int(users[i])) for i in order])
     pool = sorted(c for part in cands for c in part)

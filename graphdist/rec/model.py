@@ -10,7 +10,7 @@
 A BPR step on a batch of (user, positive, negative) triples, for the triples of this rank's users::
 
     table = [E ; E^(0)] of the owned rows the batch touches, plus the rows of remote items it needs,
-            which arrive by one all-to-all (HaloExchanger with a per-batch plan; gradients go
+            which arrive by one all-to-all (HaloExchanger with a per-batch schedule; gradients go
             home the same way)
     loss  = ( sum softplus(e_u.e_n - e_u.e_p) + l2/2 * sum(|e0_u|^2 + |e0_p|^2 + |e0_n|^2) ) / B
 
@@ -31,11 +31,11 @@ from torch import nn
 
 from graphdist import comm
 from graphdist.halo.exchange import CommStats, HaloExchanger
-from graphdist.halo.keyed import key32, keyed_bits
+from graphdist.keyed import key32, keyed_bits
 from graphdist.halo.spmm import SparseAdj
 
-__all__ = ["lightgcn_adjacency", "halo_exchanger", "init_embeddings", "LightGCNShard", "BatchPlan",
-           "EpochPlan", "plan_epoch", "bpr_step"]
+__all__ = ["lightgcn_adjacency", "halo_exchanger", "init_embeddings", "LightGCNShard", "BatchSchedule",
+           "EpochSchedule", "schedule_epoch", "bpr_step"]
 
 INIT_VALUES = 1 << 20
 """Values of the initial table generated per block (bounds the temporaries; not part of the result)."""
@@ -57,7 +57,7 @@ def halo_exchanger(lg, device="cpu", halo: str = "plain", bits: int = 32, seed: 
 def init_embeddings(ids: torch.Tensor, dim: int, std: float, seed: int) -> torch.Tensor:
     """Rows ``ids`` (global node ids) of the table ``N(0, std^2)^[N, dim]`` (the reference's
     ``normal_(std=0.1)``): row ``g`` is a function of ``(seed, g)`` only (keyed random numbers,
-    :mod:`graphdist.halo.keyed`, through Box-Muller), so a rank draws only its own rows and the
+    :mod:`graphdist.keyed`, through Box-Muller), so a rank draws only its own rows and the
     table does not depend on the number of ranks or on the partition."""
     ids = ids.to(torch.int64).cpu()
     out = torch.empty(ids.numel(), dim)
@@ -96,10 +96,10 @@ class LightGCNShard(nn.Module):
 
 
 @dataclass
-class BatchPlan:
+class BatchSchedule:
     """One batch on one rank: the batch's table is ``[rows of [E ; E^(0)] ; rows received from
     peer 0 ; peer 1 ; ...]``; which rows to send, and where each triple's rows are in it.
-    Every field is a view of the epoch's :class:`EpochPlan` (no work per step)."""
+    Every field is a view of the epoch's :class:`EpochSchedule` (no work per step)."""
 
     rows: torch.Tensor
     """Owned-local rows the batch touches (its triples' own rows and what peers asked for)."""
@@ -116,9 +116,9 @@ class BatchPlan:
 
 
 @dataclass
-class EpochPlan:
-    """The batch plans of an epoch as flat arrays, built at once (no loop over batches);
-    ``plan[b]`` is batch ``b``'s :class:`BatchPlan` (slices)."""
+class EpochSchedule:
+    """The batch schedules of an epoch as flat arrays, built at once (no loop over batches);
+    ``schedule[b]`` is batch ``b``'s :class:`BatchSchedule` (slices)."""
 
     rows: torch.Tensor
     row_ptr: list[int]
@@ -137,10 +137,10 @@ class EpochPlan:
     def __len__(self) -> int:
         return len(self.sizes)
 
-    def __getitem__(self, b: int) -> BatchPlan:
+    def __getitem__(self, b: int) -> BatchSchedule:
         lo, hi = self.sample_ptr[b], self.sample_ptr[b + 1]
         rows = self.rows[self.row_ptr[b]:self.row_ptr[b + 1]]
-        return BatchPlan(rows, self.send[self.send_ptr[b]:self.send_ptr[b + 1]],
+        return BatchSchedule(rows, self.send[self.send_ptr[b]:self.send_ptr[b + 1]],
                          self.send_counts[b].tolist(), self.recv_counts[b].tolist(),
                          self.at[:, lo:hi].reshape(-1), self.sizes[b])
 
@@ -152,9 +152,9 @@ def _all_to_all(ex: HaloExchanger, t: torch.Tensor, send_counts, recv_counts) ->
     return ex.all_to_all(t, list(send_counts), list(recv_counts), int(sum(recv_counts)))
 
 
-def plan_epoch(samples, rd, num_users: int, rank: int, world_size: int, device="cpu",
-               stats: CommStats | None = None) -> EpochPlan:
-    """The :class:`EpochPlan` of an epoch's own triples ``samples`` (``rd``: the rank's
+def schedule_epoch(samples, rd, num_users: int, rank: int, world_size: int, device="cpu",
+               stats: CommStats | None = None) -> EpochSchedule:
+    """The :class:`EpochSchedule` of an epoch's own triples ``samples`` (``rd``: the rank's
     :class:`~graphdist.rec.setup.RankData`). Collective: one all-reduce of the batch counts (the
     global batch sizes), then the ids each rank needs from each peer, for all batches at once,
     in one all-to-all (after one of the counts). Vectorised over the epoch: a few sorts of
@@ -174,9 +174,7 @@ def plan_epoch(samples, rd, num_users: int, rank: int, world_size: int, device="
     # requests sorted by (peer, batch, node): the order of the send buffer and of each batch's rows
     rkey = np.unique((owner[remote] * nb + ib[remote]) * n_nodes + items[remote])
     cnt = np.bincount(rkey // n_nodes, minlength=k * nb).reshape(k, nb)  # [peer, batch] rows I ask for
-    ex = HaloExchanger(torch.zeros(0, dtype=torch.int64), [0] * k, [0] * k, device)
-    if stats is not None:
-        ex.stats = stats
+    ex = HaloExchanger(torch.zeros(0, dtype=torch.int64), [0] * k, [0] * k, device, stats=stats)
     if ex.active:
         got = _all_to_all(ex, torch.from_numpy(cnt.reshape(-1)).to(device), [nb] * k, [nb] * k)
         asked = got.cpu().numpy().reshape(k, nb)  # [peer, batch] rows the peer asks me for
@@ -209,17 +207,17 @@ def plan_epoch(samples, rd, num_users: int, rank: int, world_size: int, device="
     at = np.stack([at_own[:m], item_at[:m], item_at[m:]])
     t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)  # noqa: E731
     sample_ptr = np.concatenate([[0], np.cumsum(samples.counts)])
-    return EpochPlan(t(uniq % n_own if n_own else uniq), row_ptr.tolist(), t(send), send_ptr.tolist(),
+    return EpochSchedule(t(uniq % n_own if n_own else uniq), row_ptr.tolist(), t(send), send_ptr.tolist(),
                      asked.T.copy(), cnt.T.copy(), t(at), sample_ptr.tolist(), sizes.tolist())
 
 
-def bpr_step(model: LightGCNShard, adj: SparseAdj, halo, plan: BatchPlan, l2: float, opt=None,
+def bpr_step(model: LightGCNShard, adj: SparseAdj, halo, sched: BatchSchedule, l2: float, opt=None,
              row_stats: CommStats | None = None) -> torch.Tensor:
     """Forward, backward and (with ``opt``) one optimizer step on one batch; returns this rank's
     share of the batch loss (the ranks' shares add up to the loss) as a 0-d tensor on the
-    device. Collective. No host synchronisation: every size is the plan's (host) counts.
+    device. Collective. No host synchronisation: every size is the schedule's (host) counts.
 
-    Only the rows the batch touches are gathered: ``[E ; E^(0)]`` of the plan's rows side by
+    Only the rows the batch touches are gathered: ``[E ; E^(0)]`` of the schedule's rows side by
     side, then the remote rows appended by one all-to-all (so no table-sized copy or zero-filled
     gradient per triple column)."""
     if opt is not None:
@@ -228,16 +226,14 @@ def bpr_step(model: LightGCNShard, adj: SparseAdj, halo, plan: BatchPlan, l2: fl
         halo.start_pass()
     final = model(adj, halo)
     d = final.shape[1]
-    ex = HaloExchanger(plan.send_idx, plan.send_counts, plan.recv_counts, final.device)
-    if row_stats is not None:
-        ex.stats = row_stats
-    table = ex(torch.cat([final.index_select(0, plan.rows), model.weight.index_select(0, plan.rows)], 1))
-    m = plan.at.numel() // 3
-    eu, ep, en = table.index_select(0, plan.at).view(3, m, 2 * d).unbind(0)
+    ex = HaloExchanger(sched.send_idx, sched.send_counts, sched.recv_counts, final.device, stats=row_stats)
+    table = ex(torch.cat([final.index_select(0, sched.rows), model.weight.index_select(0, sched.rows)], 1))
+    m = sched.at.numel() // 3
+    eu, ep, en = table.index_select(0, sched.at).view(3, m, 2 * d).unbind(0)
     pos = (eu[:, :d] * ep[:, :d]).sum(1)
     neg = (eu[:, :d] * en[:, :d]).sum(1)
     reg = eu[:, d:].pow(2).sum() + ep[:, d:].pow(2).sum() + en[:, d:].pow(2).sum()
-    loss = (F.softplus(neg - pos).sum() + 0.5 * l2 * reg) / plan.size
+    loss = (F.softplus(neg - pos).sum() + 0.5 * l2 * reg) / sched.size
     loss.backward()
     if opt is not None:
         opt.step()

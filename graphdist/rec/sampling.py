@@ -2,7 +2,8 @@
 and each rank draws only the triples of the users it owns.
 
 Every draw is a counter-based hash of ``(seed, epoch, stream, global sample index)``
-(splitmix64), not a step of a stateful generator. One epoch (the LightGCN reference's sampler,
+(:func:`graphdist.keyed.keyed_unit` under the key ``key32(seed, epoch, stream)``), not a step of a
+stateful generator. One epoch (the LightGCN reference's sampler,
 ``UniformSample_original``, draws S users uniformly; this is its stratified form, with the same
 expected number of triples per user and per epoch)::
 
@@ -18,7 +19,7 @@ Nothing here depends on another user, so the owner of ``u`` draws u's triples al
 work and memory per rank), and the union over the ranks is the one-process stream. Batches are
 ``nb`` random key ranges: their sizes vary around ``B`` (binomially); a rank returns its own
 triples sorted by (batch, g) and its per-batch counts, whose sum over the ranks
-(one all-reduce, :func:`graphdist.rec.model.plan_epoch`) is each batch's global size (the loss
+(one all-reduce, :func:`graphdist.rec.model.schedule_epoch`) is each batch's global size (the loss
 of a batch is divided by it).
 """
 from __future__ import annotations
@@ -27,42 +28,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TrainIndex", "EpochSamples", "build_index", "index_of_pairs", "sample_epoch", "uniform_below",
-           "unit_uniform"]
+from graphdist.keyed import key32, keyed_below, keyed_unit
 
-_M = (1 << 64) - 1
-_GOLDEN = 0x9E3779B97F4A7C15
-
-
-def _mix_int(z: int) -> int:
-    z = (z + _GOLDEN) & _M
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M
-    return z ^ (z >> 31)
-
-
-def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser on uint64 arrays (wrapping arithmetic)."""
-    z = z ^ (z >> np.uint64(30))
-    z = z * np.uint64(0xBF58476D1CE4E5B9)
-    z = z ^ (z >> np.uint64(27))
-    z = z * np.uint64(0x94D049BB133111EB)
-    return z ^ (z >> np.uint64(31))
-
-
-def unit_uniform(seed: int, epoch: int, stream: int, index: np.ndarray) -> np.ndarray:
-    """float64 draws uniform in ``[0, 1)``, one per global ``index``; a pure function of its arguments."""
-    key = _mix_int(_mix_int(_mix_int(seed & _M) ^ (epoch & _M)) ^ (stream & _M))
-    z = np.uint64(key) + (np.asarray(index, dtype=np.int64).astype(np.uint64) + np.uint64(1)) * np.uint64(_GOLDEN)
-    return (_mix(z) >> np.uint64(11)).astype(np.float64) * (2.0 ** -53)
-
-
-def uniform_below(seed: int, epoch: int, stream: int, index: np.ndarray, n) -> np.ndarray:
-    """``int64`` draws uniform in ``[0, n)`` (``n`` a scalar or one bound per index), one per
-    global ``index``; a pure function of its arguments."""
-    n = np.asarray(n, dtype=np.int64)
-    return np.minimum((unit_uniform(seed, epoch, stream, index) * n).astype(np.int64), n - 1)
-
+__all__ = ["TrainIndex", "EpochSamples", "build_index", "index_of_pairs", "sample_epoch"]
 
 @dataclass
 class TrainIndex:
@@ -148,13 +116,13 @@ def sample_epoch(index: TrainIndex, seed: int, epoch: int, batch_size: int,
     deg = np.diff(index.indptr)
     valid = (deg > 0) & (deg < index.num_items)
     users, start, deg = index.users[valid], index.indptr[:-1][valid], deg[valid]
-    c = np.floor(lam + unit_uniform(seed, epoch, 0, users)).astype(np.int64)
+    c = np.floor(lam + keyed_unit(users, key32(seed, epoch, 0))).astype(np.int64)
     n = int(c.sum())
     first = np.repeat(np.cumsum(c) - c, c)
     j = np.arange(n, dtype=np.int64) - first
     which = np.repeat(np.arange(users.size), c)
     g = users[which] * C + j
-    batch = np.minimum((unit_uniform(seed, epoch, 1, g) * nb).astype(np.int64), nb - 1)
+    batch = np.minimum((keyed_unit(g, key32(seed, epoch, 1)) * nb).astype(np.int64), nb - 1)
     keep_nb = nb if max_batches is None else max(0, min(nb, int(max_batches)))
     if keep_nb < nb:
         sel = np.flatnonzero(batch < keep_nb)
@@ -162,9 +130,9 @@ def sample_epoch(index: TrainIndex, seed: int, epoch: int, batch_size: int,
     order = np.lexsort((g, batch))
     g, batch, which = g[order], batch[order], which[order]
     us = users[which]
-    pos = index.items[start[which] + uniform_below(seed, epoch, 2, g, deg[which])]
+    pos = index.items[start[which] + keyed_below(g, key32(seed, epoch, 2), deg[which])]
     n_items = index.num_items
-    neg = uniform_below(seed, epoch, 3, g, n_items)
+    neg = keyed_below(g, key32(seed, epoch, 3), n_items)
     todo = np.arange(g.size)
     stream = 4
     while todo.size:
@@ -173,7 +141,7 @@ def sample_epoch(index: TrainIndex, seed: int, epoch: int, batch_size: int,
         hit = index.keys[at] == key if index.keys.size else np.zeros(todo.size, dtype=bool)
         todo = todo[hit]
         if todo.size:
-            neg[todo] = uniform_below(seed, epoch, stream, g[todo], n_items)
+            neg[todo] = keyed_below(g[todo], key32(seed, epoch, stream), n_items)
             stream += 1
     counts = np.bincount(batch, minlength=keep_nb).astype(np.int64)
     return EpochSamples(us, pos, neg, batch, g, counts)

@@ -20,7 +20,7 @@ import torch
 
 from graphdist import comm
 from graphdist.errors import ArtifactError
-from graphdist.halo.plan import LocalGraph
+from graphdist.halo.layout import LocalGraph
 from graphdist.rec.sampling import TrainIndex, build_index, index_of_pairs
 
 __all__ = ["load_local", "RankData", "rank_data", "rank_data_of_part"]

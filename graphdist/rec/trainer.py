@@ -4,7 +4,7 @@ Per epoch on every rank::
 
     sample    the BPR triples of the users this rank owns (functions of seed, epoch and the
               global sample index: k ranks draw what one process draws)
-    plan      which item rows each batch needs from which peer: one all-to-all of ids per epoch
+    schedule  which item rows each batch needs from which peer: one all-to-all of ids per epoch
     per batch propagate L layers (halo exchange per layer, forward and backward), the remote
               item rows by one all-to-all (gradients return the same way), BPR + L2, Adam on
               the own rows
@@ -30,14 +30,15 @@ from graphdist.halo.exchange import CommStats
 from graphdist.halo.job import check_halo_bits
 from graphdist.halo.regroup import parts_for_world
 from graphdist.halo.rounds import in_rounds
-from graphdist.halo.setup import check_plan
+from graphdist.halo.setup import check_layout
 from graphdist.loop import LoopConfig, Task, run_loop
 from graphdist.rec.adam import TableAdam
 from graphdist.rec.config import RecConfig
 from graphdist.rec.data import Ratings
 from graphdist.rec.memory import check_rank_fits, exchange_rounds
 from graphdist.rec.metrics import RankingEval
-from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency, plan_epoch
+from graphdist.rec.model import (LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency,
+                                 schedule_epoch)
 from graphdist.rec.sampling import sample_epoch
 from graphdist.rec.setup import load_local, rank_data
 from graphdist.runtime import Timer, get_logger, peak_memory_bytes, start_rank
@@ -70,7 +71,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     lg = lg.pop() if isinstance(lg, list) else lg
     rank, ws, dev = ctx.rank, ctx.world_size, ctx.device
     check_halo_bits(cfg, ws)
-    check_plan(lg, cfg.halo)
+    check_layout(lg, cfg.halo)
     rd = rank_data(ratings, lg) if isinstance(ratings, Ratings) else ratings.rank_data(lg)
     del ratings
     U = rd.num_users
@@ -149,7 +150,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
 
 
 class _RecTask(Task):
-    """One epoch: the own users' triples, their batch plans (one all-to-all of ids), a BPR step
+    """One epoch: the own users' triples, their batch schedules (one all-to-all of ids), a BPR step
     per batch, then one all-reduce of the batch losses and the traffic; evaluation every
     ``eval_every`` epochs."""
 
@@ -169,10 +170,10 @@ class _RecTask(Task):
             with Timer(self.dev) as t:
                 cap = None if cfg.steps is None else cfg.steps - (epoch - 1) * self.nb
                 samples = sample_epoch(self.rd.index, cfg.seed, epoch, cfg.batch_size, max_batches=cap)
-                plans = plan_epoch(samples, self.rd, self.U, self.rank, self.ws, self.dev, stats=rows)
-                nb = len(plans)
+                schedule = schedule_epoch(samples, self.rd, self.U, self.rank, self.ws, self.dev, stats=rows)
+                nb = len(schedule)
                 m = torch.zeros(nb + 2, dtype=torch.float64, device=self.dev)  # losses, traffic
-                for b, p in enumerate(plans):
+                for b, p in enumerate(schedule):
                     m[b] = bpr_step(self.model, self.adj, halo, p, cfg.l2, self.opt, rows)
             m[nb:] = torch.tensor([halo.stats.bytes, rows.bytes], dtype=torch.float64)
             comm.all_reduce_sum(m)

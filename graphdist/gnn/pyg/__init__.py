@@ -41,7 +41,7 @@ from graphdist.gnn.pyg.report import halo_layers, set_step, summary, traffic
 from graphdist.gnn.pyg.sync import check_weights, seed
 from graphdist.gnn.pyg.idioms import normalize_features, random_split
 from graphdist.gnn.pyg.wrap import DistConv, GlobalBatchNorm1d, distribute, halo_rows
-from graphdist.halo.keyed import key32
+from graphdist.keyed import key32
 
 __all__ = ["Part", "load_part", "distribute", "DistConv", "GlobalBatchNorm1d", "register_local", "RULES",
            "LayerRule", "sync_grads", "cross_entropy", "accuracy", "all_sum", "summary", "traffic", "set_step",

@@ -36,7 +36,7 @@ from torch import nn
 
 from graphdist.errors import ConfigError
 from graphdist.gnn.models import keyed_dropout
-from graphdist.halo.keyed import key32
+from graphdist.keyed import key32
 
 __all__ = ["KeyedDropout", "BUILTIN", "model_class", "build_model", "takes_drop", "HEADS", "SIGNATURE"]
 

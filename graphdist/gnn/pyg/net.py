@@ -16,7 +16,7 @@ from graphdist.gnn.pyg.models import KeyedDropout, build_model, takes_drop
 from graphdist.gnn.pyg.part import Part
 from graphdist.gnn.pyg.train import sync_grads
 from graphdist.gnn.pyg.wrap import distribute
-from graphdist.halo.keyed import key32
+from graphdist.keyed import key32
 
 __all__ = ["PygNet"]
 
@@ -50,7 +50,7 @@ class PygNet:
 
     def measure(self, on: bool) -> None:
         for e in report.exchangers(self.model, training_only=True):
-            e.measure = on
+            e.measure_errors(on)
 
     def train_pass(self, epoch: int, labels=None) -> torch.Tensor:
         # a model's own torch dropout (without drop=): a stream per (seed, epoch, rank), so a

@@ -46,7 +46,7 @@ class Part:
     """One rank's share of the graph, as tensors on ``device`` (see the module docstring)."""
 
     graph: LocalGraph
-    """The plan: owned ids, local CSR, halo plan, global degrees (:mod:`graphdist.halo.local`)."""
+    """The plan: owned ids, local CSR, halo layout, global degrees (:mod:`graphdist.halo.local`)."""
     device: torch.device
     """Where every tensor below lives."""
     x: torch.Tensor | None
@@ -202,7 +202,7 @@ def load_part(source, *, method: str = "metis", seed: int = 0, device: str = "au
     line (once, not per rank) and exits with code 2 (:func:`~graphdist.gnn.pyg.train.install_excepthook`)."""
     from graphdist.data import Graph
     from graphdist.gnn.pyg.train import install_excepthook
-    from graphdist.halo.setup import check_plan, load_local
+    from graphdist.halo.setup import check_layout, load_local
     from graphdist.runtime import init_distributed
     ctx = init_distributed(device, timeout_s)
     install_excepthook()  # (after torch's, which prefixes and buffers what the hook it wraps prints)
@@ -214,5 +214,5 @@ def load_part(source, *, method: str = "metis", seed: int = 0, device: str = "au
     else:
         src = PartSource(spec=str(source), method=method, seed=seed)
     lg, info = load_local(src, ctx.rank, ctx.world_size, graph)
-    check_plan(lg, "plain")
+    check_layout(lg, "plain")
     return Part.from_local_graph(lg, ctx.device, info)

@@ -23,7 +23,7 @@ from torch import nn
 
 from graphdist import comm
 from graphdist.errors import ConfigError
-from graphdist.halo.keyed import key32
+from graphdist.keyed import key32
 
 __all__ = ["Guard", "Resync", "install", "guard_of", "check_weights", "seed", "CHECK_EVERY"]
 

@@ -100,10 +100,10 @@ class _Context:
 
     def prepare_mvc(self, kinds: set[str]) -> None:
         """Build the mvc exchangers and adjacencies (a collective: the plan check)."""
-        from graphdist.halo.setup import check_plan
+        from graphdist.halo.setup import check_layout
         from graphdist.halo.spmm import SparseAdj
         lg, dev = self.part.graph, self.part.device
-        check_plan(lg, "mvc")
+        check_layout(lg, "mvc")
         self.mvc_ex = HaloExchanger.from_local_graph(lg, dev, halo="mvc", bits=self.bits, seed=self.seed)
         self.mvc_eval = self.mvc_ex if self.eval_bits == self.bits else HaloExchanger.from_local_graph(
             lg, dev, halo="mvc", bits=self.eval_bits, seed=self.seed + 1)

@@ -1,5 +1,9 @@
 """Random numbers that are functions of a key and a position only (no generator state), so k
-ranks draw what one process draws and a resumed run draws what an unbroken one drew::
+ranks draw what one process draws and a resumed run draws what an unbroken one drew. The one
+generator of graphdist: every draw is the lowbias32 hash (:func:`mix32`) of a key (:func:`key32`
+of e.g. seed, epoch, layer) and a global id.
+
+Matrices (dropout masks, stochastic rounding) hash once per row and once per column::
 
     r_i = mix32(row_i ^ key)      c_j = mix32(j * C ^ ~key)         (per row / per column)
     bits[i, j] = int32((r_i ^ c_j) * M)                               (one multiply per element)
@@ -9,15 +13,22 @@ several times cheaper than torch's generators on a CPU. Used for dropout masks k
 node id (:func:`graphdist.gnn.models.keyed_dropout`) and, through :func:`keyed_uniform` (rows
 keyed by position), for the stochastic rounding of quantised halo rows
 (:mod:`graphdist.halo.quant`).
+
+One number per id (the recommender's BPR sampling, :mod:`graphdist.rec.sampling`, and its
+evaluation users) takes two hashes of the id under two keys, 53 bits of a float64::
+
+    u(id) = (mix32(id ^ key) * 2^21 + mix32(id ^ key') / 2^11) / 2^53        (:func:`keyed_unit`)
 """
 from __future__ import annotations
 
+import sys
 import threading
 
+import numpy as np
 import torch
 
-__all__ = ["mix32", "key32", "keyed_bits", "keyed_uniform", "id_hashes", "position_hashes", "bits_into",
-           "centred_into", "BLOCK", "blocks"]
+__all__ = ["mix32", "key32", "keyed_bits", "keyed_uniform", "keyed_unit", "keyed_below", "id_hashes",
+           "position_hashes", "bits_into", "centred_into", "BLOCK", "blocks"]
 
 BLOCK = 1 << 18
 """Values per block of rows on a CPU: elementwise passes over one block run in cache, on scratch
@@ -48,9 +59,13 @@ def key32(*values: int) -> int:
 
 
 def _rows32(ids: torch.Tensor) -> torch.Tensor:
-    ids = ids.to(torch.int64)
-    folded = ((ids & 0xFFFFFFFF) ^ ((ids >> 32) * 0x9E3779B1)) & 0xFFFFFFFF
-    return torch.where(folded >= 1 << 31, folded - (1 << 32), folded).to(torch.int32)
+    """``(id mod 2^32) ^ (floor(id / 2^32) * 0x9E3779B1)`` as wrapping int32: the id itself below
+    2^31 (the two halves of the int64, read in place on a little-endian machine)."""
+    if ids.numel() == 0:
+        return torch.empty(ids.shape, dtype=torch.int32, device=ids.device)
+    halves = ids.to(torch.int64).reshape(-1).contiguous().view(torch.int32).view(-1, 2)
+    lo, hi = (halves[:, 0], halves[:, 1]) if sys.byteorder == "little" else (halves[:, 1], halves[:, 0])
+    return hi.mul(0x9E3779B1 - (1 << 32)).bitwise_xor_(lo).view(ids.shape)
 
 
 def _hashes(rows32: torch.Tensor, width: int, key: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,3 +132,21 @@ def keyed_uniform(n: int, width: int, key: int, device: torch.device | str = "cp
     :func:`keyed_bits` gives for id ``i``)."""
     rows, cols = position_hashes(n, width, key, device)
     return centred_into(torch.empty((n, width), dtype=torch.int32, device=device), rows, cols).mul_(2.0 ** -25)
+
+
+def keyed_unit(ids: np.ndarray, key: int) -> np.ndarray:
+    """float64 draws uniform in ``[0, 1)`` (multiples of ``2^-53``), one per id: a function of
+    ``(key, ids[i])`` only (two :func:`mix32` hashes of the id, under ``key`` for the high word
+    and a key derived from it for the low one, read as one int64)."""
+    rows = _rows32(torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)).reshape(-1))
+    keys = [key32(key, 0x6C6F), key]  # (low, high) word of the int64 on a little-endian machine
+    words = mix32(rows[:, None] ^ torch.tensor(keys if sys.byteorder == "little" else keys[::-1], dtype=torch.int32))
+    bits = words.view(torch.int64).view(-1).bitwise_right_shift_(11).bitwise_and_((1 << 53) - 1)
+    return bits.to(torch.float64).mul_(2.0 ** -53).numpy().reshape(np.shape(ids))
+
+
+def keyed_below(ids: np.ndarray, key: int, n) -> np.ndarray:
+    """int64 draws uniform in ``[0, n)`` (``n`` a scalar or one bound per id), one per id:
+    ``floor(n * u)`` of :func:`keyed_unit`."""
+    n = np.asarray(n, dtype=np.int64)
+    return np.minimum((keyed_unit(ids, key) * n).astype(np.int64), n - 1)

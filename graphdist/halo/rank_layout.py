@@ -1,7 +1,7 @@
 """One rank's :class:`~graphdist.halo.local.LocalGraph` from its own rows and its peers' replies,
 for an artifact built by k ranks together (:mod:`graphdist.halo.build`).
 
-The one-process builder (:mod:`graphdist.halo.plan`) cuts every part's plans from whole-graph
+The one-process builder (:mod:`graphdist.halo.layout`) cuts every part's layouts from whole-graph
 arrays. Here rank ``r`` holds only the in-edges of its owned rows, which is all it needs for its
 receive side: its halo ``[halo from peer 0 | ... ]`` (ascending id within a peer), the cover of
 the cut into ``r`` (:func:`partitioners.cover.part_cover` on the same block) and the partial sums
@@ -11,7 +11,7 @@ it receives. The send side of each peer ``p`` comes from two messages ``r -> p``
     [v, u]     one row per edge u -> v that p must sum for r (by v, u)  -> p's pre_dst/ptr/src
 
 received by ``p`` in rank order, which is the one-process order (by receiving part, then id).
-Every tensor has the dtype and layout :func:`graphdist.halo.plan.build_plan` gives it, so the
+Every tensor has the dtype and layout :func:`graphdist.halo.layout.build_layout` gives it, so the
 saved part file is byte for byte the same.
 """
 from __future__ import annotations
@@ -83,7 +83,7 @@ def local_part(rank: int, k: int, n: int, a: np.ndarray, owned: np.ndarray, indp
         new[1:] = (wv[1:] != wv[:-1]) | (part_of[1:] != part_of[:-1])
     starts = np.flatnonzero(new)
     pre_ptr = np.append(starts, wv.size)
-    # the local CSR in [owned | halo] columns, as plan._local_csr makes it
+    # the local CSR in [owned | halo] columns, as layout._local_csr makes it
     n_cols = n_own + halo.size
     it = np.int32 if n_cols < 2**31 - 1 else np.int64
     col_of = np.full(n, -1, dtype=it)

@@ -1,7 +1,7 @@
 """Building the :class:`~graphdist.halo.local.LocalGraph` of every part, and checking that the
-plans of all parts agree (see :mod:`graphdist.halo.local` for the layout).
+layouts of all parts agree (see :mod:`graphdist.halo.local` for the layout).
 
-Both exchange plans are cut from whole-graph arrays computed once (:class:`SharedArrays`):
+Both exchange layouts are cut from whole-graph arrays computed once (:class:`SharedArrays`):
 
 * plain: the distinct ``(source u, receiving part)`` pairs of the cut edges, sorted by
   ``(receiving part, owner of u, u)`` for the receive side and ``(owner, receiving part, u)``
@@ -11,7 +11,7 @@ Both exchange plans are cut from whole-graph arrays computed once (:class:`Share
   sum of ``(v, owner of u)``, a covered pair, sent in ascending order of ``v``.
 
 Sorting uses :func:`graphdist.sparse.lex_order` (no ``a * n + b`` keys that could overflow
-int64 on huge graphs). :func:`validate_plans` checks, for every ordered pair, that the raw rows,
+int64 on huge graphs). :func:`validate_layouts` checks, for every ordered pair, that the raw rows,
 the partial sums and the very edges summed into them are the same on both sides.
 
 Memory: nothing here is sized by the whole graph's edges except the graph itself. A part's rows
@@ -28,7 +28,7 @@ from graphdist.halo.local import HALO_MODES, MODELS, ExchangeLayout, LocalGraph,
 from graphdist.sparse import index2ptr, lex_order
 from partitioners.common import self_loops_per_row
 
-__all__ = ["LocalGraph", "ExchangeLayout", "build_plan", "build_plans", "validate_plans", "plan_stats",
+__all__ = ["LocalGraph", "ExchangeLayout", "build_layout", "build_layouts", "validate_layouts", "layout_stats",
            "MODELS", "HALO_MODES"]
 
 
@@ -48,7 +48,7 @@ def _t(x) -> torch.Tensor:
 
 
 class SharedArrays:
-    """Whole-graph arrays every part's plan is cut from (computed once, vectorised)."""
+    """Whole-graph arrays every part's layout is cut from (computed once, vectorised)."""
 
     def __init__(self, graph, a, k):
         from partitioners.cover import halo_cover
@@ -91,7 +91,7 @@ class SharedArrays:
         self.t_ptr = index2ptr(self.t_row, cov.size)
 
 
-def build_plan(graph, assignment, rank: int, k: int, *, shared: SharedArrays | None = None) -> LocalGraph:
+def build_layout(graph, assignment, rank: int, k: int, *, shared: SharedArrays | None = None) -> LocalGraph:
     """The :class:`LocalGraph` of one part (``rank``) of ``graph`` cut by ``assignment``."""
     a = checked_assignment(graph, assignment, k) if shared is None else shared.a
     sh = shared or SharedArrays(graph, a, k)
@@ -139,12 +139,12 @@ def _fp(graph) -> str:
         return ""
 
 
-def build_plans(graph, assignment, k: int) -> list[LocalGraph]:
-    """Plans of all ``k`` parts, built in one process; validated with :func:`validate_plans`."""
+def build_layouts(graph, assignment, k: int) -> list[LocalGraph]:
+    """Plans of all ``k`` parts, built in one process; validated with :func:`validate_layouts`."""
     a = checked_assignment(graph, assignment, k)
     sh = SharedArrays(graph, a, k)
-    plans = [build_plan(graph, a, r, k, shared=sh) for r in range(k)]
-    validate_plans(plans)
+    plans = [build_layout(graph, a, r, k, shared=sh) for r in range(k)]
+    validate_layouts(plans)
     return plans
 
 
@@ -154,7 +154,7 @@ def _blocks(counts) -> torch.Tensor:
     return off
 
 
-def validate_plans(plans: list[LocalGraph]) -> None:
+def validate_layouts(plans: list[LocalGraph]) -> None:
     """Check that what rank r sends to s is exactly what s expects from r, in order, in both
     exchange modes (mvc: raw rows, partial sums, and the edges summed into each). Only the
     exchange fields are read (node data may be gone: :func:`graphdist.halo.parts.write_parts`
@@ -162,7 +162,7 @@ def validate_plans(plans: list[LocalGraph]) -> None:
     k = len(plans)
     for s in plans:
         if len(s.recv_counts) != k or len(s.send_counts) != k:
-            raise ArtifactError(f"part {s.rank}: plan is for {len(s.recv_counts)} parts, not {k}")
+            raise ArtifactError(f"part {s.rank}: layout is for {len(s.recv_counts)} parts, not {k}")
     mvc = all(p.has_mvc for p in plans)
     for s in plans:
         roff = _blocks(s.recv_counts)
@@ -173,13 +173,13 @@ def validate_plans(plans: list[LocalGraph]) -> None:
             sel = slice(int(soff[s.rank]), int(soff[s.rank + 1]))
             sent = r.owned[r.send_idx[sel]]
             if sent.numel() != want.numel() or not torch.equal(sent, want):
-                raise ArtifactError(f"halo plan asymmetric: part {r.rank} sends {sent.numel()} rows to "
+                raise ArtifactError(f"halo layout asymmetric: part {r.rank} sends {sent.numel()} rows to "
                                     f"part {s.rank}, which expects {want.numel()} (or they differ)")
             if not mvc:
                 continue
             raw_in = s.halo_raw[roff[r.rank]:roff[r.rank + 1]]
             if not torch.equal(r.send_raw[sel], raw_in):
-                raise ArtifactError(f"pre-aggregation plan asymmetric: part {r.rank} sends other raw rows "
+                raise ArtifactError(f"pre-aggregation layout asymmetric: part {r.rank} sends other raw rows "
                                     f"to part {s.rank} than it expects")
             _check_partial_sums(r, s, poff, roff, halo_edges)
 
@@ -204,7 +204,7 @@ def _check_partial_sums(r: LocalGraph, s: LocalGraph, poff, roff, halo_edges) ->
     qoff = _blocks(s.pre_recv_counts)
     got = s.owned[s.pre_rows[qoff[r.rank]:qoff[r.rank + 1]]]
     if not torch.equal(dst, got):
-        raise ArtifactError(f"pre-aggregation plan asymmetric: part {r.rank} sends {dst.numel()} partial sums "
+        raise ArtifactError(f"pre-aggregation layout asymmetric: part {r.rank} sends {dst.numel()} partial sums "
                             f"to part {s.rank}, which expects {got.numel()} (or they differ)")
     lo, hi = int(r.pre_ptr[a]), int(r.pre_ptr[b])
     sent_v = torch.repeat_interleave(dst, r.pre_ptr[a + 1:b + 1] - r.pre_ptr[a:b])
@@ -217,11 +217,11 @@ def _check_partial_sums(r: LocalGraph, s: LocalGraph, poff, roff, halo_edges) ->
     n = max(r.num_global_nodes, 1)
     o1, o2 = lex_order(sent_v, sent_u, n), lex_order(want_v, want_u, n)
     if not (torch.equal(sent_v[o1], want_v[o2]) and torch.equal(sent_u[o1], want_u[o2])):
-        raise ArtifactError(f"pre-aggregation plan asymmetric: the edges part {r.rank} sums for part {s.rank} "
+        raise ArtifactError(f"pre-aggregation layout asymmetric: the edges part {r.rank} sums for part {s.rank} "
                             "are not the edges that part leaves out")
 
 
-def plan_stats(plans: list[LocalGraph]) -> dict:
+def layout_stats(plans: list[LocalGraph]) -> dict:
     """Rows and nodes per part, for reports (``moved_rows``: rows received per layer in mvc mode)."""
     out = {"owned_nodes": [p.num_owned for p in plans], "halo_rows": [p.num_halo for p in plans],
            "local_edges": [int(p.indices.numel()) for p in plans],

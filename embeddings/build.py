@@ -186,7 +186,7 @@ def plan_for(cfg: DLRMTrainConfig, train: ClickData, world_size: int, local_size
     sharding group of ``world_size / G`` ranks (group ranks) and the description covers every
     global rank (:func:`~embeddings.sharding.expand_2d`)."""
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
-    layout = layout_for(world_size, cfg.sparse_groups, local_size)
+    layout = layout_for(world_size, cfg.sparse_groups, local_size, cfg.sparse_layout)
     S = layout.size
     module = LossWrapper(build_model(cfg.model, train.dense.shape[1], train.num_embeddings, cfg.seed,
                                      ebc_device="meta"))
@@ -295,7 +295,7 @@ def build_sharded(cfg: DLRMTrainConfig, train: ClickData, device: torch.device, 
     pg = pg or dist.group.WORLD
     world = comm.world(pg)[1]
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-    layout = layout_for(world, cfg.sparse_groups, local)
+    layout = layout_for(world, cfg.sparse_groups, local, cfg.sparse_layout)
     module, plan, desc = plan_for(cfg, train, world, local, device.type, pg)
     digest = plan_hash(plan)
     comm.check_same(digest, "the torchrec sharding plan (digest)")

@@ -73,6 +73,12 @@ class DLRMTrainConfig(RunConfig):
     over a group of W/G ranks (all-to-all inside it) and the G replicas average their shards and
     optimizer state every --sync-every steps (on CPU only the rows looked up since the last sync;
     on CUDA torchrec DMPCollection, whole shards). 1: every table is sharded over all W ranks"""
+    sparse_layout: Literal["hosts", "torchrec"] = "hosts"
+    """with --sparse-groups > 1, which ranks form a sharding group (ranks are host-major, as
+    torchrun numbers them): hosts, S = W/G consecutive ranks, so the all-to-all stays inside a
+    node when S divides the ranks per node and the replica sync crosses nodes; torchrec, every
+    G-th rank (DMPCollection's default), so the sync stays inside a node when G divides the
+    ranks per node and the all-to-all crosses nodes. Both train the same model"""
     sync_every: int = 1
     """with --sparse-groups > 1: average the embedding replicas every N steps (also at the end
     and before every checkpoint)"""

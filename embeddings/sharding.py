@@ -239,7 +239,8 @@ def format_plan(desc: dict) -> str:
         fmt = lambda gs: " ".join("{" + ",".join(map(str, g)) + "}" for g in gs)  # noqa: E731
         lines.append(f"2D: {len(desc['sharding_groups'])} replicas of a {len(desc['sharding_groups'][0])}-rank "
                      f"sharding group (table ranks above are group ranks); sharding groups "
-                     f"{fmt(desc['sharding_groups'])}, replica groups {fmt(desc['replica_groups'])}")
+                     f"{fmt(desc['sharding_groups'])}, replica groups {fmt(desc['replica_groups'])} "
+                     f"(--sparse-layout {desc.get('sparse_layout', 'hosts')})")
     head = (f"{'rank':<5} {'emb+optim':>11} {'lookups/batch':>14} {'a2a group':>9} {'a2a/step':>10} "
             f"{'allreduce/batch':>16}" + (f" {'sync/sync':>10}" if two_d else ""))
     lines.append(head + f"   (global batch {desc['global_batch']}, optimizer {desc['optimizer']})")

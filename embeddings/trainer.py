@@ -222,7 +222,7 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and rank == 0, poll_every=STOP_POLL_STEPS,
                     settings=cfg, recorded={"plan_digest": sm.plan_digest}, reshard=True,
-                    layout_free=frozenset({"sharding", "sparse_groups"}))
+                    layout_free=frozenset({"sharding", "sparse_groups", "sparse_layout"}))
     sm.dmp.train()
     res = run_loop(task, lc, callbacks)
     task.sync_now()  # one model to evaluate

@@ -1,16 +1,29 @@
 """2D sparse parallelism: G replicas of an S-rank sharded embedding model (world W = G x S).
 
-Rank layout (torchrec ``DMPCollection``'s default, ``use_inter_host_allreduce=False``)::
+Two rank layouts (``--sparse-layout``); ranks are host-major, as torchrun numbers them
+(rank = node rank x L + local rank, L ranks per node):
+
+``hosts`` (torchrec ``DMPCollection(use_inter_host_allreduce=True)``)::
+
+    rank r:  sharding group g = r // S  members {S*g + j : j < S}   (S consecutive ranks)
+             replica group       j = r % S   members {S*g + j : g < G}
+
+    W = 4, G = 2, 2 nodes of 2:  sharding groups {0,1} (node 0) {2,3} (node 1);
+                                 replica groups {0,2} {1,3} (across the nodes)
+
+``torchrec`` (``DMPCollection``'s default, ``use_inter_host_allreduce=False``)::
 
     rank r:  sharding group g = r % G   members {g + G*j : j < S}   group rank j = r // G
              replica group       j      members {G*j + g : g < G}   (G consecutive ranks)
 
-    W = 8, G = 2 (S = 4):  sharding groups {0,2,4,6} {1,3,5,7}; replica groups {0,1} {2,3} {4,5} {6,7}
+    W = 4, G = 2, 2 nodes of 2:  sharding groups {0,2} {1,3} (each across the nodes);
+                                 replica groups {0,1} (node 0) {2,3} (node 1)
 
-The all-to-all of the embedding lookups stays inside a sharding group; the replica groups are
-blocks of G consecutive ranks, so with G dividing the ranks per node the replica sync never
-leaves a node (as DMPCollection advertises). Replica group g of the data takes the g-th 1/G of
-the global batch (:meth:`Layout.slot`).
+The all-to-all of the embedding lookups stays inside a sharding group, the replica sync inside
+a replica group. ``hosts`` keeps the all-to-all inside a node when S divides the ranks per node
+(the sync crosses nodes); ``torchrec`` keeps the sync inside a node when G divides them (the
+all-to-all crosses nodes). Either way sharding group g of the data takes the g-th 1/G of the
+global batch in group-rank order (:meth:`Layout.slot`), so both layouts train the same model.
 
 The two paths shard alike and sync the same tensors; they differ in what a sync moves:
 
@@ -44,6 +57,10 @@ from graphdist.errors import ConfigError
 __all__ = ["Layout", "layout_for", "build_dmp_2d", "ReplicaSync"]
 
 
+LAYOUTS = ("hosts", "torchrec")
+"""``--sparse-layout`` choices (see the module docstring)."""
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where each rank sits in a W = G x S job."""
@@ -54,69 +71,85 @@ class Layout:
     """G, replicas of the sharded model (= number of sharding groups)."""
     local_size: int = 0
     """ranks per node (0: unknown, taken as W)."""
+    kind: str = "hosts"
+    """``hosts``: sharding groups of S consecutive ranks; ``torchrec``: of every G-th rank."""
 
     @property
     def size(self) -> int:
         """S, ranks per sharding group."""
         return self.world // self.groups
 
+    @property
+    def contiguous(self) -> bool:
+        """Sharding groups are consecutive ranks (``hosts``; always at G = 1)."""
+        return self.kind == "hosts" or self.groups == 1
+
     def position(self, rank: int) -> tuple[int, int]:
         """``(sharding group g, group rank j)`` of global ``rank``."""
+        if self.contiguous:
+            return rank // self.size, rank % self.size
         return rank % self.groups, rank // self.groups
 
+    def global_rank(self, g: int, j: int) -> int:
+        return g * self.size + j if self.contiguous else g + self.groups * j
+
     def sharding_group(self, g: int) -> list[int]:
-        return [g + self.groups * j for j in range(self.size)]
+        return [self.global_rank(g, j) for j in range(self.size)]
 
     def replica_group(self, j: int) -> list[int]:
-        return [self.groups * j + g for g in range(self.groups)]
-
-    def global_rank(self, g: int, j: int) -> int:
-        return g + self.groups * j
+        return [self.global_rank(g, j) for g in range(self.groups)]
 
     def slot(self, rank: int) -> int:
         """Which of the W equal slices of a global batch ``rank`` trains on: sharding group g
-        takes the g-th 1/G of the batch, in group-rank order (= ``rank`` at G = 1)."""
+        takes the g-th 1/G of the batch, in group-rank order (= ``rank`` with ``hosts``)."""
         g, j = self.position(rank)
         return g * self.size + j
 
     @property
     def node_group_size(self) -> int:
         """Members of one sharding group on one node (torchrec's ``node_group_size``, the
-        'host' of table_row_wise inside a group): L/G when G divides the L ranks per node."""
+        'host' of table_row_wise inside a group): ``torchrec``: L/G when G divides the L ranks
+        per node; ``hosts``: S when S divides L (the group is inside a node), L when L divides S."""
         L = self.local_size or self.world
         if L >= self.world:
             return self.size
-        n = L // self.groups if L % self.groups == 0 else 1
+        if self.contiguous:
+            n = self.size if L % self.size == 0 else L if self.size % L == 0 else 1
+        else:
+            n = L // self.groups if L % self.groups == 0 else 1
         return n if n >= 1 and self.size % n == 0 else 1
 
     def describe(self) -> dict:
-        return {"sparse_groups": self.groups, "sharding_group_size": self.size,
+        return {"sparse_groups": self.groups, "sparse_layout": self.kind, "sharding_group_size": self.size,
                 "sharding_groups": [self.sharding_group(g) for g in range(self.groups)],
                 "replica_groups": [self.replica_group(j) for j in range(self.size)]}
 
 
-def layout_for(world: int, groups: int, local_size: int = 0) -> Layout:
+def layout_for(world: int, groups: int, local_size: int = 0, kind: str = "hosts") -> Layout:
     """The layout, or :class:`ConfigError` when G does not divide W."""
     if groups < 1 or world % groups:
         raise ConfigError(f"--sparse-groups {groups} must divide the world size {world} "
                           f"(W = G x S: G replicas of an S-rank sharding group)")
-    return Layout(world, groups, local_size)
+    if kind not in LAYOUTS:
+        raise ConfigError(f"--sparse-layout must be one of {', '.join(LAYOUTS)}, got {kind!r}")
+    return Layout(world, groups, local_size, kind)
 
 
 def remap_plan(plan, rank: int, layout: Layout):
     """A copy of ``plan`` (group ranks 0..S-1) with global ranks for ``rank``'s sharding group,
-    as ``DMPCollection._remap_sharding_plan`` does (``p -> p*G + g``); placements stay
+    as ``DMPCollection._remap_sharding_plan`` does (``p -> p + g*S`` with ``hosts``, its
+    ``use_inter_host_allreduce``; ``p -> p*G + g`` with ``torchrec``); placements stay
     ``rank:N/cpu`` on CPU (ShardedTensor rejects ``cpu:K``)."""
     from torch.distributed import _remote_device
     from torch.distributed._shard.sharding_spec import EnumerableShardingSpec
     plan = copy.deepcopy(plan)
-    G, g = layout.groups, rank % layout.groups
+    g = layout.position(rank)[0]
     for mp in plan.plan.values():
         for ps in mp.values():
-            ps.ranks = [p * G + g for p in ps.ranks] if ps.ranks is not None else None
+            ps.ranks = [layout.global_rank(g, p) for p in ps.ranks] if ps.ranks is not None else None
             if isinstance(ps.sharding_spec, EnumerableShardingSpec):
                 for sh in ps.sharding_spec.shards:
-                    new = sh.placement.rank() * G + g
+                    new = layout.global_rank(g, sh.placement.rank())
                     dev = sh.placement.device()
                     where = "cpu" if dev.type == "cpu" else f"{dev.type}:{new % max(layout.local_size, 1)}"
                     sh.placement = _remote_device(f"rank:{new}/{where}")
@@ -254,7 +287,8 @@ def build_dmp_2d(module, plan, device: torch.device, layout: Layout, sharders=No
         from torchrec.distributed.model_parallel import DMPCollection
         dmp = DMPCollection(module=module, device=device, plan=copy.deepcopy(plan), world_size=W,
                             sharding_group_size=S, global_pg=dist.group.WORLD,
-                            node_group_size=layout.node_group_size, sharders=sharders)
+                            node_group_size=layout.node_group_size, sharders=sharders,
+                            use_inter_host_allreduce=layout.contiguous)
         return dmp, dmp.sync
     from torch.distributed.device_mesh import DeviceMesh
     from torchrec.distributed import DistributedModelParallel
@@ -266,7 +300,8 @@ def build_dmp_2d(module, plan, device: torch.device, layout: Layout, sharders=No
                       mesh_dim_names=("replicate", "shard"))
     sharding_pg, replica_pg = mesh.get_group(mesh_dim="shard"), mesh.get_group(mesh_dim="replicate")
     env = ShardingEnv2D(sharding_pg=sharding_pg, replica_pg=replica_pg, global_pg=dist.group.WORLD,
-                        device_mesh=mesh, node_group_size=layout.node_group_size)
+                        device_mesh=mesh, node_group_size=layout.node_group_size,
+                        use_inter_host_allreduce=layout.contiguous)
     dmp = DistributedModelParallel(module, env=env, device=device, plan=remap_plan(plan, rank, layout),
                                    sharders=sharders)
     return dmp, ReplicaSync(dmp, replica_pg)

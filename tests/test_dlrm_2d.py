@@ -1,6 +1,7 @@
 """2D sparse parallelism (``--sparse-groups G``) on CPU: W = 4 gloo ranks, G = 2 replicas of a
-2-rank sharding group (DistributedModelParallel on each sharding group + ReplicaSync), against a
-single-process reference built here (tests/test_dlrm_cuda.py runs the same cases, job and checks
+2-rank sharding group (DistributedModelParallel on each sharding group + ReplicaSync), in both
+rank layouts (``--sparse-layout hosts``, the default: sharding groups {0,1} {2,3}; ``torchrec``:
+{0,2} {1,3}), against a single-process reference built here (tests/test_dlrm_cuda.py runs the same cases, job and checks
 through torchrec's DMPCollection on 4 GPUs):
 
     G unsharded model replicas, replica g trains on the g-th 1/G of every global batch;
@@ -36,14 +37,15 @@ W, G, B, STEPS = 4, 2, 64, 20
 TOL = 1e-5
 
 
-def make_cfg(sharding, emb_opt="rowwise_adagrad", groups=G, sync_every=1, **kw):
+def make_cfg(sharding, emb_opt="rowwise_adagrad", groups=G, sync_every=1, layout="hosts", **kw):
     from embeddings.config import DLRMTrainConfig
     from embeddings.model import ModelConfig
     kw = {"spec": SPEC, "batch_size": B, "steps": STEPS, **kw}
     return DLRMTrainConfig(sharding=sharding, eval_batch_size=256,
                            seed=5, embedding_optimizer=emb_opt, embedding_lr=0.1, dense_optimizer="sgd",
                            dense_lr=0.1,
-                           sparse_groups=groups, sync_every=sync_every, progress=False, print_plan=False,
+                           sparse_groups=groups, sparse_layout=layout, sync_every=sync_every, progress=False,
+                           print_plan=False,
                            model=ModelConfig(embedding_dim=16, dense_arch=[16], over_arch=[16]), **kw)
 
 
@@ -81,20 +83,20 @@ def _device(rank: int, device_type: str) -> torch.device:
     return torch.device("cpu")
 
 
-def _train_2d(rank, world, sharding, emb_opt, sync_every, device_type="cpu"):
+def _train_2d(rank, world, sharding, emb_opt, sync_every, device_type="cpu", layout="hosts"):
     """build_sharded + the trainer's step loop (sync included) + the trainer's final sync
     (on CUDA: torchrec's DMPCollection and its sync())."""
     from embeddings.build import build_sharded, load_splits
     from embeddings.trainer import _global_losses, run_steps
     dev = _device(rank, device_type)
-    cfg = make_cfg(sharding, emb_opt, sync_every=sync_every, device=device_type)
+    cfg = make_cfg(sharding, emb_opt, sync_every=sync_every, device=device_type, layout=layout)
     train, _ = load_splits(cfg)
     sm = build_sharded(cfg, train, dev)
     local = run_steps(sm.dmp, sm.opt, None, train, cfg, range(STEPS), dev, model=sm)
     if STEPS % sync_every:
         sm.sync()
     return {"losses": _global_losses(local, world), "weights": _weights(sm.dmp),
-            "dmp": type(sm.dmp).__name__, "sync": getattr(sm.sync, "__qualname__", type(sm.sync).__name__)}
+            "groups": sm.layout.describe()["sharding_groups"], "dmp": type(sm.dmp).__name__, "sync": getattr(sm.sync, "__qualname__", type(sm.sync).__name__)}
 
 
 def touched_vs_whole_shards() -> dict:
@@ -123,6 +125,9 @@ def touched_vs_whole_shards() -> dict:
 CASES = [(st, "rowwise_adagrad", 1) for st in TYPES] + [("row_wise", "rowwise_adagrad_scaled", 1),
                                                         ("table_wise", "rowwise_adagrad", 3)]
 """(sharding, embedding optimizer, --sync-every) compared with the reference, on CPU and CUDA."""
+TORCHREC_CASES = [(st, "rowwise_adagrad", 1) for st in ("table_wise", "row_wise", "column_wise")]
+"""The same with ``--sparse-layout torchrec`` (the other rank layout; table- and column-wise
+shards are placed through torchrec's ``remap_rank``, which differs between the layouts)."""
 
 
 def job_reference_runs(rank, world, device_type="cpu"):
@@ -133,6 +138,8 @@ def job_reference_runs(rank, world, device_type="cpu"):
     from embeddings.trainer import train
     dev = _device(rank, device_type)
     out = {case: _train_2d(rank, world, *case, device_type) for case in CASES}
+    out.update({("torchrec", *case): _train_2d(rank, world, *case, device_type, "torchrec")
+                for case in TORCHREC_CASES})
     out["trainer"] = train(make_cfg("table_wise", device=device_type), dev)
     out["auto"] = train(make_cfg("auto", device=device_type), dev)  # the planner, run for S = 2 ranks
     if device_type == "cpu":  # DMPCollection's sync has one mode: whole shards
@@ -232,16 +239,23 @@ def _check_weights(res, ref_sd, what, tol=TOL):
     return n
 
 
+GROUPS = {"hosts": [[0, 1], [2, 3]], "torchrec": [[0, 2], [1, 3]]}
+"""Sharding groups of W = 4, G = 2 in each layout."""
+
+
 def check_matches_reference(ranks, case, tol=TOL, dmp=("DistributedModelParallel", "ReplicaSync")):
     """Every rank's 20 losses and every weight it holds equal the G-replica reference; ``dmp``:
     what sharded and synced the model (the CPU path's DistributedModelParallel on a sharding
-    group and ReplicaSync, or DMPCollection and its sync)."""
-    sharding, emb_opt, sync_every = case
+    group and ReplicaSync, or DMPCollection and its sync). ``case``: a :data:`CASES` entry
+    (``--sparse-layout hosts``) or ``("torchrec", *entry)``."""
+    layout, key = (case[0], case) if case[0] == "torchrec" else ("hosts", case)
+    sharding, emb_opt, sync_every = case[-3:]
     ref_losses, ref_sd = reference(sharding, emb_opt, sync_every)
     seen = 0
     for rank, out in enumerate(ranks):
-        res = out[case]
+        res = out[key]
         assert (res["dmp"], res["sync"]) == dmp, f"rank {rank}: sharded by {res['dmp']}, synced by {res['sync']}"
+        assert res["groups"] == GROUPS[layout], f"rank {rank}: sharding groups {res['groups']}"
         np.testing.assert_allclose(res["losses"], ref_losses, atol=tol, rtol=0,
                                    err_msg=f"{sharding} {emb_opt} sync {sync_every} rank {rank}")
         seen += _check_weights(res, ref_sd, f"{sharding} rank {rank}", tol)
@@ -258,7 +272,8 @@ def check_trainer_report(ranks, tol=TOL):
     rep = ranks[0]["trainer"]
     np.testing.assert_allclose(rep["losses"], a, atol=tol, rtol=0)
     plan = rep["plan"]
-    assert plan["sharding_groups"] == [[0, 2], [1, 3]] and plan["replica_groups"] == [[0, 1], [2, 3]]
+    assert plan["sharding_groups"] == [[0, 1], [2, 3]] and plan["replica_groups"] == [[0, 2], [1, 3]]
+    assert plan["sparse_layout"] == "hosts"
     assert [r["a2a_group_size"] for r in plan["ranks"]] == [2] * 4
     assert rep["sparse_groups"] == 2 and rep["mem/peak_bytes"] > 0
     assert 0 < rep["comm/replica_sync_bytes_per_step"] <= rep["comm/replica_sync_whole_bytes_per_step"]
@@ -281,7 +296,10 @@ def check_auto(ranks, tol=TOL):
         np.testing.assert_allclose(r["losses"], ref, atol=tol, rtol=0, err_msg=f"auto rank {rank}")
 
 
-@pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, c)) for c in CASES])
+ALL_CASES = CASES + [("torchrec", *c) for c in TORCHREC_CASES]
+
+
+@pytest.mark.parametrize("case", ALL_CASES, ids=["-".join(map(str, c)) for c in ALL_CASES])
 def test_matches_g_replica_reference(ranks, case):
     check_matches_reference(ranks, case)
 
@@ -299,19 +317,31 @@ def test_auto_plans_for_the_sharding_group_and_matches_the_reference(ranks):
 def test_layout_hand_checked():
     from embeddings.twod import Layout, layout_for
     from graphdist.errors import ConfigError
-    lay = Layout(8, 2, local_size=4)  # two nodes of 4
+    lay = Layout(8, 2, local_size=4, kind="torchrec")  # two nodes of 4
     assert lay.describe()["sharding_groups"] == [[0, 2, 4, 6], [1, 3, 5, 7]]
     assert lay.describe()["replica_groups"] == [[0, 1], [2, 3], [4, 5], [6, 7]]  # inside a node
     assert lay.position(5) == (1, 2) and lay.node_group_size == 2
     assert [lay.slot(r) for r in range(8)] == [0, 4, 1, 5, 2, 6, 3, 7]
-    assert Layout(8, 4).describe()["sharding_groups"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    assert [Layout(4, 1).slot(r) for r in range(4)] == [0, 1, 2, 3]
+    assert Layout(8, 4, kind="torchrec").describe()["sharding_groups"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    hosts = Layout(8, 2, local_size=4)  # the default: sharding groups inside the nodes
+    assert hosts.kind == "hosts"
+    assert hosts.describe()["sharding_groups"] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert hosts.describe()["replica_groups"] == [[0, 4], [1, 5], [2, 6], [3, 7]]  # across the nodes
+    assert hosts.position(5) == (1, 1) and hosts.node_group_size == 4
+    assert [hosts.slot(r) for r in range(8)] == list(range(8))
+    assert Layout(8, 4, local_size=4).describe()["sharding_groups"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert Layout(8, 2, local_size=2).node_group_size == 2  # a 4-rank group on 2 nodes of 2
+    for kind in ("hosts", "torchrec"):
+        assert [Layout(4, 1, kind=kind).slot(r) for r in range(4)] == [0, 1, 2, 3]
+        lay = Layout(8, 2, 4, kind)
+        assert sorted(lay.global_rank(*lay.position(r)) for r in range(8)) == list(range(8))
     with pytest.raises(ConfigError, match="--sparse-groups 3 must divide the world size 4"):
         layout_for(4, 3)
 
 
-def _job_same_as_dmpcollection(rank, world):
-    """The CPU path's process groups and synced tensors are DMPCollection's own."""
+def _job_same_as_dmpcollection(rank, world, layout):
+    """The CPU path's process groups and synced tensors are DMPCollection's own (``hosts``:
+    DMPCollection's ``use_inter_host_allreduce=True``)."""
     import types
 
     import torch.distributed as dist
@@ -319,11 +349,12 @@ def _job_same_as_dmpcollection(rank, world):
     from torchrec.distributed.types import DMPCollectionContext
     _quiet()
     from embeddings.build import build_sharded, load_splits
-    cfg = make_cfg("row_wise")
+    cfg = make_cfg("row_wise", layout=layout)
     train, _ = load_splits(cfg)
     sm = build_sharded(cfg, train, torch.device("cpu"))
     fake = types.SimpleNamespace(_device=torch.device("cpu"), _dmp_wrapped_module=sm.dmp._dmp_wrapped_module)
-    mesh, spg, rpg = DMPCollection._create_process_groups(fake, rank, world, world // G)
+    mesh, spg, rpg = DMPCollection._create_process_groups(fake, rank, world, world // G,
+                                                          use_inter_host_allreduce=layout == "hosts")
     ctx = DMPCollectionContext(module=None, plan=None, sharding_group_size=world // G)
     DMPCollection._group_sharded_modules(fake, [ctx])
     DMPCollection._cache_sync_tensors(fake, [ctx])
@@ -337,9 +368,10 @@ def _job_same_as_dmpcollection(rank, world):
             "o": (ptrs(ctx.optimizer_tensors_by_dtype), ptrs(sm.sync.optimizer_tensors_by_dtype))}
 
 
-def test_same_groups_and_tensors_as_dmpcollection():
-    for rank, r in enumerate(run_ranks(_job_same_as_dmpcollection, W, timeout=300)):
-        assert r["mesh"] == r["ours"]
+@pytest.mark.parametrize("layout", ["hosts", "torchrec"])
+def test_same_groups_and_tensors_as_dmpcollection(layout):
+    for rank, r in enumerate(run_ranks(_job_same_as_dmpcollection, W, (layout,), timeout=300)):
+        assert r["mesh"] == r["ours"] == GROUPS[layout]
         assert r["rpg"] == r["spg"][1]
         assert r["w"][0] == r["w"][1] and r["w"][1], f"rank {rank}: weights to sync differ"
         assert r["o"][0] == r["o"][1] and r["o"][1], f"rank {rank}: optimizer states to sync differ"

@@ -75,14 +75,16 @@ def four_gpu_ranks():
 
 
 def _cases():
-    from tests.test_dlrm_2d import CASES
-    return CASES
+    from tests.test_dlrm_2d import ALL_CASES
+    return ALL_CASES
 
 
 @four_gpus
 @pytest.mark.parametrize("case", _cases(), ids=["-".join(map(str, c)) for c in _cases()])
 def test_four_gpus_dmpcollection_matches_replica_reference(four_gpu_ranks, case):
-    """W = 4, G = 2: sharding groups {0,2} {1,3} of two GPUs each, replica groups {0,1} {2,3}."""
+    """W = 4, G = 2: sharding groups {0,1} {2,3} of two GPUs each, replica groups {0,2} {1,3}
+    (``--sparse-layout hosts``, DMPCollection's ``use_inter_host_allreduce=True``), and
+    {0,2} {1,3} / {0,1} {2,3} (``torchrec``, DMPCollection's default)."""
     from tests.test_dlrm_2d import check_matches_reference
     check_matches_reference(four_gpu_ranks, case, GPU_TOL, dmp=("DMPCollection", "DMPCollection.sync"))
 

@@ -92,11 +92,18 @@ def test_2d_report_hand_counted():
                                 seed=0, ebc_device="meta"))
     plan = build_plan(m, "table_wise", ROWS, D, 2, 2, "cpu", 2, [1.0] * 26)
     stats = IdStats([1.0] * 26, [np.arange(n) for n in ROWS])
-    d = expand_2d(describe_plan(plan, ROWS, D, 2, 4, stats, "rowwise_adagrad"), Layout(4, 2))
-    assert d["sharding_groups"] == [[0, 2], [1, 3]] and d["replica_groups"] == [[0, 1], [2, 3]]
+    desc = describe_plan(plan, ROWS, D, 2, 4, stats, "rowwise_adagrad")
+    d = expand_2d(desc, Layout(4, 2))  # --sparse-layout hosts
+    assert d["sharding_groups"] == [[0, 1], [2, 3]] and d["replica_groups"] == [[0, 2], [1, 3]]
+    assert d["sparse_layout"] == "hosts"
     assert d["global_batch"] == 8 and d["group_batch"] == 4
     assert [(r["rank"], r["sharding_group"], r["group_rank"]) for r in d["ranks"]] == \
+        [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
+    tr = expand_2d(desc, Layout(4, 2, kind="torchrec"))
+    assert tr["sharding_groups"] == [[0, 2], [1, 3]] and tr["replica_groups"] == [[0, 1], [2, 3]]
+    assert [(r["rank"], r["sharding_group"], r["group_rank"]) for r in tr["ranks"]] == \
         [(0, 0, 0), (1, 1, 0), (2, 0, 1), (3, 1, 1)]
+    assert "sharding groups {0,2} {1,3}, replica groups {0,1} {2,3}" in format_plan(tr)
     for r in d["ranks"]:
         # 2 samples per rank; per table: 2 x (1 id + 1 length) x 8 B of ids to or from the one
         # peer of the group, and 2 x D x 4 B of pooled rows (forward) and their gradients (backward)
@@ -104,10 +111,10 @@ def test_2d_report_hand_counted():
         assert r["a2a_bytes_per_batch"] == 26 * (2 * 2 * 8 + 2 * D * 4)
         assert r["a2a_bytes_per_step"] == 26 * (2 * 2 * 8 + 2 * 2 * D * 4)
     rows0 = 8 * 12 + 100  # group rank 0 owns t_0, t_2, ..., t_24 (t_24 has 100 rows)
-    assert d["ranks"][1]["embedding_bytes"] == 4 * (rows0 * D + rows0)
-    assert d["ranks"][1]["sync_bytes_per_sync"] == 4 * (rows0 * D + rows0)
+    assert d["ranks"][2]["embedding_bytes"] == tr["ranks"][1]["embedding_bytes"] == 4 * (rows0 * D + rows0)
+    assert d["ranks"][2]["sync_bytes_per_sync"] == 4 * (rows0 * D + rows0)
     txt = format_plan(d)
-    assert "sharding groups {0,2} {1,3}, replica groups {0,1} {2,3}" in txt and "sync/sync" in txt
+    assert "sharding groups {0,1} {2,3}, replica groups {0,2} {1,3}" in txt and "sync/sync" in txt
 
 
 def test_table_row_wise_by_table_not_by_node():

@@ -297,7 +297,7 @@ def build_sharded(cfg: DLRMTrainConfig, train: ClickData, device: torch.device, 
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     layout = layout_for(world, cfg.sparse_groups, local, cfg.sparse_layout)
     module, plan, desc = plan_for(cfg, train, world, local, device.type, pg)
-    digest = plan_hash(plan)
+    digest = plan_hash(plan, layout.describe() if layout.groups > 1 else None)
     comm.check_same(digest, "the torchrec sharding plan (digest)")
     check_memory(desc, memory_budget(cfg, device, local))
     dmp, sync = shard(module, plan, device, layout, pg)

@@ -202,10 +202,12 @@ def expand_2d(desc: dict, layout) -> dict:
             "group_batch": desc["global_batch"], **layout.describe()}
 
 
-def plan_hash(plan) -> str:
+def plan_hash(plan, groups: dict | None = None) -> str:
     """A digest of everything that places a table (type, kernel, ranks, shard offsets, sizes and
-    placements): equal on every rank iff the ranks built the same plan."""
-    items = {}
+    placements): equal on every rank iff the ranks built the same plan. ``groups`` (2D: the
+    sharding and replica groups, :meth:`embeddings.twod.Layout.describe`) places the group ranks
+    of the plan on global ranks, and is hashed with it."""
+    items = {} if groups is None else {"2d": groups}
     for path, mp in sorted(plan.plan.items()):
         for name, ps in sorted(mp.items()):
             shards = ([] if ps.sharding_spec is None else

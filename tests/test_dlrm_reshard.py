@@ -5,8 +5,10 @@ row-wise checkpoint written at W = 4 continues
 * at W = 2 (1D), row-wise and table-wise: to the unbroken W = 4 run's losses (at G = 1 the update
   is the global-batch mean whatever W and the plan are), and to a single-process reference
   started from the checkpoint's tensors;
-* as 2D with G = 2 replicas (W = 4): to the single-process G-replica reference (see
-  tests/test_dlrm_2d.py) started from the checkpoint's tensors, read here without any sharding;
+* as 2D with G = 2 replicas (W = 4), in both rank layouts (``--sparse-layout hosts`` to the
+  end; ``torchrec`` for two steps, then its checkpoint continues as ``hosts``): to the
+  single-process G-replica reference (see tests/test_dlrm_2d.py) started from the checkpoint's
+  tensors, read here without any sharding;
 
 and a checkpoint whose state another plan cannot hold (column-wise AdaGrad keeps one sum per
 column block) is refused in one line naming both plans."""
@@ -109,7 +111,7 @@ def test_a_w4_row_wise_checkpoint_resumes_at_w2_as_table_wise_and_as_2d(tmp_path
     whole = run_ranks(_job, 4, (dict(steps=STEPS, checkpoint_dir=ck, checkpoint_every=CUT),), timeout=300)[0]
     snap = os.path.join(ck, f"step_{CUT:08d}")
     dirs = {}
-    for name in ("w2", "tw", "2d"):  # what a crash right after step CUT's checkpoint leaves
+    for name in ("w2", "tw", "2d", "2d-torchrec"):  # what a crash right after step CUT's checkpoint leaves
         d = dirs[name] = str(tmp_path / f"ck-{name}")
         shutil.copytree(snap, os.path.join(d, f"step_{CUT:08d}"))
         with open(os.path.join(d, "latest"), "w") as f:
@@ -120,15 +122,22 @@ def test_a_w4_row_wise_checkpoint_resumes_at_w2_as_table_wise_and_as_2d(tmp_path
                                           sharding="table_wise"),), timeout=300)[0]
     two_d = run_ranks(_job, 4, (dict(steps=STEPS, checkpoint_dir=dirs["2d"], resume=True, sparse_groups=2),),
                       timeout=300)[0]
-    for r in (w2, two_d, table_wise):
+    two_d_tr = run_ranks(_job, 4, (dict(steps=STEPS - 2, checkpoint_dir=dirs["2d-torchrec"], resume=True,
+                                        sparse_groups=2, sparse_layout="torchrec"),), timeout=300)[0]
+    back = run_ranks(_job, 4, (dict(steps=STEPS, checkpoint_dir=dirs["2d-torchrec"], resume=True, sparse_groups=2),),
+                     timeout=300)[0]  # the torchrec layout's checkpoint of step STEPS - 2 as hosts
+    for r in (w2, two_d, two_d_tr, table_wise):
         assert r["losses"][:CUT] == cut["losses"]  # the history came with the checkpoint
         assert r["was"] == {"world_size": 4, "plan_digest": cut["digest"]} and r["digest"] != cut["digest"], r
+    assert back["was"] == {"world_size": 4, "plan_digest": two_d_tr["digest"]} and back["digest"] == two_d["digest"]
+    assert two_d["digest"] != two_d_tr["digest"] and back["losses"][:STEPS - 2] == two_d_tr["losses"]
     np.testing.assert_allclose(w2["losses"][CUT:], whole["losses"][CUT:], atol=1e-5, rtol=0)
     ref1 = _reference(snap, 1)
     np.testing.assert_allclose(w2["losses"][CUT:], ref1, atol=1e-5, rtol=0)
     np.testing.assert_allclose(table_wise["losses"][CUT:], ref1, atol=1e-5, rtol=0)  # another --sharding
     ref2 = _reference(snap, 2)
     np.testing.assert_allclose(two_d["losses"][CUT:], ref2, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(back["losses"][CUT:], ref2, atol=1e-5, rtol=0)
     assert max(abs(a - b) for a, b in zip(ref2, whole["losses"][CUT:])) > 1e-4  # 2D is another model
 
 

@@ -339,9 +339,9 @@ def test_layout_hand_checked():
         layout_for(4, 3)
 
 
-def _job_same_as_dmpcollection(rank, world, layout):
-    """The CPU path's process groups and synced tensors are DMPCollection's own (``hosts``:
-    DMPCollection's ``use_inter_host_allreduce=True``)."""
+def _job_same_as_dmpcollection(rank, world):
+    """Per layout: the CPU path's process groups and synced tensors are DMPCollection's own
+    (``hosts``: DMPCollection's ``use_inter_host_allreduce=True``)."""
     import types
 
     import torch.distributed as dist
@@ -349,32 +349,36 @@ def _job_same_as_dmpcollection(rank, world, layout):
     from torchrec.distributed.types import DMPCollectionContext
     _quiet()
     from embeddings.build import build_sharded, load_splits
-    cfg = make_cfg("row_wise", layout=layout)
-    train, _ = load_splits(cfg)
-    sm = build_sharded(cfg, train, torch.device("cpu"))
-    fake = types.SimpleNamespace(_device=torch.device("cpu"), _dmp_wrapped_module=sm.dmp._dmp_wrapped_module)
-    mesh, spg, rpg = DMPCollection._create_process_groups(fake, rank, world, world // G,
-                                                          use_inter_host_allreduce=layout == "hosts")
-    ctx = DMPCollectionContext(module=None, plan=None, sharding_group_size=world // G)
-    DMPCollection._group_sharded_modules(fake, [ctx])
-    DMPCollection._cache_sync_tensors(fake, [ctx])
 
     def ptrs(d):
         return {str(k): [(t.data_ptr(), tuple(t.shape)) for t in v] for k, v in d.items()}
-    return {"mesh": mesh.mesh.tolist(), "ours": sm.layout.describe()["sharding_groups"],
-            "spg": (dist.get_process_group_ranks(spg), dist.get_process_group_ranks(sm.sync.replica_pg)),
-            "rpg": dist.get_process_group_ranks(rpg),
-            "w": (ptrs(ctx.weights_by_dtype), ptrs(sm.sync.weights_by_dtype)),
-            "o": (ptrs(ctx.optimizer_tensors_by_dtype), ptrs(sm.sync.optimizer_tensors_by_dtype))}
+    out = {}
+    for layout in GROUPS:
+        cfg = make_cfg("row_wise", layout=layout)
+        train, _ = load_splits(cfg)
+        sm = build_sharded(cfg, train, torch.device("cpu"))
+        fake = types.SimpleNamespace(_device=torch.device("cpu"), _dmp_wrapped_module=sm.dmp._dmp_wrapped_module)
+        mesh, spg, rpg = DMPCollection._create_process_groups(fake, rank, world, world // G,
+                                                              use_inter_host_allreduce=layout == "hosts")
+        ctx = DMPCollectionContext(module=None, plan=None, sharding_group_size=world // G)
+        DMPCollection._group_sharded_modules(fake, [ctx])
+        DMPCollection._cache_sync_tensors(fake, [ctx])
+        out[layout] = {"mesh": mesh.mesh.tolist(), "ours": sm.layout.describe()["sharding_groups"],
+                       "spg": (dist.get_process_group_ranks(spg), dist.get_process_group_ranks(sm.sync.replica_pg)),
+                       "rpg": dist.get_process_group_ranks(rpg),
+                       "w": (ptrs(ctx.weights_by_dtype), ptrs(sm.sync.weights_by_dtype)),
+                       "o": (ptrs(ctx.optimizer_tensors_by_dtype), ptrs(sm.sync.optimizer_tensors_by_dtype))}
+    return out
 
 
-@pytest.mark.parametrize("layout", ["hosts", "torchrec"])
-def test_same_groups_and_tensors_as_dmpcollection(layout):
-    for rank, r in enumerate(run_ranks(_job_same_as_dmpcollection, W, (layout,), timeout=300)):
-        assert r["mesh"] == r["ours"] == GROUPS[layout]
-        assert r["rpg"] == r["spg"][1]
-        assert r["w"][0] == r["w"][1] and r["w"][1], f"rank {rank}: weights to sync differ"
-        assert r["o"][0] == r["o"][1] and r["o"][1], f"rank {rank}: optimizer states to sync differ"
+def test_same_groups_and_tensors_as_dmpcollection():
+    for rank, res in enumerate(run_ranks(_job_same_as_dmpcollection, W, timeout=300)):
+        for layout, r in res.items():
+            assert r["mesh"] == r["ours"] == GROUPS[layout], f"rank {rank} {layout}"
+            assert r["rpg"] == r["spg"][1], f"rank {rank} {layout}"
+            assert r["w"][0] == r["w"][1] and r["w"][1], f"rank {rank} {layout}: weights to sync differ"
+            assert r["o"][0] == r["o"][1] and r["o"][1], f"rank {rank} {layout}: optimizer states to sync differ"
+        assert set(res) == {"hosts", "torchrec"}
 
 
 def test_touched_row_sync_is_bit_for_bit_the_whole_shard_sync(ranks):

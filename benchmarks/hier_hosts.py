@@ -41,13 +41,17 @@ def env() -> dict:
     return e
 
 
-def host_rows(spec: str, part: Path, k: int, hosts: int) -> tuple[int, int]:
-    """(halo rows between hosts, edges cut between hosts) of an artifact's assignment."""
+def host_rows(spec: str, part: Path, k: int, hosts: int) -> tuple[int, int, int, int]:
+    """(distinct (row, other host) pairs, edges cut between hosts, rows moved between hosts per
+    layer with mvc, plain halo rows between hosts per layer: part pairs as the exchange sends
+    them) of an artifact's assignment."""
     from graphdist.data import load_graph
     from partitioners import comm_volume, edge_cut
+    from partitioners.hostsplit import rows_between_hosts
     g = load_graph(spec)
-    a = np.load(part / "assignment.npy") // (k // hosts)
-    return int(comm_volume(g, a)), int(edge_cut(g, a))
+    a = np.load(part / "assignment.npy")
+    moved, plain = rows_between_hosts(g, a, k, hosts)
+    return int(comm_volume(g, a // (k // hosts))), int(edge_cut(g, a // (k // hosts))), moved, plain
 
 
 def train(tb: Testbed, spec: str, part: Path, args, epochs: int, out: Path) -> dict:
@@ -91,13 +95,14 @@ def main() -> int:
                 if not (part / "meta.json").exists():
                     subprocess.run(GD + ["partition", spec, "--parts", str(args.k), "--method", args.method,
                                          "--out", str(part), *extra], check=True, env=env(), stdout=subprocess.DEVNULL)
-                rows_between, cut_between = host_rows(spec, part, args.k, args.hosts)
+                rows_between, cut_between, moved_x, plain_x = host_rows(spec, part, args.k, args.hosts)
                 runs = {e: train(tb, spec, part, args, e, work / f"s{si}-{name}-e{e}.json") for e in (e1, e2)}
                 per_epoch = (runs[e2]["tx_bytes"] - runs[e1]["tx_bytes"]) / (e2 - e1)
                 meta = json.loads((part / "meta.json").read_text())
                 row = {"spec": spec, "partition": name, "k": args.k, "hosts": args.hosts, "method": args.method,
                        "inter_host_bytes_per_epoch": per_epoch, "inter_host_halo_rows": rows_between,
-                       "inter_host_edge_cut": cut_between, "halo_rows_all_parts": meta["quality"]["comm_volume"],
+                       "inter_host_edge_cut": cut_between, "inter_host_moved_rows_per_layer": moved_x,
+                       "inter_host_plain_rows_per_layer": plain_x, "halo_rows_all_parts": meta["quality"]["comm_volume"],
                        "final_loss": runs[e2]["losses"][-1], "losses": runs[e2]["losses"],
                        "halo_bytes_per_epoch_all_ranks": runs[e2]["halo_bytes_per_epoch"],
                        "tx_bytes": {e: runs[e]["tx_bytes"] for e in runs}, "load": os.getloadavg()[0]}
@@ -106,15 +111,16 @@ def main() -> int:
     print(f"done in {time.time() - t0:.0f} s; load {os.getloadavg()}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    print("\n| graph | partition | bytes crossing hosts / epoch | ratio | halo rows between hosts | "
-          "halo rows, all parts | final loss |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("\n| graph | partition | bytes crossing hosts / epoch | ratio | rows between hosts / layer, mvc | "
+          "plain | halo rows, all parts | final loss |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for i in range(0, len(rows), 2):
         f, h = rows[i], rows[i + 1]
         for r in (f, h):
             print(f"| {r['spec'].split(',')[0]} | {r['partition']} | {r['inter_host_bytes_per_epoch']:,.0f} | "
                   f"{r['inter_host_bytes_per_epoch'] / f['inter_host_bytes_per_epoch']:.2f} | "
-                  f"{r['inter_host_halo_rows']:,} | {r['halo_rows_all_parts']:,} | {r['final_loss']:.4f} |")
+                  f"{r['inter_host_moved_rows_per_layer']:,} | {r['inter_host_plain_rows_per_layer']:,} | "
+                  f"{r['halo_rows_all_parts']:,} | {r['final_loss']:.4f} |")
     return 0
 
 

@@ -130,11 +130,52 @@ def group_parts(graph, flat: np.ndarray, k: int, hosts: int) -> np.ndarray:
     return relabel[flat]
 
 
+def _host_splits(graph, hosts: int, *, method: str, imbalance: float, seed: int, balance: str,
+                 node_weights, options: dict) -> list:
+    """Candidate ``hosts``-way groupings: by ``method``; METIS twice, on its communication-volume
+    objective (the rows that cross hosts are volume, not edge cut) and on edge cut (neither wins
+    on every graph: SNAP p2p-Gnutella24 vs an 8-class SBM, BENCHMARKS.md). ``auto`` (moved rows)
+    and ``mtkahypar`` (km1) are volume objectives already."""
+    from partitioners import backends
+    from partitioners.api import partition
+    from partitioners.common import make_weights
+    if method == "metis":
+        w = make_weights(graph, hosts, imbalance, balance, node_weights)
+        return [backends.metis_partition(graph, hosts, w, imbalance=imbalance, seed=seed, objective=o)
+                for o in ("vol", "cut")]
+    return [as_numpy(partition(graph, hosts, method=method, imbalance=imbalance, seed=seed, balance=balance,
+                               node_weights=node_weights, **options)).astype(np.int64)]
+
+
+def _inner(graph, top: np.ndarray, h: int, per: int, *, method: str, imbalance: float, seed: int,
+           balance: str, node_weights, options: dict) -> np.ndarray:
+    """Parts ``0 .. per-1`` of host group ``h``'s nodes: the cross-net split of
+    :mod:`partitioners.hostsplit` (Mt-KaHyPar), else ``method`` on the induced subgraph."""
+    from partitioners.api import partition
+    from partitioners.backends import single_weight
+    from partitioners.common import Weights, make_weights
+    from partitioners.errors import MissingBackendError
+    from partitioners.hostsplit import cross_split
+    nodes, sub = induced(graph, top, h)
+    nw = None if node_weights is None else node_weights[nodes]
+    w = make_weights(graph, per, imbalance, balance, node_weights)  # in-edges of the whole graph
+    w = Weights([x[nodes] for x in w.w], w.names, w.caps)
+    try:
+        return cross_split(graph, top, h, per, single_weight(w), imbalance=imbalance, seed=seed)
+    except MissingBackendError:
+        return as_numpy(partition(sub, per, method=method, imbalance=imbalance, seed=seed, balance=balance,
+                                  node_weights=nw, **options)).astype(np.int64)
+
+
 def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, seed: int,
                    balance: str, node_weights=None, options: dict | None = None) -> np.ndarray:
-    """``int64[N]`` part of every node, host-major: ``hosts`` groups by ``method`` on the whole
-    graph, then each group into ``k // hosts`` parts by ``method`` on its induced subgraph."""
+    """``int64[N]`` part of every node, host-major: ``hosts`` groups by ``method`` (volume
+    objective) on the whole graph, then each group into ``k // hosts`` parts by the cross-net
+    split; or the flat ``k``-way partition grouped onto hosts, whichever moves fewer rows between
+    hosts (:func:`partitioners.hostsplit.rows_between_hosts`) within the balance limits."""
     from partitioners.api import partition
+    from partitioners.common import loads, make_weights
+    from partitioners.hostsplit import rows_between_hosts
     if isinstance(hosts, bool) or int(hosts) != hosts or hosts < 1:
         raise PartitionError(f"hosts must be a positive integer, got {hosts!r}")
     hosts = int(hosts)
@@ -146,22 +187,26 @@ def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, 
     per = k // hosts
     half = float(imbalance) / 2
     nw = None if node_weights is None else as_numpy(node_weights)
-    top = as_numpy(partition(graph, hosts, method=method, imbalance=half, seed=seed, balance=balance,
-                             node_weights=nw, **options)).astype(np.int64)
-    if per == 1:
-        return top
-    out = np.empty(n, dtype=np.int64)
+    kw = dict(method=method, seed=seed, balance=balance, node_weights=nw, options=options)
+    w = make_weights(graph, k, float(imbalance), balance, nw)
+    caps = np.asarray(w.caps)
+    cands = []
+    for top in _host_splits(graph, hosts, imbalance=half, **kw):
+        out = top if per == 1 else np.empty(n, dtype=np.int64)
+        for h in range(hosts if per > 1 else 0):
+            size = int((top == h).sum())
+            if size < per:
+                raise PartitionError(f"host group {h} holds {size} nodes, fewer than its {per} parts "
+                                     f"(--parts {k} --hosts {hosts} on {n} nodes)")
+            # the group's own slack: its parts may fill the k-way caps, whatever the host split left
+            load = loads(w, (top == h).astype(np.int64), 2)[:, 1]
+            inner_imb = max(float((caps * per / np.maximum(load, 1e-12)).min()) - 1.0, 0.0)
+            out[top == h] = h * per + _inner(graph, top, h, per, imbalance=min(inner_imb, 10.0) * 0.999, **kw)
+        if not (loads(w, out, k) > caps[:, None]).any():  # within every balance limit
+            cands.append(out)
     flat = group_parts(graph, as_numpy(partition(graph, k, method=method, imbalance=imbalance, seed=seed,
                                                  balance=balance, node_weights=nw, **options)).astype(np.int64),
                        k, hosts)
-    for h in range(hosts):
-        nodes, sub = induced(graph, top, h)
-        if nodes.shape[0] < per:
-            raise PartitionError(f"host group {h} holds {nodes.shape[0]} nodes, fewer than its {per} parts "
-                                 f"(--parts {k} --hosts {hosts} on {n} nodes)")
-        inner = as_numpy(partition(sub, per, method=method, imbalance=half, seed=seed, balance=balance,
-                                   node_weights=None if nw is None else nw[nodes], **options))
-        out[nodes] = h * per + inner.astype(np.int64)
-    if host_cut(graph, flat // per) < host_cut(graph, out // per):
-        return flat
-    return out
+    cands.append(flat)  # last: the flat one wins ties
+    keys = [rows_between_hosts(graph, a, k, hosts) for a in cands]
+    return cands[min(range(len(cands)), key=lambda i: (keys[i], i != len(cands) - 1))]

@@ -147,24 +147,30 @@ def _host_splits(graph, hosts: int, *, method: str, imbalance: float, seed: int,
                                node_weights=node_weights, **options)).astype(np.int64)]
 
 
-def _inner(graph, top: np.ndarray, h: int, per: int, *, method: str, imbalance: float, seed: int,
+def _inner(graph, top: np.ndarray, h: int, per: int, w, *, method: str, imbalance: float, seed: int,
            balance: str, node_weights, options: dict) -> np.ndarray:
     """Parts ``0 .. per-1`` of host group ``h``'s nodes: the cross-net split of
-    :mod:`partitioners.hostsplit` (Mt-KaHyPar), else ``method`` on the induced subgraph."""
+    :mod:`partitioners.hostsplit` (Mt-KaHyPar, one blended weight), moved back under every cap of
+    the k-way weights ``w`` inside the group where it is over one; without Mt-KaHyPar ``method``
+    on the induced subgraph."""
     from partitioners.api import partition
     from partitioners.backends import single_weight
-    from partitioners.common import Weights, make_weights
+    from partitioners.common import Weights
     from partitioners.errors import MissingBackendError
     from partitioners.hostsplit import cross_split
+    from partitioners.refine import VolumeRefiner
     nodes, sub = induced(graph, top, h)
     nw = None if node_weights is None else node_weights[nodes]
-    w = make_weights(graph, per, imbalance, balance, node_weights)  # in-edges of the whole graph
-    w = Weights([x[nodes] for x in w.w], w.names, w.caps)
+    wg = Weights([x[nodes] for x in w.w], w.names, w.caps)  # in-edges of the whole graph, k-way caps
     try:
-        return cross_split(graph, top, h, per, single_weight(w), imbalance=imbalance, seed=seed)
+        a = cross_split(graph, top, h, per, single_weight(wg), imbalance=imbalance, seed=seed)
     except MissingBackendError:
         return as_numpy(partition(sub, per, method=method, imbalance=imbalance, seed=seed, balance=balance,
                                   node_weights=nw, **options)).astype(np.int64)
+    refiner = VolumeRefiner(sub, per, wg)
+    if (refiner.loads(a) > refiner.caps[:, None]).any():
+        refiner.rebalance(a)
+    return a
 
 
 def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, seed: int,
@@ -201,7 +207,7 @@ def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, 
             # the group's own slack: its parts may fill the k-way caps, whatever the host split left
             load = loads(w, (top == h).astype(np.int64), 2)[:, 1]
             inner_imb = max(float((caps * per / np.maximum(load, 1e-12)).min()) - 1.0, 0.0)
-            out[top == h] = h * per + _inner(graph, top, h, per, imbalance=min(inner_imb, 10.0) * 0.999, **kw)
+            out[top == h] = h * per + _inner(graph, top, h, per, w, imbalance=min(inner_imb, 10.0) * 0.999, **kw)
         if not (loads(w, out, k) > caps[:, None]).any():  # within every balance limit
             cands.append(out)
     flat = group_parts(graph, as_numpy(partition(graph, k, method=method, imbalance=imbalance, seed=seed,

@@ -1,23 +1,31 @@
 """Host-aware (hierarchical) partition: split into ``hosts`` host groups first, then each group
 into ``k / hosts`` parts.
 
-Ranks on one host exchange halos through memory; ranks on different hosts through the slow link.
-A flat k-way partition minimises the cut summed over all part pairs, so it spends as much effort on
-the (cheap) cut between two ranks of one host as on the (expensive) cut between hosts. This one
-minimises the cut between host groups first (a ``hosts``-way partition of the whole graph), then
-splits each group on its own induced subgraph. Parts are numbered host-major, as torchrun numbers
-ranks (global rank = node rank * nproc + local rank): parts ``h*m .. h*m+m-1`` (``m = k / hosts``)
-are host group ``h``, so the ranks of one host hold one group whichever node rank a host gets.
+Ranks on one host exchange halos through memory; ranks on different hosts through the slow link,
+part to part: a row is sent once to every rank of another host that needs it. So the bytes
+between hosts are the rows (raw rows and, with ``--halo mvc``, partial sums) of every ordered part
+pair on different hosts (:func:`partitioners.hostsplit.rows_between_hosts`), not the edge cut.
 
-Balance: each level is given half of ``imbalance`` (``(1 + e/2)^2 - 1 ~ e`` overall). The inner
-level balances the in-edges inside its host group (edges cut between hosts are not counted there).
+1. Host groups: ``method`` at ``hosts`` parts; METIS both on its communication-volume objective
+   and on edge cut (two candidates).
+2. Each group into ``k / hosts`` parts by :func:`partitioners.hostsplit.cross_split`: Mt-KaHyPar
+   km1 where a node of another host whose neighbours here fall into two parts costs two crossing
+   rows (weight 100) and the rows between ranks of this host cost 1; without Mt-KaHyPar,
+   ``method`` on the group's induced subgraph.
+3. The flat ``k``-way partition by the same method is a candidate too, its parts grouped onto
+   hosts to cut the fewest edges between them (every grouping tried up to
+   :data:`MAX_GROUPINGS`, else part ``p`` on host ``p // (k / hosts)``).
 
-A heuristic bisection is not always the better host split: on the SNAP facebook graph METIS'
-4-way partition, its parts paired onto hosts, cut 632 edges between hosts where METIS' bisection
-cut 1,362 (BENCHMARKS.md, "Host-aware partition"). So the flat ``k``-way partition by the same
-method is computed too, its parts grouped onto hosts to cut the fewest edges between them (every
-grouping tried up to :data:`MAX_GROUPINGS`, else part ``p`` on host ``p // (k / hosts)``), and
-whichever of the two cuts fewer edges between hosts is returned.
+Of the candidates within every balance cap of the ``k``-way partition, the one moving the
+fewest rows between hosts wins (the flat one on ties). Parts are numbered host-major, as
+torchrun numbers ranks (global rank = node rank * nproc + local rank): parts
+``h*m .. h*m+m-1`` (``m = k / hosts``) are host group ``h``.
+
+Balance: the host split gets half of ``imbalance``, each group's split the slack left by its
+group's size under the ``k``-way caps; a group split over a cap (in-edges with ``--balance
+both``: Mt-KaHyPar balances one blended weight) is moved back under the caps inside its group.
+With ``--balance nodes`` the in-edges are not balanced: on SNAP p2p-Gnutella24 the host-aware
+split left one rank 70% over the mean in-edges (flat METIS: 3.5%; BENCHMARKS.md, "Real hosts").
 """
 from __future__ import annotations
 

@@ -51,8 +51,8 @@ def cross_split(graph, top: np.ndarray, h: int, per: int, vwgt: np.ndarray, *, i
     """``int64[len(group)]`` part (``0 .. per-1``) of every node of host group ``h`` (ascending
     global id), by Mt-KaHyPar km1 on the cross and local nets (module docstring); ``vwgt``: the
     integer balance weight of the group's nodes. Raises ``MissingBackendError`` without it."""
-    from partitioners import backends
-    mtkahypar = backends._import("mtkahypar", "mtkahypar")
+    from partitioners.backends import mtkahypar_handle
+    mtkahypar, mtk = mtkahypar_handle()
     top = np.asarray(top)
     indptr, indices = in_csr(graph)
     n = top.shape[0]
@@ -69,9 +69,6 @@ def cross_split(graph, top: np.ndarray, h: int, per: int, vwgt: np.ndarray, *, i
     ln, lw = _nets(np.r_[loc[src[local]], own], np.r_[loc[dst[local]], own], 1)
     nets += ln
     wts += lw
-    if "init" not in backends._MTK:
-        backends._MTK["init"] = mtkahypar.initialize(backends._threads(), False)
-    mtk = backends._MTK["init"]
     ctx = mtk.context_from_preset(mtkahypar.PresetType.DETERMINISTIC)
     ctx.set_partitioning_parameters(int(per), float(imbalance), mtkahypar.Objective.KM1)
     ctx.logging = False

@@ -1,5 +1,5 @@
 """Host-aware partition (``partition(..., hosts=H)``, ``graphdist partition --hosts H``): host groups
-with the least cut between them first, parts numbered host-major."""
+first, then parts inside each that the rows crossing hosts reach few of; parts numbered host-major."""
 from __future__ import annotations
 
 import itertools
@@ -113,9 +113,14 @@ def test_cli_hosts(tmp_path, capsys):
     spec = "sbm:nodes=400,classes=4,avg_degree=6,features=3,seed=5"
     out = tmp_path / "h"
     assert main(["partition", spec, "--parts", "4", "--hosts", "2", "--method", "metis", "--out", str(out)]) == 0
-    assert "2 host groups of 2" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "2 host groups of 2" in printed
     meta, a = read_artifact(out)
     assert meta["params"]["hosts"] == 2 and sorted(set(a.tolist())) == [0, 1, 2, 3]
+    from partitioners.hostsplit import rows_between_hosts
+    from graphdist.data import load_graph
+    moved, plain = rows_between_hosts(load_graph(spec), a, 4, 2)
+    assert f"between hosts  {moved:,} rows moved (mvc), {plain:,} plain, per layer" in printed
     assert main(["partition", spec, "--parts", "6", "--hosts", "4", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--parts 6 is not a multiple of --hosts 4" in err[0]

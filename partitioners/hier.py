@@ -10,8 +10,9 @@ pair on different hosts (:func:`partitioners.hostsplit.rows_between_hosts`), not
    and on edge cut (two candidates).
 2. Each group into ``k / hosts`` parts by :func:`partitioners.hostsplit.cross_split`: Mt-KaHyPar
    km1 where a node of another host whose neighbours here fall into two parts costs two crossing
-   rows (weight 100) and the rows between ranks of this host cost 1; without Mt-KaHyPar,
-   ``method`` on the group's induced subgraph.
+   rows (weight 100) and the rows between ranks of this host cost 1; without Mt-KaHyPar, or
+   above :data:`partitioners.hostsplit.MAX_PINS` edges into a group, ``method`` on the group's
+   induced subgraph.
 3. The flat ``k``-way partition by the same method is a candidate too, its parts grouped onto
    hosts to cut the fewest edges between them (every grouping tried up to
    :data:`MAX_GROUPINGS`, else part ``p`` on host ``p // (k / hosts)``).
@@ -172,7 +173,7 @@ def _inner(graph, top: np.ndarray, h: int, per: int, w, *, method: str, imbalanc
     wg = Weights([x[nodes] for x in w.w], w.names, w.caps)  # in-edges of the whole graph, k-way caps
     try:
         a = cross_split(graph, top, h, per, single_weight(wg), imbalance=imbalance, seed=seed)
-    except MissingBackendError:
+    except (MissingBackendError, ValueError):  # no Mt-KaHyPar, or a group too large for it
         return as_numpy(partition(sub, per, method=method, imbalance=imbalance, seed=seed, balance=balance,
                                   node_weights=nw, **options)).astype(np.int64)
     refiner = VolumeRefiner(sub, per, wg)

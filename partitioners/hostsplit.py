@@ -27,11 +27,17 @@ import numpy as np
 
 from partitioners.common import as_numpy, in_csr
 
-__all__ = ["CROSS_WEIGHT", "cross_split", "rows_between_hosts"]
+__all__ = ["CROSS_WEIGHT", "MAX_PINS", "cross_split", "rows_between_hosts"]
 
 CROSS_WEIGHT = 100
 """Weight of a cross net against a local net's 1: a row crossing hosts counts as much as 100
 rows between ranks of one host (the inter-host rows come first, the local ones break ties)."""
+
+
+MAX_PINS = 4_000_000
+"""Most pins (directed edges into the group) a cross-net split is tried on: the nets are handed
+to Mt-KaHyPar as Python lists, and Mt-KaHyPar did not finish a 2M-edge graph within 300 s here
+(BENCHMARKS.md, partitioners); larger groups are split by the method on their induced subgraph."""
 
 
 def _nets(src: np.ndarray, dst: np.ndarray, weight: int):
@@ -50,7 +56,8 @@ def cross_split(graph, top: np.ndarray, h: int, per: int, vwgt: np.ndarray, *, i
                 seed: int) -> np.ndarray:
     """``int64[len(group)]`` part (``0 .. per-1``) of every node of host group ``h`` (ascending
     global id), by Mt-KaHyPar km1 on the cross and local nets (module docstring); ``vwgt``: the
-    integer balance weight of the group's nodes. Raises ``MissingBackendError`` without it."""
+    integer balance weight of the group's nodes. Raises ``MissingBackendError`` without it, and
+    ``ValueError`` above :data:`MAX_PINS`."""
     from partitioners.backends import mtkahypar_handle
     mtkahypar, mtk = mtkahypar_handle()
     top = np.asarray(top)
@@ -62,6 +69,8 @@ def cross_split(graph, top: np.ndarray, h: int, per: int, vwgt: np.ndarray, *, i
     dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))  # edge src -> dst (in-CSR rows)
     src = np.asarray(indices, dtype=np.int64)
     into = top[dst] == h
+    if int(into.sum()) > MAX_PINS:
+        raise ValueError(f"host group {h} has {int(into.sum()):,} edges into it, above {MAX_PINS:,}")
     cross = into & (top[src] != h)
     local = into & (top[src] == h)
     nets, wts = _nets(src[cross], loc[dst[cross]], CROSS_WEIGHT)

@@ -198,3 +198,14 @@ def test_host_aware_moves_the_fewest_rows_between_hosts():
     assert set(host_groups(a, 4, 2)[[0, 2]]) != set(host_groups(a, 4, 2)[[4, 6]])
     flat = partition(g, 4, method="metis", imbalance=0.0).numpy()
     assert rows_between_hosts_brute(CYCLES, flat, 2) >= best
+
+
+def test_groups_too_large_for_the_cross_net_split_are_split_by_the_method(monkeypatch):
+    import partitioners.hostsplit as hs
+    g = planted()
+    monkeypatch.setattr(hs, "MAX_PINS", 0)  # every group "too large": METIS on its induced subgraph
+    a = partition(g, 4, method="metis", hosts=2, seed=1).numpy()
+    assert np.bincount(a, minlength=4).max() <= 1.03 * 100 + 1
+    assert cut(g, host_groups(a, 4, 2)) <= cut(g, host_groups(partition(g, 4, method="metis", seed=1).numpy(), 4, 2))
+    with pytest.raises(ValueError, match="above 0"):
+        hs.cross_split(g, host_groups(a, 4, 2), 0, 2, np.ones(200, dtype=np.int64), imbalance=0.03, seed=0)

@@ -2,7 +2,13 @@
 measured with the test bed hosts' interface byte counters.
 
     sudo python benchmarks/hier_hosts.py [--specs SPEC;SPEC] [--k 4] [--hosts 2] [--method metis]
-        [--epochs 5,15] [--json FILE]
+        [--balance nodes|edges|both] [--epochs 5,15] [--json FILE]
+    python benchmarks/hier_hosts.py --count [--specs ...] [--method M] [--balance B]
+
+``--count``: no test bed and no training, the search tool: per spec the flat and the host-aware
+partition (Python API, same K, method, balance) and their rows moved between hosts per layer,
+counted by brute force over the part pairs on different hosts (``rows_between_hosts``: mvc
+moved rows and plain halo rows), node and in-edge imbalance, partition seconds.
 
 Per spec: ``graphdist partition SPEC --parts K --method M`` (flat) and the same with ``--hosts H``;
 each artifact trained with ``graphdist train-gcn --partition DIR --nnodes H --nproc K/H`` on H
@@ -41,13 +47,17 @@ def env() -> dict:
     return e
 
 
-def host_rows(spec: str, part: Path, k: int, hosts: int) -> tuple[int, int]:
-    """(halo rows between hosts, edges cut between hosts) of an artifact's assignment."""
+def host_rows(spec: str, part: Path, k: int, hosts: int) -> tuple[int, int, int, int]:
+    """(distinct (row, other host) pairs, edges cut between hosts, rows moved between hosts per
+    layer with mvc, plain halo rows between hosts per layer: part pairs as the exchange sends
+    them) of an artifact's assignment."""
     from graphdist.data import load_graph
     from partitioners import comm_volume, edge_cut
+    from partitioners.hostsplit import rows_between_hosts
     g = load_graph(spec)
-    a = np.load(part / "assignment.npy") // (k // hosts)
-    return int(comm_volume(g, a)), int(edge_cut(g, a))
+    a = np.load(part / "assignment.npy")
+    moved, plain = rows_between_hosts(g, a, k, hosts)
+    return int(comm_volume(g, a // (k // hosts))), int(edge_cut(g, a // (k // hosts))), moved, plain
 
 
 def train(tb: Testbed, spec: str, part: Path, args, epochs: int, out: Path) -> dict:
@@ -67,6 +77,33 @@ def train(tb: Testbed, spec: str, part: Path, args, epochs: int, out: Path) -> d
             "halo_bytes_per_epoch": r.get("comm/halo_bytes_per_epoch"), "epoch_s": r["time/epoch_s"]}
 
 
+def count(args) -> int:
+    from graphdist.data import load_graph
+    from partitioners import partition
+    from partitioners.hostsplit import rows_between_hosts
+    from partitioners.quality import edge_imbalance, node_imbalance
+    rows = []
+    for spec in (s for s in args.specs.split(";") if s):
+        g = load_graph(spec)
+        flat = None
+        for name, hosts in (("flat", 1), ("hosts", args.hosts)):
+            t0 = time.perf_counter()
+            a = partition(g, args.k, method=args.method, balance=args.balance, hosts=hosts).numpy()
+            sec = time.perf_counter() - t0
+            moved, plain = rows_between_hosts(g, a, args.k, args.hosts)
+            flat = flat or (moved, plain)
+            row = {"spec": spec, "partition": name, "method": args.method, "balance": args.balance,
+                   "moved_rows_between_hosts": moved, "plain_rows_between_hosts": plain,
+                   "moved_ratio": moved / flat[0], "plain_ratio": plain / flat[1],
+                   "node_imbalance": node_imbalance(g, a, args.k), "edge_imbalance": edge_imbalance(g, a, args.k),
+                   "partition_s": sec}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--specs", default=SPECS)
@@ -76,8 +113,12 @@ def main() -> int:
     ap.add_argument("--halo", default="mvc")
     ap.add_argument("--epochs", default="5,15")
     ap.add_argument("--work", default="runs/hier_hosts")
+    ap.add_argument("--balance", default=None)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--count", action="store_true", help="count rows between hosts only (no test bed)")
     args = ap.parse_args()
+    if args.count:
+        return count(args)
     e1, e2 = (int(x) for x in args.epochs.split(","))
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
@@ -89,15 +130,17 @@ def main() -> int:
             for name, extra in (("flat", []), ("hosts", ["--hosts", str(args.hosts)])):
                 part = work / f"s{si}-{name}"
                 if not (part / "meta.json").exists():
-                    subprocess.run(GD + ["partition", spec, "--parts", str(args.k), "--method", args.method,
+                    bal = ["--balance", args.balance] if args.balance else []
+                    subprocess.run(GD + ["partition", spec, "--parts", str(args.k), "--method", args.method, *bal,
                                          "--out", str(part), *extra], check=True, env=env(), stdout=subprocess.DEVNULL)
-                rows_between, cut_between = host_rows(spec, part, args.k, args.hosts)
+                rows_between, cut_between, moved_x, plain_x = host_rows(spec, part, args.k, args.hosts)
                 runs = {e: train(tb, spec, part, args, e, work / f"s{si}-{name}-e{e}.json") for e in (e1, e2)}
                 per_epoch = (runs[e2]["tx_bytes"] - runs[e1]["tx_bytes"]) / (e2 - e1)
                 meta = json.loads((part / "meta.json").read_text())
                 row = {"spec": spec, "partition": name, "k": args.k, "hosts": args.hosts, "method": args.method,
                        "inter_host_bytes_per_epoch": per_epoch, "inter_host_halo_rows": rows_between,
-                       "inter_host_edge_cut": cut_between, "halo_rows_all_parts": meta["quality"]["comm_volume"],
+                       "inter_host_edge_cut": cut_between, "inter_host_moved_rows_per_layer": moved_x,
+                       "inter_host_plain_rows_per_layer": plain_x, "halo_rows_all_parts": meta["quality"]["comm_volume"],
                        "final_loss": runs[e2]["losses"][-1], "losses": runs[e2]["losses"],
                        "halo_bytes_per_epoch_all_ranks": runs[e2]["halo_bytes_per_epoch"],
                        "tx_bytes": {e: runs[e]["tx_bytes"] for e in runs}, "load": os.getloadavg()[0]}
@@ -106,15 +149,16 @@ def main() -> int:
     print(f"done in {time.time() - t0:.0f} s; load {os.getloadavg()}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    print("\n| graph | partition | bytes crossing hosts / epoch | ratio | halo rows between hosts | "
-          "halo rows, all parts | final loss |")
-    print("|---|---|---:|---:|---:|---:|---:|")
+    print("\n| graph | partition | bytes crossing hosts / epoch | ratio | rows between hosts / layer, mvc | "
+          "plain | halo rows, all parts | final loss |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
     for i in range(0, len(rows), 2):
         f, h = rows[i], rows[i + 1]
         for r in (f, h):
             print(f"| {r['spec'].split(',')[0]} | {r['partition']} | {r['inter_host_bytes_per_epoch']:,.0f} | "
                   f"{r['inter_host_bytes_per_epoch'] / f['inter_host_bytes_per_epoch']:.2f} | "
-                  f"{r['inter_host_halo_rows']:,} | {r['halo_rows_all_parts']:,} | {r['final_loss']:.4f} |")
+                  f"{r['inter_host_moved_rows_per_layer']:,} | {r['inter_host_plain_rows_per_layer']:,} | "
+                  f"{r['halo_rows_all_parts']:,} | {r['final_loss']:.4f} |")
     return 0
 
 

@@ -65,9 +65,9 @@ def partition(graph, k: int, *, method: str = "auto", imbalance: float = 0.03, s
     (``passes``/``batch_size`` for streaming, ``preset`` for kaminpar/mtkahypar,
     ``rounds`` for auto's refinement, ``initial`` for auto's starting methods, ``seeds`` for
     the seeds tried per starting method, ``alternations`` and ``polish`` for its moved-rows
-    refinement). ``hosts`` > 1: host-aware, host-major (:mod:`partitioners.hier`): ``hosts`` groups
-    with the least cut between them first, then each group into ``k / hosts`` parts; parts
-    ``h*k/hosts ..`` are host ``h``'s ranks."""
+    refinement). ``hosts`` > 1: host-aware, host-major (:mod:`partitioners.hier`): ``hosts``
+    groups first, then each group into ``k / hosts`` parts so that the rows crossing hosts reach
+    few of the other hosts' parts; parts ``h*k/hosts ..`` are host ``h``'s ranks."""
     if balance is None:
         balance = "both" if method == "auto" else "nodes"
     k = _validate(graph, k, method, imbalance, balance, node_weights)

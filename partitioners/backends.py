@@ -384,16 +384,23 @@ def unique_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 _MTK = {}
 
 
+def mtkahypar_handle():
+    """``(the mtkahypar module, its initialised handle)``: the thread pool can be initialised once
+    per process. Raises ``MissingBackendError`` without the package."""
+    mtkahypar = _import("mtkahypar", "mtkahypar")
+    if "init" not in _MTK:
+        _MTK["init"] = mtkahypar.initialize(_threads(), False)
+    return mtkahypar, _MTK["init"]
+
+
 def mtkahypar_partition(graph, k: int, weights: Weights, *, imbalance: float, seed: int,
                         preset: str = "default") -> np.ndarray:
     """Mt-KaHyPar km1 on the column-net hypergraph (km1 == halo volume)."""
-    mtkahypar = _import("mtkahypar", "mtkahypar")
     n = int(graph.num_nodes)
     if k == 1 or n == 0:
+        _import("mtkahypar", "mtkahypar")
         return np.zeros(n, dtype=np.int64)
-    if "init" not in _MTK:  # the thread pool can be initialised once per process
-        _MTK["init"] = mtkahypar.initialize(_threads(), False)
-    mtk = _MTK["init"]
+    mtkahypar, mtk = mtkahypar_handle()
     presets = {"default": mtkahypar.PresetType.DEFAULT, "quality": mtkahypar.PresetType.QUALITY,
                "deterministic": mtkahypar.PresetType.DETERMINISTIC}
     ctx = mtk.context_from_preset(presets[preset])

@@ -1,23 +1,32 @@
 """Host-aware (hierarchical) partition: split into ``hosts`` host groups first, then each group
 into ``k / hosts`` parts.
 
-Ranks on one host exchange halos through memory; ranks on different hosts through the slow link.
-A flat k-way partition minimises the cut summed over all part pairs, so it spends as much effort on
-the (cheap) cut between two ranks of one host as on the (expensive) cut between hosts. This one
-minimises the cut between host groups first (a ``hosts``-way partition of the whole graph), then
-splits each group on its own induced subgraph. Parts are numbered host-major, as torchrun numbers
-ranks (global rank = node rank * nproc + local rank): parts ``h*m .. h*m+m-1`` (``m = k / hosts``)
-are host group ``h``, so the ranks of one host hold one group whichever node rank a host gets.
+Ranks on one host exchange halos through memory; ranks on different hosts through the slow link,
+part to part: a row is sent once to every rank of another host that needs it. So the bytes
+between hosts are the rows (raw rows and, with ``--halo mvc``, partial sums) of every ordered part
+pair on different hosts (:func:`partitioners.hostsplit.rows_between_hosts`), not the edge cut.
 
-Balance: each level is given half of ``imbalance`` (``(1 + e/2)^2 - 1 ~ e`` overall). The inner
-level balances the in-edges inside its host group (edges cut between hosts are not counted there).
+1. Host groups: ``method`` at ``hosts`` parts; METIS both on its communication-volume objective
+   and on edge cut (two candidates).
+2. Each group into ``k / hosts`` parts by :func:`partitioners.hostsplit.cross_split`: Mt-KaHyPar
+   km1 where a node of another host whose neighbours here fall into two parts costs two crossing
+   rows (weight 100) and the rows between ranks of this host cost 1; without Mt-KaHyPar, or
+   above :data:`partitioners.hostsplit.MAX_PINS` edges into a group, ``method`` on the group's
+   induced subgraph.
+3. The flat ``k``-way partition by the same method is a candidate too, its parts grouped onto
+   hosts to cut the fewest edges between them (every grouping tried up to
+   :data:`MAX_GROUPINGS`, else part ``p`` on host ``p // (k / hosts)``).
 
-A heuristic bisection is not always the better host split: on the SNAP facebook graph METIS'
-4-way partition, its parts paired onto hosts, cut 632 edges between hosts where METIS' bisection
-cut 1,362 (BENCHMARKS.md, "Host-aware partition"). So the flat ``k``-way partition by the same
-method is computed too, its parts grouped onto hosts to cut the fewest edges between them (every
-grouping tried up to :data:`MAX_GROUPINGS`, else part ``p`` on host ``p // (k / hosts)``), and
-whichever of the two cuts fewer edges between hosts is returned.
+Of the candidates within every balance cap of the ``k``-way partition, the one moving the
+fewest rows between hosts wins (the flat one on ties). Parts are numbered host-major, as
+torchrun numbers ranks (global rank = node rank * nproc + local rank): parts
+``h*m .. h*m+m-1`` (``m = k / hosts``) are host group ``h``.
+
+Balance: the host split gets half of ``imbalance``, each group's split the slack left by its
+group's size under the ``k``-way caps; a group split over a cap (in-edges with ``--balance
+both``: Mt-KaHyPar balances one blended weight) is moved back under the caps inside its group.
+With ``--balance nodes`` the in-edges are not balanced: on SNAP p2p-Gnutella24 the host-aware
+split left one rank 70% over the mean in-edges (flat METIS: 3.5%; BENCHMARKS.md, "Real hosts").
 """
 from __future__ import annotations
 
@@ -130,11 +139,58 @@ def group_parts(graph, flat: np.ndarray, k: int, hosts: int) -> np.ndarray:
     return relabel[flat]
 
 
+def _host_splits(graph, hosts: int, *, method: str, imbalance: float, seed: int, balance: str,
+                 node_weights, options: dict) -> list:
+    """Candidate ``hosts``-way groupings: by ``method``; METIS twice, on its communication-volume
+    objective (the rows that cross hosts are volume, not edge cut) and on edge cut (neither wins
+    on every graph: SNAP p2p-Gnutella24 vs an 8-class SBM, BENCHMARKS.md). ``auto`` (moved rows)
+    and ``mtkahypar`` (km1) are volume objectives already."""
+    from partitioners import backends
+    from partitioners.api import partition
+    from partitioners.common import make_weights
+    if method == "metis":
+        w = make_weights(graph, hosts, imbalance, balance, node_weights)
+        return [backends.metis_partition(graph, hosts, w, imbalance=imbalance, seed=seed, objective=o)
+                for o in ("vol", "cut")]
+    return [as_numpy(partition(graph, hosts, method=method, imbalance=imbalance, seed=seed, balance=balance,
+                               node_weights=node_weights, **options)).astype(np.int64)]
+
+
+def _inner(graph, top: np.ndarray, h: int, per: int, w, *, method: str, imbalance: float, seed: int,
+           balance: str, node_weights, options: dict) -> np.ndarray:
+    """Parts ``0 .. per-1`` of host group ``h``'s nodes: the cross-net split of
+    :mod:`partitioners.hostsplit` (Mt-KaHyPar, one blended weight), moved back under every cap of
+    the k-way weights ``w`` inside the group where it is over one; without Mt-KaHyPar ``method``
+    on the induced subgraph."""
+    from partitioners.api import partition
+    from partitioners.backends import single_weight
+    from partitioners.common import Weights
+    from partitioners.errors import MissingBackendError
+    from partitioners.hostsplit import cross_split
+    from partitioners.refine import VolumeRefiner
+    nodes, sub = induced(graph, top, h)
+    nw = None if node_weights is None else node_weights[nodes]
+    wg = Weights([x[nodes] for x in w.w], w.names, w.caps)  # in-edges of the whole graph, k-way caps
+    try:
+        a = cross_split(graph, top, h, per, single_weight(wg), imbalance=imbalance, seed=seed)
+    except (MissingBackendError, ValueError):  # no Mt-KaHyPar, or a group too large for it
+        return as_numpy(partition(sub, per, method=method, imbalance=imbalance, seed=seed, balance=balance,
+                                  node_weights=nw, **options)).astype(np.int64)
+    refiner = VolumeRefiner(sub, per, wg)
+    if (refiner.loads(a) > refiner.caps[:, None]).any():
+        refiner.rebalance(a)
+    return a
+
+
 def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, seed: int,
                    balance: str, node_weights=None, options: dict | None = None) -> np.ndarray:
-    """``int64[N]`` part of every node, host-major: ``hosts`` groups by ``method`` on the whole
-    graph, then each group into ``k // hosts`` parts by ``method`` on its induced subgraph."""
+    """``int64[N]`` part of every node, host-major: ``hosts`` groups by ``method`` (volume
+    objective) on the whole graph, then each group into ``k // hosts`` parts by the cross-net
+    split; or the flat ``k``-way partition grouped onto hosts, whichever moves fewer rows between
+    hosts (:func:`partitioners.hostsplit.rows_between_hosts`) within the balance limits."""
     from partitioners.api import partition
+    from partitioners.common import loads, make_weights
+    from partitioners.hostsplit import rows_between_hosts
     if isinstance(hosts, bool) or int(hosts) != hosts or hosts < 1:
         raise PartitionError(f"hosts must be a positive integer, got {hosts!r}")
     hosts = int(hosts)
@@ -146,22 +202,26 @@ def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, 
     per = k // hosts
     half = float(imbalance) / 2
     nw = None if node_weights is None else as_numpy(node_weights)
-    top = as_numpy(partition(graph, hosts, method=method, imbalance=half, seed=seed, balance=balance,
-                             node_weights=nw, **options)).astype(np.int64)
-    if per == 1:
-        return top
-    out = np.empty(n, dtype=np.int64)
+    kw = dict(method=method, seed=seed, balance=balance, node_weights=nw, options=options)
+    w = make_weights(graph, k, float(imbalance), balance, nw)
+    caps = np.asarray(w.caps)
+    cands = []
+    for top in _host_splits(graph, hosts, imbalance=half, **kw):
+        out = top if per == 1 else np.empty(n, dtype=np.int64)
+        for h in range(hosts if per > 1 else 0):
+            size = int((top == h).sum())
+            if size < per:
+                raise PartitionError(f"host group {h} holds {size} nodes, fewer than its {per} parts "
+                                     f"(--parts {k} --hosts {hosts} on {n} nodes)")
+            # the group's own slack: its parts may fill the k-way caps, whatever the host split left
+            load = loads(w, (top == h).astype(np.int64), 2)[:, 1]
+            inner_imb = max(float((caps * per / np.maximum(load, 1e-12)).min()) - 1.0, 0.0)
+            out[top == h] = h * per + _inner(graph, top, h, per, w, imbalance=min(inner_imb, 10.0) * 0.999, **kw)
+        if not (loads(w, out, k) > caps[:, None]).any():  # within every balance limit
+            cands.append(out)
     flat = group_parts(graph, as_numpy(partition(graph, k, method=method, imbalance=imbalance, seed=seed,
                                                  balance=balance, node_weights=nw, **options)).astype(np.int64),
                        k, hosts)
-    for h in range(hosts):
-        nodes, sub = induced(graph, top, h)
-        if nodes.shape[0] < per:
-            raise PartitionError(f"host group {h} holds {nodes.shape[0]} nodes, fewer than its {per} parts "
-                                 f"(--parts {k} --hosts {hosts} on {n} nodes)")
-        inner = as_numpy(partition(sub, per, method=method, imbalance=half, seed=seed, balance=balance,
-                                   node_weights=None if nw is None else nw[nodes], **options))
-        out[nodes] = h * per + inner.astype(np.int64)
-    if host_cut(graph, flat // per) < host_cut(graph, out // per):
-        return flat
-    return out
+    cands.append(flat)  # last: the flat one wins ties
+    keys = [rows_between_hosts(graph, a, k, hosts) for a in cands]
+    return cands[min(range(len(cands)), key=lambda i: (keys[i], i != len(cands) - 1))]

@@ -1,5 +1,5 @@
 """Host-aware partition (``partition(..., hosts=H)``, ``graphdist partition --hosts H``): host groups
-with the least cut between them first, parts numbered host-major."""
+first, then parts inside each that the rows crossing hosts reach few of; parts numbered host-major."""
 from __future__ import annotations
 
 import itertools
@@ -113,9 +113,14 @@ def test_cli_hosts(tmp_path, capsys):
     spec = "sbm:nodes=400,classes=4,avg_degree=6,features=3,seed=5"
     out = tmp_path / "h"
     assert main(["partition", spec, "--parts", "4", "--hosts", "2", "--method", "metis", "--out", str(out)]) == 0
-    assert "2 host groups of 2" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "2 host groups of 2" in printed
     meta, a = read_artifact(out)
     assert meta["params"]["hosts"] == 2 and sorted(set(a.tolist())) == [0, 1, 2, 3]
+    from partitioners.hostsplit import rows_between_hosts
+    from graphdist.data import load_graph
+    moved, plain = rows_between_hosts(load_graph(spec), a, 4, 2)
+    assert f"between hosts  {moved:,} rows moved (mvc), {plain:,} plain, per layer" in printed
     assert main(["partition", spec, "--parts", "6", "--hosts", "4", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--parts 6 is not a multiple of --hosts 4" in err[0]
@@ -135,3 +140,72 @@ def test_flat_parts_grouped_onto_hosts_by_brute_force():
     regrouped = group_parts(g, flat, 4, 2)
     assert host_cut(g, host_groups(regrouped, 4, 2)) == 2 * 2  # the minimum bisection's 2 edges
     assert sorted(sorted(np.flatnonzero(regrouped == p).tolist()) for p in range(4)) == CLIQUES
+
+
+# two hosts' worth of nodes, each a 4-cycle (0-1-2-3, 4-5-6-7), joined by 0-4, 0-6, 2-4, 2-6: the
+# cut-minimal split of a cycle into pairs ({0,1},{2,3}) sends row 0 to both parts on the other host
+# (its neighbours 4 and 6 apart), the pairs {0,2},{1,3} and {4,6},{5,7} send every crossing row once
+CYCLES = [(0, 1), (1, 2), (2, 3), (3, 0), (4, 5), (5, 6), (6, 7), (7, 4), (0, 4), (0, 6), (2, 4), (2, 6)]
+
+
+def rows_between_hosts_brute(edges, a: np.ndarray, per: int) -> tuple[int, int]:
+    """(rows moved between hosts with pre/post aggregation, plain halo rows between hosts) per
+    layer, by brute force: per ordered pair of parts on different hosts, the plain rows are the
+    distinct sources of its cut edges, the moved rows the smallest set of sources and
+    destinations that touches every cut edge (tried subset by subset)."""
+    directed = [(u, v) for u, v in edges] + [(v, u) for u, v in edges]
+    moved = plain = 0
+    k = int(a.max()) + 1
+    for s in range(k):
+        for r in range(k):
+            if s // per == r // per:
+                continue
+            cut = [(u, v) for u, v in directed if a[u] == s and a[v] == r]
+            ends = sorted({("u", u) for u, _ in cut} | {("v", v) for _, v in cut})
+            plain += len({u for u, _ in cut})
+            best = len(ends)
+            for size in range(len(ends) + 1):
+                if any(all(("u", u) in c or ("v", v) in c for u, v in cut)
+                       for c in map(set, itertools.combinations(ends, size))):
+                    best = size
+                    break
+            moved += best
+    return moved, plain
+
+
+def test_host_aware_moves_the_fewest_rows_between_hosts():
+    from partitioners.hostsplit import rows_between_hosts
+    g = Graph.from_edges(np.array([u for u, _ in CYCLES]), np.array([v for _, v in CYCLES]), 8)
+    # every host-major assignment of 2 nodes per part, by brute force: the fewest rows between hosts
+    best = None
+
+    def assignments(left: tuple, part: int):
+        for pair in itertools.combinations(left, 2):
+            rest = tuple(x for x in left if x not in pair)
+            for tail in (assignments(rest, part + 1) if rest else [{}]):
+                yield {**{x: part for x in pair}, **tail}
+    for d in assignments(tuple(range(8)), 0):  # 28 * 15 * 6 = 2,520
+        key = rows_between_hosts_brute(CYCLES, np.array([d[i] for i in range(8)]), 2)
+        best = key if best is None else min(best, key)
+    assert best == (4, 4)  # rows 0, 2, 4, 6 cross once each
+    a = partition(g, 4, method="metis", hosts=2, imbalance=0.0).numpy()
+    assert np.bincount(a, minlength=4).tolist() == [2, 2, 2, 2]
+    assert rows_between_hosts_brute(CYCLES, a, 2) == best
+    assert rows_between_hosts(g, a, 4, 2) == best  # the count the partitioner minimises agrees
+    # host-major: the crossing rows' nodes share a part on each host
+    assert {frozenset(np.flatnonzero(a == p).tolist()) for p in range(4)} == \
+        {frozenset(s) for s in ({0, 2}, {1, 3}, {4, 6}, {5, 7})}
+    assert set(host_groups(a, 4, 2)[[0, 2]]) != set(host_groups(a, 4, 2)[[4, 6]])
+    flat = partition(g, 4, method="metis", imbalance=0.0).numpy()
+    assert rows_between_hosts_brute(CYCLES, flat, 2) >= best
+
+
+def test_groups_too_large_for_the_cross_net_split_are_split_by_the_method(monkeypatch):
+    import partitioners.hostsplit as hs
+    g = planted()
+    monkeypatch.setattr(hs, "MAX_PINS", 0)  # every group "too large": METIS on its induced subgraph
+    a = partition(g, 4, method="metis", hosts=2, seed=1).numpy()
+    assert np.bincount(a, minlength=4).max() <= 1.03 * 100 + 1
+    assert cut(g, host_groups(a, 4, 2)) <= cut(g, host_groups(partition(g, 4, method="metis", seed=1).numpy(), 4, 2))
+    with pytest.raises(ValueError, match="above 0"):
+        hs.cross_split(g, host_groups(a, 4, 2), 0, 2, np.ones(200, dtype=np.int64), imbalance=0.03, seed=0)

@@ -58,8 +58,13 @@ def _partition(args) -> int:
     how = (f"given by {cfg.assignment} (k={r['k']})" if cfg.assignment
            else f"{cfg.method} (k={r['k']}, imbalance<={cfg.imbalance:.0%}"
                 + (f", {cfg.hosts} host groups of {r['k'] // cfg.hosts})" if cfg.hosts > 1 else ")"))
-    _print_quality(r["quality"], [("graph", f"{cfg.spec} ({g.num_nodes:,} nodes, {g.num_edges:,} edges)"),
-                                  ("method", how), ("time", f"{r['seconds']:.2f} s"), ("artifact", str(r["out"]))])
+    head = [("graph", f"{cfg.spec} ({g.num_nodes:,} nodes, {g.num_edges:,} edges)"),
+            ("method", how), ("time", f"{r['seconds']:.2f} s"), ("artifact", str(r["out"]))]
+    if cfg.hosts > 1 and "assignment" in r:
+        from partitioners.hostsplit import rows_between_hosts
+        moved, plain = rows_between_hosts(g, r["assignment"], r["k"], cfg.hosts)
+        head.append(("between hosts", f"{moved:,} rows moved (mvc), {plain:,} plain, per layer"))
+    _print_quality(r["quality"], head)
     return 0
 
 

@@ -44,7 +44,8 @@ class PartitionConfig:
     """what to balance (default: both for auto, nodes otherwise)"""
     hosts: int = 1
     """host-aware partition for a job on H hosts (ranks host-major, as torchrun numbers them): split
-    into H host groups with the least cut between them first, then each group into K/H parts"""
+    into H host groups first, then each group into K/H parts so that the rows crossing hosts reach
+    as few of the other hosts' ranks as possible"""
     out: str = field(default="", metadata={"required": True, "metavar": "DIR"})
     """artifact directory to write (atomically)"""
     assignment: str | None = field(default=None, metadata={"metavar": "FILE"})
@@ -124,8 +125,8 @@ def check_request(cfg: PartitionConfig) -> None:
 
 def partition_to_artifact(cfg: PartitionConfig) -> dict:
     """Load, partition (or read ``cfg.assignment``), measure and write the artifact; returns
-    ``{graph, quality, seconds, out, k, method}``. Before partitioning, the memory the run needs
-    is checked against what is available (:mod:`graphdist.partition.budget`)."""
+    ``{graph, quality, seconds, out, k, method, assignment}``. Before partitioning, the memory the
+    run needs is checked against what is available (:mod:`graphdist.partition.budget`)."""
     from graphdist.data import load_graph
     from graphdist.halo.artifact import write_artifact
     from graphdist.partition.budget import check_fits
@@ -152,7 +153,7 @@ def partition_to_artifact(cfg: PartitionConfig) -> dict:
     if cfg.assignment is not None:
         params = {"k": k, "spec": cfg.spec, "assignment": str(cfg.assignment)}
     out = write_artifact(cfg.out, g, a, method=method, params=params, quality=q, seconds=seconds, k=k)
-    return {"graph": g, "quality": q, "seconds": seconds, "out": out, "k": k, "method": method}
+    return {"graph": g, "quality": q, "seconds": seconds, "out": out, "k": k, "method": method, "assignment": a}
 
 
 @contextmanager

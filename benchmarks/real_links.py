@@ -128,6 +128,25 @@ def plan(args, var: str, gbps: float, latency_us: float) -> float:
     return float(json.loads(p.stdout)["time/epoch_s"])
 
 
+def plan_rows(args, real: list[dict]) -> list[dict]:
+    """``graphdist plan``'s estimate for each variant of ``real`` (the real rows of one rate), at
+    the link auto measured on it (when auto ran) and at the TCP goodput."""
+    if not real:
+        return []
+    rate, goodput = real[0]["rate_gbps"], real[0]["goodput_gbps"]
+    links = [("none (compute)", 1e6, 0.0), ("goodput", goodput if rate else 0.0, 0.0)]
+    auto_rows = [r for r in real if r["variant"] == "auto" and r.get("auto_real")]
+    if auto_rows:
+        links.insert(0, ("auto-measured", *auto_link(auto_rows[0]["auto_real"])))
+    out = []
+    for var in dict.fromkeys(r["variant"] for r in real):
+        for name, gbps, lat in links:
+            out.append({"rate_gbps": rate, "variant": var, "plan_link": name, "plan_gbps": gbps,
+                        "plan_latency_us": lat, "plan_epoch_s": plan(args, var, gbps, lat), "load": os.getloadavg()[0]})
+            print(json.dumps(out[-1]), flush=True)
+    return out
+
+
 def auto_link(a: dict) -> tuple[float, float]:
     """(Gbit/s, latency us) of the link ``--halo auto`` measured at start-up."""
     return float(a.get("link_bytes_per_s") or 0) * 8 / 1e9, float(a.get("link_latency_s") or 0) * 1e6
@@ -145,6 +164,14 @@ def main() -> int:
     ap.add_argument("--work", default="runs/real_links")
     ap.add_argument("--sim-only", action="store_true",
                     help="only the one-host --link-gbps runs (e.g. to rerun them after a change to the link model)")
+    ap.add_argument("--no-sim", action="store_true",
+                    help="real links only (no --link-gbps runs); with --baseline, one run per variant on one host "
+                         "without a link (the compute alone)")
+    ap.add_argument("--baseline", action="store_true",
+                    help="also run every variant once on one host with no link (--nproc k): the epoch's compute")
+    ap.add_argument("--plan-only", default=None, metavar="ROWS_JSON",
+                    help="no training: add plan's estimates for every real row of ROWS_JSON (a --json of this "
+                         "script), at the TCP goodput and at the link auto measured, and write --json")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     work = Path(args.work)
@@ -157,6 +184,13 @@ def main() -> int:
     variants = [v for v in args.variants.split(",") if v]
     t_start = time.time()
     rows = []
+    if args.plan_only:
+        rows = [r for r in json.loads(Path(args.plan_only).read_text()) if "plan_epoch_s" not in r]
+        for rate in dict.fromkeys(r["rate_gbps"] for r in rows if "real_epoch_s" in r):
+            rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r])
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return 0
     print(f"load: {os.getloadavg()}", flush=True)
     if args.sim_only:
         for rep in range(args.repeats):
@@ -171,6 +205,14 @@ def main() -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return 0
+    if args.baseline:  # the compute alone: every variant on one host, no link
+        for var in variants:
+            sim = sim_run(args, var, 0.0, work / f"base-{var}.json")
+            sr = sim["report"]
+            rows.append({"rate_gbps": None, "variant": var, "base_epoch_s": sr["time/epoch_s"], "load": os.getloadavg()[0],
+                         "base_final_loss": sr["losses"][-1], "base_mode": sr.get("comm/halo"),
+                         "base_bits": sr.get("comm/halo_bits")})
+            print(json.dumps(rows[-1]), flush=True)
     for rate in rates:
         with Testbed(args.hosts, gbps=rate or None) as tb:
             goodput = probe(tb, rate)
@@ -178,38 +220,29 @@ def main() -> int:
             for rep in range(args.repeats):
                 for var in variants:
                     real = real_run(tb, args, var, work / f"real-{rate}-{var}-{rep}.json")
-                    sim = sim_run(args, var, rate, work / f"sim-{rate}-{var}-{rep}.json")
-                    rr, sr = real["report"], sim["report"]
+                    rr = real["report"]
                     row = {"rate_gbps": rate, "variant": var, "repeat": rep, "goodput_gbps": goodput,
-                           "real_epoch_s": rr["time/epoch_s"], "sim_epoch_s": sr["time/epoch_s"],
-                           "sim_wait_s": sr.get("time/link_wait_s_per_epoch"),
+                           "real_epoch_s": rr["time/epoch_s"],
                            "halo_bytes_per_epoch": rr.get("comm/halo_bytes_per_epoch"),
                            "link_tx_bytes": real["link_tx_bytes"], "real_wall_s": real["wall_s"],
-                           "sim_wall_s": sim["wall_s"], "load": os.getloadavg()[0],
-                           "real_final_loss": rr["losses"][-1], "sim_final_loss": sr["losses"][-1]}
+                           "load": os.getloadavg()[0], "real_final_loss": rr["losses"][-1],
+                           "real_mode": rr.get("comm/halo"), "real_bits": rr.get("comm/halo_bits")}
+                    if not args.no_sim:
+                        sim = sim_run(args, var, rate, work / f"sim-{rate}-{var}-{rep}.json")
+                        sr = sim["report"]
+                        row.update({"sim_epoch_s": sr["time/epoch_s"], "sim_wait_s": sr.get("time/link_wait_s_per_epoch"),
+                                    "sim_wall_s": sim["wall_s"], "sim_final_loss": sr["losses"][-1],
+                                    "auto_sim_mode": sr.get("comm/halo"),
+                                    "auto_sim": {k: (sr.get("comm/halo_auto") or {}).get(k)
+                                                 for k in ("link", "link_bytes_per_s", "link_latency_s", "modes", "bits")}})
                     if var == "auto":
                         a = rr.get("comm/halo_auto") or {}
                         row["auto_real"] = {k: a.get(k) for k in ("link", "link_bytes_per_s", "link_latency_s", "chosen",
                                                                   "modes", "bits") if k in a}
                         row["auto_real_mode"] = rr.get("comm/halo")
-                        row["auto_sim_mode"] = sr.get("comm/halo")
-                        row["auto_sim"] = {k: (sr.get("comm/halo_auto") or {}).get(k)
-                                           for k in ("link", "link_bytes_per_s", "link_latency_s", "modes", "bits")}
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if k not in ("auto_real", "auto_sim")}), flush=True)
-            rows_rate = [r for r in rows if r["rate_gbps"] == rate]
-            auto_rows = [r for r in rows_rate if r["variant"] == "auto"]
-            # plan's estimate per variant: at the link auto measured on this one, and at the TCP goodput
-            links = [("goodput", goodput if rate else 0.0, 0.0)]
-            if auto_rows:
-                links.insert(0, ("auto-measured", *auto_link(auto_rows[0]["auto_real"])))
-            for var in variants:
-                if var in ("auto", "stale") or var.startswith("bns"):
-                    continue  # plan models the exact exchanges only
-                for name, gbps, lat in links:
-                    rows.append({"rate_gbps": rate, "variant": var, "plan_link": name, "plan_gbps": gbps,
-                                 "plan_latency_us": lat, "plan_epoch_s": plan(args, var, gbps, lat)})
-                    print(json.dumps(rows[-1]), flush=True)
+            rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r])
     print(f"done in {time.time() - t_start:.0f} s; load {os.getloadavg()}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
@@ -217,7 +250,7 @@ def main() -> int:
     print("\n| link | variant | real ms/epoch | `--link-gbps` ms/epoch (wait) | sim / real |")
     print("|---|---|---:|---:|---:|")
     for r in rows:
-        if "real_epoch_s" in r:
+        if "real_epoch_s" in r and "sim_epoch_s" in r:
             w = r["sim_wait_s"]
             print(f"| {r['rate_gbps'] or 'veth'} | {r['variant']} | {r['real_epoch_s'] * 1e3:.1f} | "
                   f"{r['sim_epoch_s'] * 1e3:.1f} ({(w or 0) * 1e3:.1f}) | {r['sim_epoch_s'] / r['real_epoch_s']:.2f} |")

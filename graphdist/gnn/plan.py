@@ -61,7 +61,15 @@ class PlanConfig(GCNConfig):
     mem_per_rank: float = 0.0
     """memory of one rank in GiB for the fits check (0 = this machine's physical memory)"""
     link_gbps: float = 10.0
-    """bandwidth of the link between ranks in Gbit/s, for the epoch-time estimate"""
+    """bandwidth of the link between ranks in Gbit/s, for the epoch-time estimate (with --hosts:
+    each host's link to the others, shared by its ranks)"""
+    hosts: int = 0
+    """hosts the K ranks run on, host-major as torchrun numbers them (rank r on host r // (K/H)):
+    halo bytes between hosts go over --link-gbps, between ranks of one host over --intra-gbps
+    (0 = one rank per host)"""
+    intra_gbps: float = 0.0
+    """with --hosts: bandwidth between the ranks of one host in Gbit/s (0 = not charged: they
+    exchange through memory)"""
     spmm_rate: float = 0.0
     """sparse products in entries x columns per second (0 = measure on this machine)"""
     features: int = 0
@@ -109,6 +117,8 @@ class PlanConfig(GCNConfig):
             raise ConfigError(f"--halo-rounds must be in 0..{ROUNDS[-1]}, got {self.halo_rounds}")
         if self.mem_per_rank < 0 or self.link_gbps <= 0 or self.spmm_rate < 0:
             raise ConfigError("--mem-per-rank and --spmm-rate must be >= 0 and --link-gbps > 0")
+        if self.hosts < 0 or self.intra_gbps < 0:
+            raise ConfigError(f"--hosts and --intra-gbps must be >= 0, got {self.hosts} and {self.intra_gbps}")
 
 
 @dataclass
@@ -137,6 +147,10 @@ class PartStats:
     """entries of the mvc send operator"""
     plan_bytes: int
     """the part's arrays other than features and CSR (ids, labels, masks, degrees, plans)"""
+    send_to: dict = field(default_factory=dict)
+    """message rows sent per layer to each peer (a list by rank), per halo mode"""
+    recv_from: dict = field(default_factory=dict)
+    """message rows received per layer from each peer, per halo mode"""
 
 
 def part_stats(lg, check_symmetry: bool = True) -> PartStats:
@@ -155,19 +169,21 @@ def part_stats(lg, check_symmetry: bool = True) -> PartStats:
         symmetric = (m != m.T).nnz == 0
         del m
     del rows
-    send, recv, hent = {"plain": sum(lg.send_counts)}, {"plain": sum(lg.recv_counts)}, {"plain": int((~own).sum())}
+    to, frm = {"plain": list(lg.send_counts)}, {"plain": list(lg.recv_counts)}
+    hent = {"plain": int((~own).sum())}
     send_entries = 0
     if lg.has_mvc:
         lay = lg.exchange_layout("mvc")
-        send["mvc"], recv["mvc"] = sum(lay.send_counts), sum(lay.recv_counts)
+        to["mvc"], frm["mvc"] = list(lay.send_counts), list(lay.recv_counts)
         hc = cols[~own].astype(np.int64) - n
         hent["mvc"] = int(lg.halo_raw.numpy()[hc].sum()) + int(lg.pre_rows.numel())
         send_entries = int(lg.send_raw.sum()) + int(lg.pre_src.numel())
     skip = {"x", "indptr", "indices"}
     plan_bytes = sum(int(t.numel() * t.element_size()) for k, t in lg.to_dict().items()
                      if k not in skip and hasattr(t, "numel"))
+    send, recv = {m: sum(c) for m, c in to.items()}, {m: sum(c) for m, c in frm.items()}
     return PartStats(n, lg.num_halo, int(cols.size), own_edges, loops, bool(symmetric), send, recv, hent,
-                     send_entries, plan_bytes)
+                     send_entries, plan_bytes, to, frm)
 
 
 def stats_parts(cfg: PlanConfig) -> list[PartStats]:
@@ -370,10 +386,12 @@ def plan(cfg: PlanConfig) -> dict:
         n_classes = max(int(p.num_classes) for p in lgs)
         parts = [part_stats(p) for p in lgs]
         del lgs
+    if cfg.hosts and (cfg.hosts > k or k % cfg.hosts):
+        raise ConfigError(f"--hosts {cfg.hosts} must divide the {k} ranks (K / H ranks on every host)")
     active = k > 1
     layers = layer_plan(cfg, f_in, n_classes, active)
     mem = cfg.mem_per_rank * GiB if cfg.mem_per_rank else host_memory_bytes() / k
-    from graphdist.gnn.plan_time import epoch_seconds, exchange_choices, measured_rates
+    from graphdist.gnn.plan_time import epoch_seconds, exchange_choices, link_seconds, measured_rates
     rates = (cfg.spmm_rate, measured_rates()[1]) if cfg.spmm_rate else measured_rates()
     choices = exchange_choices(parts, layers, cfg, active, rates)
     if cfg.halo == "auto":  # as train-gcn resolves it: the fastest exact mode at --halo-bits
@@ -383,12 +401,13 @@ def plan(cfg: PlanConfig) -> dict:
     cfg = fewest_rounds(cfg, parts, f_in, n_classes, k, mem)  # for the mode auto chose
     halo = {m: halo_bytes_per_epoch(sum(p.send.get(m, 0) for p in parts), layers, cfg) if active else 0
             for m in ("plain", "mvc") if all(m in p.send for p in parts)}
+    wire, links = link_seconds(parts, halo_bytes_per_epoch(1, layers, cfg), cfg, cfg.halo) if active else ([0.0] * k, {})
     ranks = []
-    for ps in parts:
+    for ps, w in zip(parts, wire):
         row = rank_memory(ps, cfg, f_in, n_classes, k, cfg.halo)
         share = ps.send.get(cfg.halo, 0) / max(1, sum(p.send.get(cfg.halo, 0) for p in parts))
         row["halo_bytes_sent_per_epoch"] = int(halo.get(cfg.halo, 0) * share)
-        row["time/epoch_s"] = epoch_seconds(ps, layers, cfg, cfg.halo, active, row["halo_bytes_sent_per_epoch"], rates)
+        row["time/epoch_s"] = epoch_seconds(ps, layers, cfg, cfg.halo, active, row["halo_bytes_sent_per_epoch"], rates, w)
         ranks.append(row)
     peaks = [r["peak_bytes"] for r in ranks]
     return {"mem/peak_bytes": max(peaks), "mem/peak_bytes_per_rank": peaks,
@@ -396,7 +415,7 @@ def plan(cfg: PlanConfig) -> dict:
             "comm/halo": cfg.halo, "comm/halo_bits": cfg.halo_bits, "comm/halo_rounds": cfg.halo_rounds, "time/epoch_s": max(r["time/epoch_s"] for r in ranks),
             "fits": bool(max(peaks) <= mem), "mem/per_rank_bytes": int(mem), "world_size": k, "source": source,
             "features": f_in, "classes": n_classes, "layers": layers, "ranks": ranks,
-            "comm/choices": choices,
+            "comm/choices": choices, "hosts": cfg.hosts or k, **links,
             "rates": {"spmm_entries_cols_per_s": rates[0], "dense_flops_per_s": rates[1]}}
 
 

@@ -1,0 +1,100 @@
+"""``graphdist plan --hosts H [--intra-gbps R]``: the halo bytes between hosts and within them,
+and each link class's time, on a 12-node graph whose rows can be counted by hand (and are, by a
+brute force over its edges below).
+
+Parts (from an assignment): p0 = {0, 1, 2}, p1 = {3, 4, 5}, p2 = {6, 7, 8}, p3 = {9, 10, 11};
+hosts (host-major, 2 ranks each): host 0 = {p0, p1}, host 1 = {p2, p3}. A rank sends a peer,
+per exchange, the row of each owned node with an edge into that peer (``plain``). By hand:
+p0->p1 {2}, p1->p0 {3, 4}, p1->p2 {5}, p2->p1 {6}, p1->p3 {4}, p3->p1 {9}, p2->p3 {8},
+p3->p2 {9}, p0->p3 {0}, p3->p0 {11}: 11 rows, 6 of them between hosts, 5 within. Host 0's link
+carries 3 sent + 3 received rows, host 1's the same; within hosts the busiest rank (p0 or p1)
+moves 3 rows; with a link per rank (no --hosts) the busiest rank, p1, moves 4 sent + 3 received."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from graphdist.cli import main
+
+EDGES = [(0, 1), (1, 2), (2, 3), (2, 4), (5, 6), (4, 9), (8, 9), (10, 11), (0, 11), (7, 8)]
+PARTS = np.repeat(np.arange(4), 3)
+HOST = [0, 0, 1, 1]  # host of each part
+
+
+def brute(edges, parts, hosts) -> dict:
+    """Rows sent per epoch-exchange: (sender, receiver) pairs of (node, peer part), by class."""
+    pairs = set()
+    for u, v in edges:
+        for a, b in ((u, v), (v, u)):
+            if parts[a] != parts[b]:
+                pairs.add((a, int(parts[b])))
+    inter = [(u, p) for u, p in pairs if hosts[parts[u]] != hosts[p]]
+    link = [0, 0]  # per host: rows sent + received across hosts
+    for u, p in inter:
+        link[hosts[parts[u]]] += 1
+        link[hosts[p]] += 1
+    intra = [0] * 4  # per rank: rows sent + received within its host
+    flat = [0] * 4  # per rank: every row it sends or receives
+    for u, p in pairs:
+        flat[parts[u]] += 1
+        flat[p] += 1
+        if hosts[parts[u]] == hosts[p]:
+            intra[parts[u]] += 1
+            intra[p] += 1
+    return {"all": len(pairs), "inter": len(inter), "link": link, "intra": intra, "flat": flat}
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hosts")
+    (root / "g.txt").write_text("".join(f"{u} {v}\n" for u, v in EDGES))
+    np.save(root / "a.npy", PARTS)
+    spec = f"edgelist:{root / 'g.txt'},features=degree,labels=random:2"
+    assert main(["partition", spec, "--assignment", str(root / "a.npy"), "--out", str(root / "p")]) == 0
+    return root / "p"
+
+
+def _plan(capsys, art, *flags) -> dict:
+    assert main(["plan", "--partition", str(art), "--halo", "plain", "--spmm-rate", "1e9", "--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_bytes_and_times_per_link_class_match_a_count_by_hand(artifact, capsys):
+    b = brute(EDGES, PARTS, HOST)
+    assert (b["all"], b["inter"], b["link"], max(b["intra"]), max(b["flat"])) == (11, 6, [6, 6], 3, 7)  # the docstring
+    out = _plan(capsys, artifact, "--hosts", "2", "--link-gbps", "0.1", "--intra-gbps", "2")
+    total = out["comm/halo_bytes_per_epoch"]
+    assert total > 0 and total % b["all"] == 0
+    row = total // b["all"]  # bytes one message row costs per epoch (all its exchanges)
+    assert out["hosts"] == 2
+    assert out["comm/inter_host_bytes_per_epoch"] == b["inter"] * row
+    assert out["comm/intra_host_bytes_per_epoch"] == (b["all"] - b["inter"]) * row
+    assert out["time/inter_host_s_per_epoch"] == pytest.approx(max(b["link"]) * row * 8 / 0.1e9)
+    assert out["time/intra_host_s_per_epoch"] == pytest.approx(max(b["intra"]) * row * 8 / 2e9)
+    # the epoch is bounded by the slow link: its time less the compute part is the host link's
+    # (the dense rate is timed afresh by each call: a 12-node graph's compute is ~1e-8 s of it)
+    fast = _plan(capsys, artifact, "--hosts", "2", "--link-gbps", "1e6", "--intra-gbps", "1e6")
+    assert out["time/epoch_s"] - fast["time/epoch_s"] == pytest.approx(max(b["link"]) * row * 8 / 0.1e9, rel=0.01)
+    # within hosts through memory (no --intra-gbps): not charged
+    mem = _plan(capsys, artifact, "--hosts", "2", "--link-gbps", "0.1")
+    assert mem["time/intra_host_s_per_epoch"] == 0.0
+    assert mem["time/inter_host_s_per_epoch"] == out["time/inter_host_s_per_epoch"]
+    # one rank per host (no --hosts): every byte crosses, each rank's own link
+    flat = _plan(capsys, artifact, "--link-gbps", "0.1")
+    assert flat["comm/inter_host_bytes_per_epoch"] == total and flat["comm/intra_host_bytes_per_epoch"] == 0
+    assert flat["time/inter_host_s_per_epoch"] == pytest.approx(max(b["flat"]) * row * 8 / 0.1e9)
+
+
+def test_hosts_must_divide_the_ranks(artifact, capsys):
+    assert main(["plan", "--partition", str(artifact), "--hosts", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--hosts 3 must divide the 4 ranks" in err[0]
+
+
+def test_the_table_names_both_links(artifact, capsys):
+    assert main(["plan", "--partition", str(artifact), "--halo", "plain", "--spmm-rate", "1e9", "--hosts", "2",
+                 "--link-gbps", "0.1"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("links ("))
+    assert "2 hosts x 2 ranks" in line and "between hosts" in line and "memory, not charged" in line

@@ -118,32 +118,43 @@ def sim_run(args, var: str, rate: float, out: Path) -> dict:
     return {"report": json.loads(out.read_text()), "wall_s": time.perf_counter() - t0}
 
 
-def plan(args, var: str, gbps: float, latency_us: float) -> float:
-    cmd = GD + ["plan", args.spec, "--partition", str(args.part), *VARIANTS[var], "--json"]
+def plan(args, var: str, gbps: float, latency_us: float, compute_s: float = 0.0) -> float:
+    """``graphdist plan ... --json``'s ``time/epoch_s`` (run in this process: one start-up)."""
+    import contextlib
+    import io
+
+    from graphdist.cli import main as gd
+    argv = ["plan", "--partition", str(args.part), *VARIANTS[var], "--json"]
     if gbps:
-        cmd += ["--link-gbps", f"{gbps:.6g}", "--link-latency-us", f"{latency_us:.6g}"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=600)
-    if p.returncode != 0:
-        return float("nan")
-    return float(json.loads(p.stdout)["time/epoch_s"])
+        argv += ["--link-gbps", f"{gbps:.6g}", "--link-latency-us", f"{latency_us:.6g}"]
+    if compute_s:
+        argv += ["--compute-s", f"{compute_s:.6g}"]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = gd(argv)
+    return float(json.loads(buf.getvalue())["time/epoch_s"]) if rc == 0 else float("nan")
 
 
-def plan_rows(args, real: list[dict]) -> list[dict]:
+def plan_rows(args, real: list[dict], base: dict | None = None) -> list[dict]:
     """``graphdist plan``'s estimate for each variant of ``real`` (the real rows of one rate), at
-    the link auto measured on it (when auto ran) and at the TCP goodput."""
+    the link auto measured on it (when auto ran), the cap and the TCP goodput; with ``base``
+    (``{variant: epoch s on one host without a link}``) also with that as ``--compute-s``."""
     if not real:
         return []
     rate, goodput = real[0]["rate_gbps"], real[0]["goodput_gbps"]
-    links = [("none (compute)", 1e6, 0.0), ("goodput", goodput if rate else 0.0, 0.0)]
+    links = [("none (compute)", 1e6, 0.0), ("cap", rate, 0.0), ("goodput", goodput if rate else 0.0, 0.0)]
     auto_rows = [r for r in real if r["variant"] == "auto" and r.get("auto_real")]
     if auto_rows:
         links.insert(0, ("auto-measured", *auto_link(auto_rows[0]["auto_real"])))
     out = []
     for var in dict.fromkeys(r["variant"] for r in real):
-        for name, gbps, lat in links:
-            out.append({"rate_gbps": rate, "variant": var, "plan_link": name, "plan_gbps": gbps,
-                        "plan_latency_us": lat, "plan_epoch_s": plan(args, var, gbps, lat), "load": os.getloadavg()[0]})
-            print(json.dumps(out[-1]), flush=True)
+        for name, gbps, lat in links:  # plan's own compute estimate at the cap; the measured one at every link
+            comps = ([0.0] if name in ("cap", "none (compute)") else []) + ([base[var]] if base and var in base else [])
+            for comp in comps if name != "none (compute)" else [0.0]:
+                out.append({"rate_gbps": rate, "variant": var, "plan_link": name, "plan_gbps": gbps,
+                            "plan_latency_us": lat, "plan_compute_s": comp, "plan_epoch_s": plan(args, var, gbps, lat, comp),
+                            "load": os.getloadavg()[0]})
+                print(json.dumps(out[-1]), flush=True)
     return out
 
 
@@ -186,8 +197,9 @@ def main() -> int:
     rows = []
     if args.plan_only:
         rows = [r for r in json.loads(Path(args.plan_only).read_text()) if "plan_epoch_s" not in r]
+        base = {r["variant"]: r["base_epoch_s"] for r in rows if "base_epoch_s" in r}
         for rate in dict.fromkeys(r["rate_gbps"] for r in rows if "real_epoch_s" in r):
-            rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r])
+            rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r], base)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return 0
@@ -242,7 +254,8 @@ def main() -> int:
                         row["auto_real_mode"] = rr.get("comm/halo")
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if k not in ("auto_real", "auto_sim")}), flush=True)
-            rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r])
+            base = {r["variant"]: r["base_epoch_s"] for r in rows if "base_epoch_s" in r}
+            rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r], base)
     print(f"done in {time.time() - t_start:.0f} s; load {os.getloadavg()}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -98,3 +98,41 @@ def test_the_table_names_both_links(artifact, capsys):
                  "--link-gbps", "0.1"]) == 0
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("links ("))
     assert "2 hosts x 2 ranks" in line and "between hosts" in line and "memory, not charged" in line
+
+
+def test_stale_halos_hide_the_training_exchanges_behind_the_compute(artifact, capsys):
+    """With ``--compute-s C`` the epoch is ``C + training wire + evaluation wire`` exact and
+    ``C + evaluation wire + max(0, training wire - C)`` with stale halos: the difference is
+    ``min(C, training wire)``."""
+    slow = ["--link-gbps", "1e-4", "--input-halo", "exchange"]  # stale halos exchange the input's rows too
+    def gap(c):
+        exact = _plan(capsys, artifact, *slow, "--compute-s", str(c))["time/epoch_s"]
+        stale = _plan(capsys, artifact, *slow, "--compute-s", str(c), "--halo-staleness", "1")["time/epoch_s"]
+        return exact - stale, exact - c
+    small, wire = gap(1e-3)
+    assert small == pytest.approx(1e-3, rel=1e-6)  # the whole compute hides wire
+    big, _ = gap(1e3)
+    assert 0 < big < wire  # all the training wire hides; the evaluation's does not
+    assert 0.1 < (wire - big) / wire < 0.5  # the evaluation forward: one exchange per layer of two or three
+
+
+def test_boundary_sampling_bytes_match_the_trainer(tmp_path, capsys):
+    """The expected bytes of ``--boundary-rate 0.5`` (training exchanges at half the rows,
+    evaluation whole) against a 2-rank run's mean over its epochs (the draws are keyed by the
+    seed: the same every run)."""
+    import subprocess
+    import sys
+    spec = "sbm:nodes=3000,classes=4,avg_degree=10,features=8,seed=0"
+    part = tmp_path / "p"
+    assert main(["partition", spec, "--parts", "2", "--method", "metis", "--out", str(part)]) == 0
+    capsys.readouterr()
+    rep = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "graphdist", "train-gcn", "--partition", str(part), "--halo", "plain",
+                        "--boundary-rate", "0.5", "--epochs", "3", "--nproc", "2", "--no-progress", "--report", str(rep)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(rep.read_text())["comm/halo_bytes_per_epoch"]
+    want = _plan(capsys, part, "--boundary-rate", "0.5")["comm/halo_bytes_per_epoch"]
+    whole = _plan(capsys, part, "--input-halo", "exchange")["comm/halo_bytes_per_epoch"]  # sampling exchanges the input
+    assert want < 0.8 * whole
+    assert got == pytest.approx(want, rel=0.03)

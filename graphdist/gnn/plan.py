@@ -72,6 +72,11 @@ class PlanConfig(GCNConfig):
     exchange through memory)"""
     spmm_rate: float = 0.0
     """sparse products in entries x columns per second (0 = measure on this machine)"""
+    compute_s: float = 0.0
+    """seconds of one epoch's compute per rank as measured (train-gcn's time/epoch_s of the same
+    job without a slow link, e.g. --nproc K on one host), used instead of the estimate from
+    sparse products and linears, which leaves out elementwise work, the optimizer and the
+    framework (0 = estimate)"""
     features: int = 0
     """stats mode: feature columns F"""
     classes: int = 0
@@ -108,8 +113,6 @@ class PlanConfig(GCNConfig):
         if self.model not in BUILTIN_MODELS:
             raise ConfigError(f"--model {self.model}: plan models graphdist's own models only "
                               f"({', '.join(BUILTIN_MODELS)}); a PyG model's layers are not modelled")
-        if self.boundary_rate < 1.0 or self.halo_staleness:
-            raise ConfigError("plan models exact exchanges only: --boundary-rate and --halo-staleness are not modelled")
         for name, v, lo in (("layers", self.layers, 1), ("hidden", self.hidden, 1)):
             if v < lo:
                 raise ConfigError(f"--{name} must be >= {lo}, got {v}")
@@ -117,6 +120,8 @@ class PlanConfig(GCNConfig):
             raise ConfigError(f"--halo-rounds must be in 0..{ROUNDS[-1]}, got {self.halo_rounds}")
         if self.mem_per_rank < 0 or self.link_gbps <= 0 or self.spmm_rate < 0:
             raise ConfigError("--mem-per-rank and --spmm-rate must be >= 0 and --link-gbps > 0")
+        if self.compute_s < 0:
+            raise ConfigError(f"--compute-s must be >= 0, got {self.compute_s}")
         if self.hosts < 0 or self.intra_gbps < 0:
             raise ConfigError(f"--hosts and --intra-gbps must be >= 0, got {self.hosts} and {self.intra_gbps}")
 
@@ -151,6 +156,10 @@ class PartStats:
     """message rows sent per layer to each peer (a list by rank), per halo mode"""
     recv_from: dict = field(default_factory=dict)
     """message rows received per layer from each peer, per halo mode"""
+    pre_send: int = 0
+    """of the mvc rows sent, partial sums (boundary sampling always sends them)"""
+    pre_recv: int = 0
+    """of the mvc rows received, partial sums"""
 
 
 def part_stats(lg, check_symmetry: bool = True) -> PartStats:
@@ -182,8 +191,9 @@ def part_stats(lg, check_symmetry: bool = True) -> PartStats:
     plan_bytes = sum(int(t.numel() * t.element_size()) for k, t in lg.to_dict().items()
                      if k not in skip and hasattr(t, "numel"))
     send, recv = {m: sum(c) for m, c in to.items()}, {m: sum(c) for m, c in frm.items()}
+    pre = (sum(lg.pre_send_counts), sum(lg.pre_recv_counts)) if lg.has_mvc else (0, 0)
     return PartStats(n, lg.num_halo, int(cols.size), own_edges, loops, bool(symmetric), send, recv, hent,
-                     send_entries, plan_bytes, to, frm)
+                     send_entries, plan_bytes, to, frm, *pre)
 
 
 def stats_parts(cfg: PlanConfig) -> list[PartStats]:
@@ -349,6 +359,10 @@ def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str
     params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
     optimizer = params * 4 * 3  # gradient and two Adam moments
     act = activation_peak(ps, layers, cfg, mode, active, k)
+    if active and getattr(cfg, "halo_staleness", 0):  # last epoch's rows held per layer and direction
+        smooth = 2 if getattr(cfg, "staleness_smoothing", 0.0) > 0 else 1
+        act += smooth * 4 * sum(lay["train_width"] * (ps.recv.get(mode, 0) + (ps.send.get(mode, 0) if lay["needs_input_grad"] else 0))
+                                for lay in layers)
     total = RUNTIME_BYTES + feats + resident + ps.plan_bytes + adj + kept + params * 4 + optimizer + act
     return {"owned_rows": n, "halo_rows": ps.halo, "message_rows_in": ps.recv.get(mode, 0) if active else 0,
             "features_bytes": feats, "held_halo_bytes": resident, "adjacency_bytes": adj, "activation_bytes": act + kept,
@@ -391,9 +405,10 @@ def plan(cfg: PlanConfig) -> dict:
     active = k > 1
     layers = layer_plan(cfg, f_in, n_classes, active)
     mem = cfg.mem_per_rank * GiB if cfg.mem_per_rank else host_memory_bytes() / k
-    from graphdist.gnn.plan_time import epoch_seconds, exchange_choices, link_seconds, measured_rates
+    from graphdist.gnn.plan_time import codec_rates, epoch_seconds, exchange_choices, link_seconds, measured_rates
     rates = (cfg.spmm_rate, measured_rates()[1]) if cfg.spmm_rate else measured_rates()
-    choices = exchange_choices(parts, layers, cfg, active, rates)
+    codec = codec_rates() if active else None
+    choices = exchange_choices(parts, layers, cfg, active, rates, codec)
     if cfg.halo == "auto":  # as train-gcn resolves it: the fastest exact mode at --halo-bits
         import dataclasses
         fast = [c["comm/halo"] for c in choices if c["comm/halo_bits"] == cfg.halo_bits]
@@ -401,13 +416,15 @@ def plan(cfg: PlanConfig) -> dict:
     cfg = fewest_rounds(cfg, parts, f_in, n_classes, k, mem)  # for the mode auto chose
     halo = {m: halo_bytes_per_epoch(sum(p.send.get(m, 0) for p in parts), layers, cfg) if active else 0
             for m in ("plain", "mvc") if all(m in p.send for p in parts)}
-    wire, links = link_seconds(parts, halo_bytes_per_epoch(1, layers, cfg), cfg, cfg.halo) if active else ([0.0] * k, {})
+    wire, links = link_seconds(parts, layers, cfg, cfg.halo) if active else ([(0.0, 0.0)] * k, {})
+    if cfg.boundary_rate < 1.0 and active:  # the expected bytes of the sampled training exchanges
+        halo[cfg.halo] = links["comm/inter_host_bytes_per_epoch"] + links["comm/intra_host_bytes_per_epoch"]
     ranks = []
     for ps, w in zip(parts, wire):
         row = rank_memory(ps, cfg, f_in, n_classes, k, cfg.halo)
         share = ps.send.get(cfg.halo, 0) / max(1, sum(p.send.get(cfg.halo, 0) for p in parts))
         row["halo_bytes_sent_per_epoch"] = int(halo.get(cfg.halo, 0) * share)
-        row["time/epoch_s"] = epoch_seconds(ps, layers, cfg, cfg.halo, active, row["halo_bytes_sent_per_epoch"], rates, w)
+        row["time/epoch_s"] = epoch_seconds(ps, layers, cfg, cfg.halo, active, rates, w, codec)
         ranks.append(row)
     peaks = [r["peak_bytes"] for r in ranks]
     return {"mem/peak_bytes": max(peaks), "mem/peak_bytes_per_rank": peaks,

@@ -2,7 +2,7 @@
 hosts per epoch, predicted vs counted, and the epoch time at a capped link.
 
     sudo python benchmarks/plan_hosts.py [--specs SPEC;SPEC] [--k 4] [--hosts 2] [--halos mvc,plain]
-        [--partitions flat,hosts] [--epochs 2,6] [--gbps 0] [--json FILE]
+        [--partitions flat,hosts] [--epochs 2,6] [--gbps 0] [--baseline] [--json FILE]
 
 Per spec and partition (``flat``: ``graphdist partition --parts K``; ``hosts``: the same with
 ``--hosts H``) and halo mode: ``graphdist train-gcn --partition DIR --nnodes H --nproc K/H`` on H
@@ -11,7 +11,9 @@ of the hosts' summed interface tx bytes over the difference of the epochs is wha
 per epoch (start-up traffic cancels; what remains besides halo rows is TCP/IP framing, the
 gradient all-reduce and the metrics). Against it ``graphdist plan --partition DIR --hosts H
 --link-gbps G --json``: ``comm/inter_host_bytes_per_epoch`` and ``time/epoch_s``. The ranks of
-one host exchange through loopback, which the counters do not see. OMP_NUM_THREADS=1 per worker.
+one host exchange through loopback, which the counters do not see. With ``--baseline`` also the
+same job on one host without a link (``--nproc K``), whose ``time/epoch_s`` plan then takes as
+``--compute-s``. OMP_NUM_THREADS=1 per worker.
 """
 from __future__ import annotations
 
@@ -54,9 +56,17 @@ def train(tb: Testbed, part: Path, args, halo: str, epochs: int, out: Path) -> d
             "final_loss": r["losses"][-1], "halo_bytes_per_epoch": r["comm/halo_bytes_per_epoch"]}
 
 
-def plan(part: Path, args, halo: str) -> dict:
+def baseline(part: Path, args, halo: str, out: Path) -> float:
+    """``time/epoch_s`` of the same job on one host (``--nproc K``, loopback): the compute."""
+    cmd = GD + ["train-gcn", "--partition", str(part), "--epochs", str(max(int(x) for x in args.epochs.split(","))),
+                "--halo", halo, "--nproc", str(args.k), "--no-progress", "--report", str(out)]
+    subprocess.run(cmd, check=True, env=env(), capture_output=True, timeout=1800)
+    return float(json.loads(out.read_text())["time/epoch_s"])
+
+
+def plan(part: Path, args, halo: str, compute_s: float = 0.0) -> dict:
     cmd = GD + ["plan", "--partition", str(part), "--halo", halo, "--hosts", str(args.hosts), "--json",
-                "--link-gbps", str(args.gbps or 10)]
+                "--link-gbps", str(args.gbps or 10)] + (["--compute-s", f"{compute_s:.6g}"] if compute_s else [])
     p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=600, check=True)
     return json.loads(p.stdout)
 
@@ -71,6 +81,8 @@ def main() -> int:
     ap.add_argument("--partitions", default="flat,hosts")
     ap.add_argument("--epochs", default="2,6")
     ap.add_argument("--gbps", type=float, default=0.0, help="cap of each host's link (0 = the veth uncapped)")
+    ap.add_argument("--baseline", action="store_true",
+                    help="also run each job on one host without a link and give plan its epoch as --compute-s")
     ap.add_argument("--work", default="runs/plan_hosts")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -92,6 +104,8 @@ def main() -> int:
                     runs = {e: train(tb, part, args, halo, e, work / f"s{si}-{name}-{halo}-e{e}.json") for e in (e1, e2)}
                     counted = (runs[e2]["tx_bytes"] - runs[e1]["tx_bytes"]) / (e2 - e1)
                     pl = plan(part, args, halo)
+                    base = baseline(part, args, halo, work / f"s{si}-{name}-{halo}-base.json") if args.baseline else 0.0
+                    measured = plan(part, args, halo, base) if base else {}
                     row = {"spec": spec, "partition": name, "halo": halo, "k": args.k, "hosts": args.hosts,
                            "gbps": args.gbps, "counted_inter_host_bytes_per_epoch": counted,
                            "plan_inter_host_bytes_per_epoch": pl["comm/inter_host_bytes_per_epoch"],
@@ -101,6 +115,7 @@ def main() -> int:
                            "counted_over_plan": counted / max(pl["comm/inter_host_bytes_per_epoch"], 1),
                            "real_epoch_s": runs[e2]["epoch_s"], "plan_epoch_s": pl["time/epoch_s"],
                            "plan_inter_host_s": pl["time/inter_host_s_per_epoch"],
+                           "base_epoch_s": base, "plan_epoch_s_measured_compute": measured.get("time/epoch_s"),
                            "final_loss": runs[e2]["final_loss"], "tx_bytes": {e: runs[e]["tx_bytes"] for e in runs},
                            "load": os.getloadavg()[0]}
                     rows.append(row)
@@ -109,13 +124,13 @@ def main() -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     print("\n| graph | partition | halo | counted B/epoch between hosts | plan | counted / plan | plan within hosts | "
-          "real ms/epoch | plan ms | load |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+          "real ms/epoch | plan ms | plan ms, --compute-s | load |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['spec'].split(',')[0]} | {r['partition']} | {r['halo']} | {r['counted_inter_host_bytes_per_epoch']:,.0f} | "
               f"{r['plan_inter_host_bytes_per_epoch']:,} | {r['counted_over_plan']:.3f} | "
               f"{r['plan_intra_host_bytes_per_epoch']:,} | {r['real_epoch_s'] * 1e3:.0f} | {r['plan_epoch_s'] * 1e3:.0f} | "
-              f"{r['load']:.1f} |")
+              f"{(r['plan_epoch_s_measured_compute'] or float('nan')) * 1e3:.0f} | {r['load']:.1f} |")
     return 0
 
 

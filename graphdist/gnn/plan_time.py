@@ -167,8 +167,8 @@ def link_seconds(parts: list[PartStats], layers: list[dict], cfg, mode: str) -> 
     hosts (0: one rank per host). A host's link carries the bytes its ranks send to and receive
     from other hosts, one after the other (as a gloo all-to-all over a capped link does), at
     ``cfg.link_gbps``; bytes between ranks of one host go at ``cfg.intra_gbps`` (0: not
-    charged). An all-to-all posts every peer at once, so a rank waits for the slower of its
-    host's link and its own traffic within the host.
+    charged). A rank is taken to wait for the slower of its host's link and its own traffic
+    within the host (the two classes of peers served together, not one after the other).
 
     Keys (bytes are what ranks send, summed over ranks, training exchanges at their expected
     ``--boundary-rate`` share; seconds the busiest host or rank):

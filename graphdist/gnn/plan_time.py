@@ -165,10 +165,12 @@ def link_seconds(parts: list[PartStats], layers: list[dict], cfg, mode: str) -> 
     """Per rank the ``(training, evaluation)`` seconds its halo bytes spend on the links in an
     epoch, and the bytes and seconds per link class. Ranks are host-major on ``cfg.hosts``
     hosts (0: one rank per host). A host's link carries the bytes its ranks send to and receive
-    from other hosts, one after the other (as a gloo all-to-all over a capped link does), at
-    ``cfg.link_gbps``; bytes between ranks of one host go at ``cfg.intra_gbps`` (0: not
-    charged). A rank is taken to wait for the slower of its host's link and its own traffic
-    within the host (the two classes of peers served together, not one after the other).
+    from other hosts at ``cfg.link_gbps``: one direction after the other where the host runs one
+    rank (2 hosts x 1 rank, a gloo all-to-all over a capped link, measured), both at once (the
+    larger direction) where it runs several, whose connections fill both directions (2 hosts x
+    2 ranks, measured: BENCHMARKS.md "Real hosts"). Bytes between ranks of one host go at
+    ``cfg.intra_gbps`` (0: not charged). A rank is taken to wait for the slower of its host's
+    link and its own traffic within the host (the two classes of peers served together).
 
     Keys (bytes are what ranks send, summed over ranks, training exchanges at their expected
     ``--boundary-rate`` share; seconds the busiest host or rank):
@@ -178,8 +180,10 @@ def link_seconds(parts: list[PartStats], layers: list[dict], cfg, mode: str) -> 
     hosts = int(getattr(cfg, "hosts", 0) or 0) or k
     per = k // hosts
     tr_row, ev_row = row_bytes_per_epoch(layers, cfg)
-    # per rank and phase: bytes sent + received across hosts and within them; bytes sent
-    inter, intra = [[0.0, 0.0] for _ in range(k)], [[0.0, 0.0] for _ in range(k)]
+    # per rank and phase (training, evaluation): bytes sent and received across hosts; bytes
+    # sent + received within the host
+    out_b, in_b = [[0.0, 0.0] for _ in range(k)], [[0.0, 0.0] for _ in range(k)]
+    intra = [[0.0, 0.0] for _ in range(k)]
     sent = {"inter": 0.0, "intra": 0.0}
     for r, ps in enumerate(parts):
         to, frm = peer_rows(ps, mode, k, r)
@@ -187,12 +191,24 @@ def link_seconds(parts: list[PartStats], layers: list[dict], cfg, mode: str) -> 
         for p in range(k):
             if p == r:
                 continue
-            cls, acc = ("intra", intra) if r // per == p // per else ("inter", inter)
-            acc[r][0] += (to[p] * ss + frm[p] * sr) * tr_row
-            acc[r][1] += (to[p] + frm[p]) * ev_row
-            sent[cls] += to[p] * (ss * tr_row + ev_row)
+            if r // per == p // per:
+                intra[r][0] += (to[p] * ss + frm[p] * sr) * tr_row
+                intra[r][1] += (to[p] + frm[p]) * ev_row
+                sent["intra"] += to[p] * (ss * tr_row + ev_row)
+            else:
+                out_b[r][0] += to[p] * ss * tr_row
+                out_b[r][1] += to[p] * ev_row
+                in_b[r][0] += frm[p] * sr * tr_row
+                in_b[r][1] += frm[p] * ev_row
+                sent["inter"] += to[p] * (ss * tr_row + ev_row)
     per_bit = 8 / (cfg.link_gbps * 1e9)
-    host = [[sum(inter[q][i] for q in range(h * per, (h + 1) * per)) * per_bit for i in (0, 1)] for h in range(hosts)]
+    duplex = per > 1  # several ranks on a host: several connections fill both directions
+    host = []
+    for h in range(hosts):
+        mine = range(h * per, (h + 1) * per)
+        o = [sum(out_b[q][i] for q in mine) for i in (0, 1)]
+        n = [sum(in_b[q][i] for q in mine) for i in (0, 1)]
+        host.append([(max(o[i], n[i]) if duplex else o[i] + n[i]) * per_bit for i in (0, 1)])
     intra_gbps = float(getattr(cfg, "intra_gbps", 0.0) or 0.0)
     own = [[b * 8 / (intra_gbps * 1e9) if intra_gbps > 0 else 0.0 for b in x] for x in intra]
     wire = []

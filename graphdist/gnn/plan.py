@@ -304,8 +304,11 @@ def plan(cfg: PlanConfig) -> dict:
     layers = layer_plan(cfg, f_in, n_classes, active)
     mem = cfg.mem_per_rank * GiB if cfg.mem_per_rank else host_memory_bytes() / k
     from graphdist.gnn.plan_time import codec_rates, epoch_seconds, exchange_choices, link_seconds, measured_rates
-    rates = (cfg.spmm_rate, measured_rates()[1]) if cfg.spmm_rate else measured_rates()
-    codec = codec_rates() if active else None
+    if cfg.compute_s:  # a measured epoch stands in for the estimate: nothing to time here
+        rates, codec = (0.0, 0.0), None
+    else:
+        rates = (cfg.spmm_rate, measured_rates()[1]) if cfg.spmm_rate else measured_rates()
+        codec = codec_rates() if active else None
     choices = exchange_choices(parts, layers, cfg, active, rates, codec)
     if cfg.halo == "auto":  # as train-gcn resolves it: the fastest exact mode at --halo-bits
         import dataclasses

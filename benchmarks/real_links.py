@@ -118,14 +118,44 @@ def sim_run(args, var: str, rate: float, out: Path) -> dict:
     return {"report": json.loads(out.read_text()), "wall_s": time.perf_counter() - t0}
 
 
-def plan(args, var: str, gbps: float, latency_us: float) -> float:
-    cmd = GD + ["plan", args.spec, "--partition", str(args.part), *VARIANTS[var], "--json"]
+def plan(args, var: str, gbps: float, latency_us: float, compute_s: float = 0.0) -> float:
+    """``graphdist plan ... --json``'s ``time/epoch_s`` (run in this process: one start-up)."""
+    import contextlib
+    import io
+
+    from graphdist.cli import main as gd
+    argv = ["plan", "--partition", str(args.part), *VARIANTS[var], "--json"]
     if gbps:
-        cmd += ["--link-gbps", f"{gbps:.6g}", "--link-latency-us", f"{latency_us:.6g}"]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=600)
-    if p.returncode != 0:
-        return float("nan")
-    return float(json.loads(p.stdout)["time/epoch_s"])
+        argv += ["--link-gbps", f"{gbps:.6g}", "--link-latency-us", f"{latency_us:.6g}"]
+    if compute_s:
+        argv += ["--compute-s", f"{compute_s:.6g}"]
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = gd(argv)
+    return float(json.loads(buf.getvalue())["time/epoch_s"]) if rc == 0 else float("nan")
+
+
+def plan_rows(args, real: list[dict], base: dict | None = None) -> list[dict]:
+    """``graphdist plan``'s estimate for each variant of ``real`` (the real rows of one rate), at
+    the link auto measured on it (when auto ran), the cap and the TCP goodput; with ``base``
+    (``{variant: epoch s on one host without a link}``) also with that as ``--compute-s``."""
+    if not real:
+        return []
+    rate, goodput = real[0]["rate_gbps"], real[0]["goodput_gbps"]
+    links = [("none (compute)", 1e6, 0.0), ("cap", rate, 0.0), ("goodput", goodput if rate else 0.0, 0.0)]
+    auto_rows = [r for r in real if r["variant"] == "auto" and r.get("auto_real")]
+    if auto_rows:
+        links.insert(0, ("auto-measured", *auto_link(auto_rows[0]["auto_real"])))
+    out = []
+    for var in dict.fromkeys(r["variant"] for r in real):
+        for name, gbps, lat in links:  # plan's own compute estimate at the cap; the measured one at every link
+            comps = ([0.0] if name in ("cap", "none (compute)") else []) + ([base[var]] if base and var in base else [])
+            for comp in comps if name != "none (compute)" else [0.0]:
+                out.append({"rate_gbps": rate, "variant": var, "plan_link": name, "plan_gbps": gbps,
+                            "plan_latency_us": lat, "plan_compute_s": comp, "plan_epoch_s": plan(args, var, gbps, lat, comp),
+                            "load": os.getloadavg()[0]})
+                print(json.dumps(out[-1]), flush=True)
+    return out
 
 
 def auto_link(a: dict) -> tuple[float, float]:
@@ -145,6 +175,14 @@ def main() -> int:
     ap.add_argument("--work", default="runs/real_links")
     ap.add_argument("--sim-only", action="store_true",
                     help="only the one-host --link-gbps runs (e.g. to rerun them after a change to the link model)")
+    ap.add_argument("--no-sim", action="store_true",
+                    help="real links only (no --link-gbps runs); with --baseline, one run per variant on one host "
+                         "without a link (the compute alone)")
+    ap.add_argument("--baseline", action="store_true",
+                    help="also run every variant once on one host with no link (--nproc k): the epoch's compute")
+    ap.add_argument("--plan-only", default=None, metavar="ROWS_JSON",
+                    help="no training: add plan's estimates for every real row of ROWS_JSON (a --json of this "
+                         "script), at the TCP goodput and at the link auto measured, and write --json")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     work = Path(args.work)
@@ -157,6 +195,14 @@ def main() -> int:
     variants = [v for v in args.variants.split(",") if v]
     t_start = time.time()
     rows = []
+    if args.plan_only:
+        rows = [r for r in json.loads(Path(args.plan_only).read_text()) if "plan_epoch_s" not in r]
+        base = {r["variant"]: r["base_epoch_s"] for r in rows if "base_epoch_s" in r}
+        for rate in dict.fromkeys(r["rate_gbps"] for r in rows if "real_epoch_s" in r):
+            rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r], base)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=1))
+        return 0
     print(f"load: {os.getloadavg()}", flush=True)
     if args.sim_only:
         for rep in range(args.repeats):
@@ -171,6 +217,14 @@ def main() -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=1))
         return 0
+    if args.baseline:  # the compute alone: every variant on one host, no link
+        for var in variants:
+            sim = sim_run(args, var, 0.0, work / f"base-{var}.json")
+            sr = sim["report"]
+            rows.append({"rate_gbps": None, "variant": var, "base_epoch_s": sr["time/epoch_s"], "load": os.getloadavg()[0],
+                         "base_final_loss": sr["losses"][-1], "base_mode": sr.get("comm/halo"),
+                         "base_bits": sr.get("comm/halo_bits")})
+            print(json.dumps(rows[-1]), flush=True)
     for rate in rates:
         with Testbed(args.hosts, gbps=rate or None) as tb:
             goodput = probe(tb, rate)
@@ -178,38 +232,30 @@ def main() -> int:
             for rep in range(args.repeats):
                 for var in variants:
                     real = real_run(tb, args, var, work / f"real-{rate}-{var}-{rep}.json")
-                    sim = sim_run(args, var, rate, work / f"sim-{rate}-{var}-{rep}.json")
-                    rr, sr = real["report"], sim["report"]
+                    rr = real["report"]
                     row = {"rate_gbps": rate, "variant": var, "repeat": rep, "goodput_gbps": goodput,
-                           "real_epoch_s": rr["time/epoch_s"], "sim_epoch_s": sr["time/epoch_s"],
-                           "sim_wait_s": sr.get("time/link_wait_s_per_epoch"),
+                           "real_epoch_s": rr["time/epoch_s"],
                            "halo_bytes_per_epoch": rr.get("comm/halo_bytes_per_epoch"),
                            "link_tx_bytes": real["link_tx_bytes"], "real_wall_s": real["wall_s"],
-                           "sim_wall_s": sim["wall_s"], "load": os.getloadavg()[0],
-                           "real_final_loss": rr["losses"][-1], "sim_final_loss": sr["losses"][-1]}
+                           "load": os.getloadavg()[0], "real_final_loss": rr["losses"][-1],
+                           "real_mode": rr.get("comm/halo"), "real_bits": rr.get("comm/halo_bits")}
+                    if not args.no_sim:
+                        sim = sim_run(args, var, rate, work / f"sim-{rate}-{var}-{rep}.json")
+                        sr = sim["report"]
+                        row.update({"sim_epoch_s": sr["time/epoch_s"], "sim_wait_s": sr.get("time/link_wait_s_per_epoch"),
+                                    "sim_wall_s": sim["wall_s"], "sim_final_loss": sr["losses"][-1],
+                                    "auto_sim_mode": sr.get("comm/halo"),
+                                    "auto_sim": {k: (sr.get("comm/halo_auto") or {}).get(k)
+                                                 for k in ("link", "link_bytes_per_s", "link_latency_s", "modes", "bits")}})
                     if var == "auto":
                         a = rr.get("comm/halo_auto") or {}
                         row["auto_real"] = {k: a.get(k) for k in ("link", "link_bytes_per_s", "link_latency_s", "chosen",
                                                                   "modes", "bits") if k in a}
                         row["auto_real_mode"] = rr.get("comm/halo")
-                        row["auto_sim_mode"] = sr.get("comm/halo")
-                        row["auto_sim"] = {k: (sr.get("comm/halo_auto") or {}).get(k)
-                                           for k in ("link", "link_bytes_per_s", "link_latency_s", "modes", "bits")}
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if k not in ("auto_real", "auto_sim")}), flush=True)
-            rows_rate = [r for r in rows if r["rate_gbps"] == rate]
-            auto_rows = [r for r in rows_rate if r["variant"] == "auto"]
-            # plan's estimate per variant: at the link auto measured on this one, and at the TCP goodput
-            links = [("goodput", goodput if rate else 0.0, 0.0)]
-            if auto_rows:
-                links.insert(0, ("auto-measured", *auto_link(auto_rows[0]["auto_real"])))
-            for var in variants:
-                if var in ("auto", "stale") or var.startswith("bns"):
-                    continue  # plan models the exact exchanges only
-                for name, gbps, lat in links:
-                    rows.append({"rate_gbps": rate, "variant": var, "plan_link": name, "plan_gbps": gbps,
-                                 "plan_latency_us": lat, "plan_epoch_s": plan(args, var, gbps, lat)})
-                    print(json.dumps(rows[-1]), flush=True)
+            base = {r["variant"]: r["base_epoch_s"] for r in rows if "base_epoch_s" in r}
+            rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r], base)
     print(f"done in {time.time() - t_start:.0f} s; load {os.getloadavg()}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
@@ -217,7 +263,7 @@ def main() -> int:
     print("\n| link | variant | real ms/epoch | `--link-gbps` ms/epoch (wait) | sim / real |")
     print("|---|---|---:|---:|---:|")
     for r in rows:
-        if "real_epoch_s" in r:
+        if "real_epoch_s" in r and "sim_epoch_s" in r:
             w = r["sim_wait_s"]
             print(f"| {r['rate_gbps'] or 'veth'} | {r['variant']} | {r['real_epoch_s'] * 1e3:.1f} | "
                   f"{r['sim_epoch_s'] * 1e3:.1f} ({(w or 0) * 1e3:.1f}) | {r['sim_epoch_s'] / r['real_epoch_s']:.2f} |")

@@ -185,8 +185,7 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
 @pytest.mark.parametrize("argv, words", [
     (["--model", "gat"], "graphdist's own models only"),
     (["--model", "nosuch"], "graphdist's own models only"),
-    (["--boundary-rate", "0.5"], "not modelled"),
-    (["--halo-staleness", "1"], "not modelled"),
+    (["--compute-s", "-1"], "--compute-s must be >= 0"),
 ])
 def test_what_plan_does_not_model_is_refused(argv, words, capsys):
     assert main(["plan", "--nodes", "1000", "--edges", "5000", "--features", "8", "--classes", "2",

@@ -38,6 +38,13 @@ def _handler(args) -> int:
         print(f"{label:>{width}} {text}")
     modes = ", ".join(f"{m} {b / 1e6:,.1f} MB" for m, b in out["comm/halo_bytes_per_epoch_by_mode"].items())
     print(f"halo bytes per epoch (all ranks, {cfg.halo_bits} bit): {modes or 'none (k=1)'}")
+    if cfg.hosts and out["world_size"] > 1:
+        intra = f"{cfg.intra_gbps:g} Gbit/s" if cfg.intra_gbps else "memory, not charged"
+        print(f"links ({out['hosts']} hosts x {out['world_size'] // out['hosts']} ranks, {cfg.halo_bits} bit): "
+              f"between hosts {out['comm/inter_host_bytes_per_epoch'] / 1e6:,.1f} MB per epoch, "
+              f"{out['time/inter_host_s_per_epoch']:.3f} s at {cfg.link_gbps:g} Gbit/s (busiest host); "
+              f"within hosts {out['comm/intra_host_bytes_per_epoch'] / 1e6:,.1f} MB, "
+              f"{out['time/intra_host_s_per_epoch']:.3f} s ({intra})")
     if out["comm/choices"]:
         print(f"exchange choices at {cfg.link_gbps:g} Gbit/s"
               + (f", {cfg.link_latency_us:g} us per exchange" if cfg.link_latency_us else "") + ", fastest first:")

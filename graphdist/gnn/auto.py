@@ -95,7 +95,7 @@ def choose_halo(cfg, lg, n_classes: int) -> tuple[str, dict]:
     for m in modes:
         c = dataclasses.replace(cfg, halo=m, link_gbps=bw * 8 / 1e9, link_latency_us=lat * 1e6)
         sent = halo_bytes_per_epoch(ps.send[m], layers, c)
-        mine[m] = (sent, epoch_seconds(ps, layers, c, m, True, sent, rates))
+        mine[m] = (sent, epoch_seconds(ps, layers, c, m, True, rates))
     every = comm.all_gather_object(mine)
     per_mode = {m: {"comm/halo_bytes_per_epoch": int(sum(r[m][0] for r in every)),
                     "time/epoch_s": max(r[m][1] for r in every)} for m in modes}

@@ -23,6 +23,7 @@ import numpy as np
 
 from graphdist.errors import ConfigError
 from graphdist.gnn.config import GCNConfig
+from graphdist.gnn.plan_memory import ALLOC_SLACK, activation_peak  # noqa: F401 (plan's API)
 from graphdist.memory import PROCESS_BYTES
 
 GiB = 2 ** 30
@@ -39,12 +40,6 @@ def round_choices(cfg, k: int) -> list[int]:
 RUNTIME_BYTES = PROCESS_BYTES
 """A trainer process before its part arrives (the one footprint every memory check adds,
 :data:`graphdist.memory.PROCESS_BYTES`)."""
-ALLOC_SLACK = 1.05
-"""Allocator overhead on the activations (freed blocks not yet returned, page rounding): measured
-1.037-1.067 (``(peak - a 400-node run's peak - predicted arrays) / replayed activations`` on 40k-
-and 80k-node SBM graphs at k = 1 and 2, hidden 256 and 512: ``python benchmarks/memory_constants.py``,
-BENCHMARKS.md "Memory model constants"), the middle of that range; with it the predicted peak above
-the footprint was 0.985-1.010 of the measured one."""
 STATS_BYTES_PER_ROW = 48
 """Stats mode: bytes of a part's arrays other than features and CSR (``PartStats.plan_bytes``: ids,
 labels, masks, degrees, both exchange plans) per owned row, with :data:`STATS_BYTES_PER_HALO_ROW`
@@ -61,9 +56,22 @@ class PlanConfig(GCNConfig):
     mem_per_rank: float = 0.0
     """memory of one rank in GiB for the fits check (0 = this machine's physical memory)"""
     link_gbps: float = 10.0
-    """bandwidth of the link between ranks in Gbit/s, for the epoch-time estimate"""
+    """bandwidth of the link between ranks in Gbit/s, for the epoch-time estimate (with --hosts:
+    each host's link to the others, shared by its ranks)"""
+    hosts: int = 0
+    """hosts the K ranks run on, host-major as torchrun numbers them (rank r on host r // (K/H)):
+    halo bytes between hosts go over --link-gbps, between ranks of one host over --intra-gbps
+    (0 = one rank per host)"""
+    intra_gbps: float = 0.0
+    """with --hosts: bandwidth between the ranks of one host in Gbit/s (0 = not charged: they
+    exchange through memory)"""
     spmm_rate: float = 0.0
     """sparse products in entries x columns per second (0 = measure on this machine)"""
+    compute_s: float = 0.0
+    """seconds of one epoch's compute per rank as measured (train-gcn's time/epoch_s of the same
+    job without a slow link, e.g. --nproc K on one host), used instead of the estimate from
+    sparse products and linears, which leaves out elementwise work, the optimizer and the
+    framework (0 = estimate)"""
     features: int = 0
     """stats mode: feature columns F"""
     classes: int = 0
@@ -100,8 +108,6 @@ class PlanConfig(GCNConfig):
         if self.model not in BUILTIN_MODELS:
             raise ConfigError(f"--model {self.model}: plan models graphdist's own models only "
                               f"({', '.join(BUILTIN_MODELS)}); a PyG model's layers are not modelled")
-        if self.boundary_rate < 1.0 or self.halo_staleness:
-            raise ConfigError("plan models exact exchanges only: --boundary-rate and --halo-staleness are not modelled")
         for name, v, lo in (("layers", self.layers, 1), ("hidden", self.hidden, 1)):
             if v < lo:
                 raise ConfigError(f"--{name} must be >= {lo}, got {v}")
@@ -109,6 +115,10 @@ class PlanConfig(GCNConfig):
             raise ConfigError(f"--halo-rounds must be in 0..{ROUNDS[-1]}, got {self.halo_rounds}")
         if self.mem_per_rank < 0 or self.link_gbps <= 0 or self.spmm_rate < 0:
             raise ConfigError("--mem-per-rank and --spmm-rate must be >= 0 and --link-gbps > 0")
+        if self.compute_s < 0:
+            raise ConfigError(f"--compute-s must be >= 0, got {self.compute_s}")
+        if self.hosts < 0 or self.intra_gbps < 0:
+            raise ConfigError(f"--hosts and --intra-gbps must be >= 0, got {self.hosts} and {self.intra_gbps}")
 
 
 @dataclass
@@ -137,6 +147,14 @@ class PartStats:
     """entries of the mvc send operator"""
     plan_bytes: int
     """the part's arrays other than features and CSR (ids, labels, masks, degrees, plans)"""
+    send_to: dict = field(default_factory=dict)
+    """message rows sent per layer to each peer (a list by rank), per halo mode"""
+    recv_from: dict = field(default_factory=dict)
+    """message rows received per layer from each peer, per halo mode"""
+    pre_send: int = 0
+    """of the mvc rows sent, partial sums (boundary sampling always sends them)"""
+    pre_recv: int = 0
+    """of the mvc rows received, partial sums"""
 
 
 def part_stats(lg, check_symmetry: bool = True) -> PartStats:
@@ -155,19 +173,22 @@ def part_stats(lg, check_symmetry: bool = True) -> PartStats:
         symmetric = (m != m.T).nnz == 0
         del m
     del rows
-    send, recv, hent = {"plain": sum(lg.send_counts)}, {"plain": sum(lg.recv_counts)}, {"plain": int((~own).sum())}
+    to, frm = {"plain": list(lg.send_counts)}, {"plain": list(lg.recv_counts)}
+    hent = {"plain": int((~own).sum())}
     send_entries = 0
     if lg.has_mvc:
         lay = lg.exchange_layout("mvc")
-        send["mvc"], recv["mvc"] = sum(lay.send_counts), sum(lay.recv_counts)
+        to["mvc"], frm["mvc"] = list(lay.send_counts), list(lay.recv_counts)
         hc = cols[~own].astype(np.int64) - n
         hent["mvc"] = int(lg.halo_raw.numpy()[hc].sum()) + int(lg.pre_rows.numel())
         send_entries = int(lg.send_raw.sum()) + int(lg.pre_src.numel())
     skip = {"x", "indptr", "indices"}
     plan_bytes = sum(int(t.numel() * t.element_size()) for k, t in lg.to_dict().items()
                      if k not in skip and hasattr(t, "numel"))
+    send, recv = {m: sum(c) for m, c in to.items()}, {m: sum(c) for m, c in frm.items()}
+    pre = (sum(lg.pre_send_counts), sum(lg.pre_recv_counts)) if lg.has_mvc else (0, 0)
     return PartStats(n, lg.num_halo, int(cols.size), own_edges, loops, bool(symmetric), send, recv, hent,
-                     send_entries, plan_bytes)
+                     send_entries, plan_bytes, to, frm, *pre)
 
 
 def stats_parts(cfg: PlanConfig) -> list[PartStats]:
@@ -212,103 +233,6 @@ def layer_plan(cfg, f_in: int, n_classes: int, active: bool) -> list[dict]:
                         held=held)
 
 
-def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, k: int = 1) -> int:
-    """Largest bytes of activations and gradients live at one time in an epoch (training
-    forward, backward, evaluation), replaying the tensors the layers allocate and free."""
-    n, f4 = ps.n, 4
-    ms, mr = (ps.send.get(mode, 0), ps.recv.get(mode, 0)) if active else (0, 0)
-    rounds = max(1, int(getattr(cfg, "halo_rounds", 1) or 1)) if active else 1
-    live = peak = 0
-
-    def alloc(b):
-        nonlocal live, peak
-        live += b
-        peak = max(peak, live)
-
-    def exchange(w, sent, got):
-        """One product with its exchange in ``rounds`` rounds (``graphdist.halo.spmm``): a
-        round's send rows and receive buffer, the owned product (kept: the output), then per
-        round the next round posted, the send rows let go at the wait, the halo block's product
-        added into the output in place, the received rows let go."""
-        s = -(-sent // rounds) + (k if rounds > 1 and sent else 0)  # a round takes ceil(c/R) of a peer's rows
-        q = -(-got // rounds) + (k if rounds > 1 and got else 0)
-        alloc((s + q) * w * f4)
-        alloc(n * w * f4)
-        for r in range(rounds):
-            if r + 1 < rounds:
-                alloc((s + q) * w * f4)
-            alloc(-s * w * f4)
-            alloc(-q * w * f4)
-
-    def prop(w, held=False):
-        exchange(w, 0, mr) if held else exchange(w, ms, mr)  # held: the pass's message rows, no send
-
-    saved = []
-    inp = 0  # bytes of the current input tensor that the forward owns
-    for i, lay in enumerate(layers):
-        fi, fo, w = lay["f_in"], lay["f_out"], lay["train_width"]
-        if i == 0 and cfg.dropout > 0:
-            alloc(n * fi * f4)  # the dropped-out copy of the features
-            inp = n * fi * f4
-        if lay["train_first"]:
-            prop(fi, lay.get("train_held", False))
-            alloc(n * fo * f4)  # the linear's output
-            saved.append(n * fi * f4)  # A h, for the weight gradient
-            if i == 0 or not inp:
-                alloc(-inp)
-            else:
-                saved.append(inp)
-        else:
-            alloc(n * fo * f4)  # h W^T
-            prop(fo)
-            alloc(-n * fo * f4)
-            saved.append(inp)  # h, for the weight gradient
-        if cfg.batch_norm and i < len(layers) - 1:
-            alloc(2 * n * fo * f4)
-            saved.append(2 * n * fo * f4)
-        inp = n * fo * f4
-    # backward: the loss gradient, then per layer: the sparse product's gradient (with its
-    # exchange), the linear's, the ReLU/dropout's; each freed once the next one exists
-    g = n * layers[-1]["f_out"] * f4
-    alloc(g)
-    for i in range(len(layers) - 1, -1, -1):
-        lay = layers[i]
-        fi, fo, first = lay["f_in"], lay["f_out"], lay["train_first"]
-        into = i > 0 or cfg.label_rate > 0  # the layer's input needs a gradient (not the raw features)
-        steps = ([fi] if into else []) + ([fi] if into else []) if first else [fo] + ([fi] if into else [])
-        for j, width in enumerate(steps):
-            sparse = (first and j == 1) or (not first and j == 0)
-            if sparse:  # gradient rows out and back, then the send operator's product added (mvc)
-                exchange(width, mr, ms)
-            else:
-                alloc(n * width * f4)
-            alloc(-g)
-            g = n * width * f4
-        if i > 0:  # through the ReLU / dropout before this layer
-            alloc(n * fi * f4)
-            alloc(-g)
-            g = n * fi * f4
-        alloc(-saved.pop() if saved else 0)
-    train_peak = peak
-    # evaluation: nothing saved; a layer's input, its product and its output live at a time
-    live = peak = prev = 0
-    for i, lay in enumerate(layers):
-        fo, w = lay["f_out"], lay["eval_width"]
-        if lay["eval_first"]:
-            kept = i == 0 and lay["eval_reuse"] and (not active or lay.get("eval_held", False))  # counted with the arrays
-            if not kept:
-                prop(w)
-            alloc(n * fo * f4)
-            alloc(0 if kept else -n * w * f4)
-        else:
-            alloc(n * fo * f4)  # h W^T
-            prop(fo)
-            alloc(-n * fo * f4)
-        alloc(-prev)
-        prev = n * fo * f4
-    return int(max(train_peak, peak) * ALLOC_SLACK)
-
-
 def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str) -> dict:
     """Bytes of one rank, by what holds them (the exchange in ``cfg.halo_rounds`` rounds)."""
     active = k > 1
@@ -333,6 +257,10 @@ def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str
     params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
     optimizer = params * 4 * 3  # gradient and two Adam moments
     act = activation_peak(ps, layers, cfg, mode, active, k)
+    if active and getattr(cfg, "halo_staleness", 0):  # last epoch's rows held per layer and direction
+        smooth = 2 if getattr(cfg, "staleness_smoothing", 0.0) > 0 else 1
+        act += smooth * 4 * sum(lay["train_width"] * (ps.recv.get(mode, 0) + (ps.send.get(mode, 0) if lay["needs_input_grad"] else 0))
+                                for lay in layers)
     total = RUNTIME_BYTES + feats + resident + ps.plan_bytes + adj + kept + params * 4 + optimizer + act
     return {"owned_rows": n, "halo_rows": ps.halo, "message_rows_in": ps.recv.get(mode, 0) if active else 0,
             "features_bytes": feats, "held_halo_bytes": resident, "adjacency_bytes": adj, "activation_bytes": act + kept,
@@ -370,12 +298,18 @@ def plan(cfg: PlanConfig) -> dict:
         n_classes = max(int(p.num_classes) for p in lgs)
         parts = [part_stats(p) for p in lgs]
         del lgs
+    if cfg.hosts and (cfg.hosts > k or k % cfg.hosts):
+        raise ConfigError(f"--hosts {cfg.hosts} must divide the {k} ranks (K / H ranks on every host)")
     active = k > 1
     layers = layer_plan(cfg, f_in, n_classes, active)
     mem = cfg.mem_per_rank * GiB if cfg.mem_per_rank else host_memory_bytes() / k
-    from graphdist.gnn.plan_time import epoch_seconds, exchange_choices, measured_rates
-    rates = (cfg.spmm_rate, measured_rates()[1]) if cfg.spmm_rate else measured_rates()
-    choices = exchange_choices(parts, layers, cfg, active, rates)
+    from graphdist.gnn.plan_time import codec_rates, epoch_seconds, exchange_choices, link_seconds, measured_rates
+    if cfg.compute_s:  # a measured epoch stands in for the estimate: nothing to time here
+        rates, codec = (0.0, 0.0), None
+    else:
+        rates = (cfg.spmm_rate, measured_rates()[1]) if cfg.spmm_rate else measured_rates()
+        codec = codec_rates() if active else None
+    choices = exchange_choices(parts, layers, cfg, active, rates, codec)
     if cfg.halo == "auto":  # as train-gcn resolves it: the fastest exact mode at --halo-bits
         import dataclasses
         fast = [c["comm/halo"] for c in choices if c["comm/halo_bits"] == cfg.halo_bits]
@@ -383,12 +317,15 @@ def plan(cfg: PlanConfig) -> dict:
     cfg = fewest_rounds(cfg, parts, f_in, n_classes, k, mem)  # for the mode auto chose
     halo = {m: halo_bytes_per_epoch(sum(p.send.get(m, 0) for p in parts), layers, cfg) if active else 0
             for m in ("plain", "mvc") if all(m in p.send for p in parts)}
+    wire, links = link_seconds(parts, layers, cfg, cfg.halo) if active else ([(0.0, 0.0)] * k, {})
+    if cfg.boundary_rate < 1.0 and active:  # the expected bytes of the sampled training exchanges
+        halo[cfg.halo] = links["comm/inter_host_bytes_per_epoch"] + links["comm/intra_host_bytes_per_epoch"]
     ranks = []
-    for ps in parts:
+    for ps, w in zip(parts, wire):
         row = rank_memory(ps, cfg, f_in, n_classes, k, cfg.halo)
         share = ps.send.get(cfg.halo, 0) / max(1, sum(p.send.get(cfg.halo, 0) for p in parts))
         row["halo_bytes_sent_per_epoch"] = int(halo.get(cfg.halo, 0) * share)
-        row["time/epoch_s"] = epoch_seconds(ps, layers, cfg, cfg.halo, active, row["halo_bytes_sent_per_epoch"], rates)
+        row["time/epoch_s"] = epoch_seconds(ps, layers, cfg, cfg.halo, active, rates, w, codec)
         ranks.append(row)
     peaks = [r["peak_bytes"] for r in ranks]
     return {"mem/peak_bytes": max(peaks), "mem/peak_bytes_per_rank": peaks,
@@ -396,7 +333,7 @@ def plan(cfg: PlanConfig) -> dict:
             "comm/halo": cfg.halo, "comm/halo_bits": cfg.halo_bits, "comm/halo_rounds": cfg.halo_rounds, "time/epoch_s": max(r["time/epoch_s"] for r in ranks),
             "fits": bool(max(peaks) <= mem), "mem/per_rank_bytes": int(mem), "world_size": k, "source": source,
             "features": f_in, "classes": n_classes, "layers": layers, "ranks": ranks,
-            "comm/choices": choices,
+            "comm/choices": choices, "hosts": cfg.hosts or k, **links,
             "rates": {"spmm_entries_cols_per_s": rates[0], "dense_flops_per_s": rates[1]}}
 
 

@@ -1,6 +1,7 @@
 """The epoch-time estimate of ``graphdist plan``: sparse products and linears at rates measured
 on this machine, halo bytes over a link of ``--link-gbps`` (plus ``--link-latency-us`` per
-exchange); and the same estimate for every exchange a run could use (:func:`exchange_choices`)."""
+exchange), per host with ``--hosts`` (:func:`link_seconds`: the links between hosts and within
+them); and the same estimate for every exchange a run could use (:func:`exchange_choices`)."""
 from __future__ import annotations
 
 from graphdist.gnn.plan import PartStats
@@ -51,29 +52,174 @@ def codec_rates() -> dict[int, float]:
     return out
 
 
-def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, sent_bytes: float,
-                  rates: tuple[float, float]) -> float:
-    """Sparse products at ``rates[0]``, the linears at ``rates[1]``, the rank's halo bytes over
-    the link and its latency once per exchange and round (no overlap assumed; elementwise work
-    not counted). The link carries the rank's sent and received bytes one after the other, as a
-    gloo all-to-all over a real capped link does (``graphdist.halo.link``, BENCHMARKS.md "Real
-    hosts"): the received bytes are the sent ones scaled by the rank's received / sent rows."""
-    nnz = ps.own_edges + (ps.n if cfg.model == "gcn" else 0)
-    if active:
-        nnz += ps.halo_entries.get(mode, 0) + (ps.send_entries if mode == "mvc" else 0)
+def exchange_list(layers: list[dict], cfg) -> list[tuple[str, int, int]]:
+    """Every halo exchange of an epoch as ``(phase, row width, bits)``, phase ``"train"``
+    (forward, and backward where the layer's input needs a gradient) or ``"eval"`` (forward),
+    as :func:`graphdist.gnn.plan.halo_bytes_per_epoch` counts them (held input rows travel only
+    at start-up)."""
+    from graphdist.gnn.plan import input_held_why_not
+    held = input_held_why_not(cfg, 2) is None
+    out = []
+    for lay in layers:
+        if not (held and lay.get("train_held")):
+            out += [("train", lay["train_width"], cfg.halo_bits)] * (2 if lay["needs_input_grad"] else 1)
+        if not (held and lay.get("eval_held")):
+            out.append(("eval", lay["eval_width"], cfg.eval_halo_bits))
+    return out
+
+
+def sampled_share(ps: PartStats, mode: str, rate: float) -> tuple[float, float]:
+    """``(sent, received)`` message rows of a training exchange with ``--boundary-rate rate``
+    over those of the exact one: every raw row is kept with probability ``rate``; ``mvc``'s
+    partial sums are always sent (``graphdist.halo.boundary``)."""
+    if rate >= 1.0:
+        return 1.0, 1.0
+    if mode != "mvc":
+        return rate, rate
+    s, r = ps.send.get(mode, 0), ps.recv.get(mode, 0)
+    return ((s - ps.pre_send) * rate + ps.pre_send) / max(s, 1), ((r - ps.pre_recv) * rate + ps.pre_recv) / max(r, 1)
+
+
+def row_bytes_per_epoch(layers: list[dict], cfg) -> tuple[float, float]:
+    """``(training, evaluation)`` bytes one message row costs per epoch, over its exchanges."""
+    from graphdist.halo.quant import row_bytes
+    ex = exchange_list(layers, cfg)
+    return (float(sum(row_bytes(w, b) for ph, w, b in ex if ph == "train")),
+            float(sum(row_bytes(w, b) for ph, w, b in ex if ph == "eval")))
+
+
+def compute_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool,
+                    rates: tuple[float, float], codec: dict | None = None) -> float:
+    """One rank's sparse products at ``rates[0]`` and linears at ``rates[1]`` in an epoch
+    (training forward and backward, evaluation forward; elementwise work not counted), plus
+    encoding and decoding the rows it sends and receives at fewer than 32 bits at ``codec``
+    ``{bits: values per second}`` (:func:`codec_rates`; None: not counted). With boundary
+    sampling the training products see the kept halo entries only. ``cfg.compute_s`` (plan's
+    ``--compute-s``, a measured epoch), when given, replaces all of this."""
+    if getattr(cfg, "compute_s", 0.0):
+        return float(cfg.compute_s)
+    own = ps.own_edges + (ps.n if cfg.model == "gcn" else 0)
+    halo = (ps.halo_entries.get(mode, 0) + (ps.send_entries if mode == "mvc" else 0)) if active else 0
+    kept = sampled_share(ps, mode, cfg.boundary_rate)[1] if active else 1.0
     sparse = dense = 0.0
     for i, lay in enumerate(layers):
         fi, fo = lay["f_in"], lay["f_out"]
         back = lay["needs_input_grad"]
-        sparse += nnz * lay["train_width"] * (2 if back else 1)
+        sparse += (own + halo * kept) * lay["train_width"] * (2 if back else 1)
         if not (i == 0 and lay["eval_reuse"] and (not active or lay.get("eval_held"))):
-            sparse += nnz * lay["eval_width"]
+            sparse += (own + halo) * lay["eval_width"]
         dense += 2 * ps.n * fi * fo * (3 if i > 0 else 2) + 2 * ps.n * fi * fo
+    code = 0.0
+    if active and codec:
+        rows = ps.send.get(mode, 0) + ps.recv.get(mode, 0)
+        share = sum(sampled_share(ps, mode, cfg.boundary_rate)) / 2
+        for ph, w, b in exchange_list(layers, cfg):
+            if b < 32 and b in codec:
+                code += rows * (share if ph == "train" else 1.0) * w / codec[b]
+    return sparse / rates[0] + dense / rates[1] + code
+
+
+def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, rates: tuple[float, float],
+                  wire: tuple[float, float] | None = None, codec: dict | None = None) -> float:
+    """:func:`compute_seconds` plus the link: ``wire`` = ``(training, evaluation)`` seconds of
+    the rank's halo bytes on the links (:func:`link_seconds`; None: a link of its own, as
+    :func:`link_seconds` with one rank per host gives), and the link's latency once per exchange
+    and round. Exact exchanges are waited for where they are posted (no overlap assumed); with
+    ``--halo-staleness`` the training exchanges are used an epoch later, so they run behind the
+    whole epoch's compute and only what exceeds it shows (the evaluation's stay exact)."""
     rounds = max(1, int(getattr(cfg, "halo_rounds", 1) or 1))  # the link's latency is paid once a round
     wait = exchanges_per_epoch(layers) * rounds * cfg.link_latency_us * 1e-6 if active else 0.0
-    send_rows, recv_rows = ps.send.get(mode, 0), ps.recv.get(mode, 0)
-    wire_bytes = sent_bytes * (1.0 + recv_rows / send_rows) if send_rows else 0.0
-    return sparse / rates[0] + dense / rates[1] + wire_bytes * 8 / (cfg.link_gbps * 1e9) + wait
+    c = compute_seconds(ps, layers, cfg, mode, active, rates, codec)
+    if not active:
+        return c
+    if wire is None:
+        wire = rank_link_seconds(ps, layers, cfg, mode)
+    train, ev = wire
+    if getattr(cfg, "halo_staleness", 0):
+        train = max(0.0, train - c)
+    return c + train + ev + wait
+
+
+def rank_link_seconds(ps: PartStats, layers: list[dict], cfg, mode: str) -> tuple[float, float]:
+    """``(training, evaluation)`` seconds of one rank's halo bytes on a link of its own at
+    ``cfg.link_gbps``, which carries the bytes it sends and receives one after the other, as a
+    gloo all-to-all over a real capped link does (``graphdist.halo.link``, BENCHMARKS.md "Real
+    hosts")."""
+    tr, ev = row_bytes_per_epoch(layers, cfg)
+    s, r = ps.send.get(mode, 0), ps.recv.get(mode, 0)
+    ss, sr = sampled_share(ps, mode, cfg.boundary_rate)
+    per = 8 / (cfg.link_gbps * 1e9)
+    return (s * ss + r * sr) * tr * per, (s + r) * ev * per
+
+
+def peer_rows(ps: PartStats, mode: str, k: int, r: int) -> tuple[list, list]:
+    """Rank ``r``'s message rows per layer sent to and received from each rank: the part's own
+    lists, or (stats mode, none recorded) its rows spread evenly over the other ranks."""
+    if mode in ps.send_to:
+        return ps.send_to[mode], ps.recv_from[mode]
+    return ([0 if p == r else ps.send.get(mode, 0) / (k - 1) for p in range(k)],
+            [0 if p == r else ps.recv.get(mode, 0) / (k - 1) for p in range(k)])
+
+
+def link_seconds(parts: list[PartStats], layers: list[dict], cfg, mode: str) -> tuple[list[tuple[float, float]], dict]:
+    """Per rank the ``(training, evaluation)`` seconds its halo bytes spend on the links in an
+    epoch, and the bytes and seconds per link class. Ranks are host-major on ``cfg.hosts``
+    hosts (0: one rank per host). A host's link carries the bytes its ranks send to and receive
+    from other hosts at ``cfg.link_gbps``: one direction after the other where the host runs one
+    rank (2 hosts x 1 rank, a gloo all-to-all over a capped link, measured), both at once (the
+    larger direction) where it runs several, whose connections fill both directions (2 hosts x
+    2 ranks, measured: BENCHMARKS.md "Real hosts"). Bytes between ranks of one host go at
+    ``cfg.intra_gbps`` (0: not charged). A rank is taken to wait for the slower of its host's
+    link and its own traffic within the host (the two classes of peers served together).
+
+    Keys (bytes are what ranks send, summed over ranks, training exchanges at their expected
+    ``--boundary-rate`` share; seconds the busiest host or rank):
+    ``comm/inter_host_bytes_per_epoch``, ``comm/intra_host_bytes_per_epoch``,
+    ``time/inter_host_s_per_epoch``, ``time/intra_host_s_per_epoch``."""
+    k = len(parts)
+    hosts = int(getattr(cfg, "hosts", 0) or 0) or k
+    per = k // hosts
+    tr_row, ev_row = row_bytes_per_epoch(layers, cfg)
+    # per rank and phase (training, evaluation): bytes sent and received across hosts; bytes
+    # sent + received within the host
+    out_b, in_b = [[0.0, 0.0] for _ in range(k)], [[0.0, 0.0] for _ in range(k)]
+    intra = [[0.0, 0.0] for _ in range(k)]
+    sent = {"inter": 0.0, "intra": 0.0}
+    for r, ps in enumerate(parts):
+        to, frm = peer_rows(ps, mode, k, r)
+        ss, sr = sampled_share(ps, mode, cfg.boundary_rate)
+        for p in range(k):
+            if p == r:
+                continue
+            if r // per == p // per:
+                intra[r][0] += (to[p] * ss + frm[p] * sr) * tr_row
+                intra[r][1] += (to[p] + frm[p]) * ev_row
+                sent["intra"] += to[p] * (ss * tr_row + ev_row)
+            else:
+                out_b[r][0] += to[p] * ss * tr_row
+                out_b[r][1] += to[p] * ev_row
+                in_b[r][0] += frm[p] * sr * tr_row
+                in_b[r][1] += frm[p] * ev_row
+                sent["inter"] += to[p] * (ss * tr_row + ev_row)
+    per_bit = 8 / (cfg.link_gbps * 1e9)
+    duplex = per > 1  # several ranks on a host: several connections fill both directions
+    host = []
+    for h in range(hosts):
+        mine = range(h * per, (h + 1) * per)
+        o = [sum(out_b[q][i] for q in mine) for i in (0, 1)]
+        n = [sum(in_b[q][i] for q in mine) for i in (0, 1)]
+        host.append([(max(o[i], n[i]) if duplex else o[i] + n[i]) * per_bit for i in (0, 1)])
+    intra_gbps = float(getattr(cfg, "intra_gbps", 0.0) or 0.0)
+    own = [[b * 8 / (intra_gbps * 1e9) if intra_gbps > 0 else 0.0 for b in x] for x in intra]
+    wire = []
+    for r in range(k):
+        h, o = host[r // per], own[r]
+        # one phase's exchanges finish when both links are done: the slower of the two
+        wire.append((max(h[0], o[0]), max(h[1], o[1])))
+    return wire, {"comm/inter_host_bytes_per_epoch": int(round(sent["inter"])),
+                  "comm/intra_host_bytes_per_epoch": int(round(sent["intra"])),
+                  "time/inter_host_s_per_epoch": max(sum(h) for h in host),
+                  "time/intra_host_s_per_epoch": max(sum(o) for o in own)}
 
 
 def exchanges_per_epoch(layers: list[dict]) -> int:
@@ -83,12 +229,13 @@ def exchanges_per_epoch(layers: list[dict]) -> int:
 
 
 def exchange_choices(parts: list[PartStats], layers: list[dict], cfg, active: bool,
-                     rates: tuple[float, float]) -> list[dict]:
+                     rates: tuple[float, float], codec: dict | None = None) -> list[dict]:
     """Every exchange the run could use, fastest first: halo mode (``plain``, ``mvc``) x training
     wire width (``--halo-bits`` 32, 16, 8, 4, 2; evaluation stays at ``--eval-halo-bits``), each
     with its halo bytes per epoch (all ranks, exact) and the estimated epoch time (slowest rank).
     Only 32 bits is exact; the error of fewer bits depends on the rows and is not predicted here
-    (``train-gcn`` measures it: ``comm/halo_rel_error``), nor is the time to encode them."""
+    (``train-gcn`` measures it: ``comm/halo_rel_error``); the time to encode and decode them is
+    counted at ``codec`` (:func:`codec_rates`; None: not counted)."""
     import dataclasses
 
     from graphdist.gnn.plan import halo_bytes_per_epoch
@@ -103,8 +250,8 @@ def exchange_choices(parts: list[PartStats], layers: list[dict], cfg, active: bo
         for bits in sorted(BITS, reverse=True):
             c = dataclasses.replace(cfg, halo=mode, halo_bits=bits)
             total = halo_bytes_per_epoch(total_rows, layers, c)
-            t = max(epoch_seconds(p, layers, c, mode, True, total * p.send[mode] / max(1, total_rows), rates)
-                    for p in parts)
+            wire, _ = link_seconds(parts, layers, c, mode)
+            t = max(epoch_seconds(p, layers, c, mode, True, rates, w, codec) for p, w in zip(parts, wire))
             out.append({"comm/halo": mode, "comm/halo_bits": bits, "exact": bits == 32,
                         "comm/halo_bytes_per_epoch": int(total), "time/epoch_s": t})
     return sorted(out, key=lambda r: (r["time/epoch_s"], -r["comm/halo_bits"]))

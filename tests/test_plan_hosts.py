@@ -1,0 +1,141 @@
+"""``graphdist plan --hosts H [--intra-gbps R]``: the halo bytes between hosts and within them,
+and each link class's time, on a 12-node graph whose rows can be counted by hand (and are, by a
+brute force over its edges below).
+
+Parts (from an assignment): p0 = {0, 1, 2}, p1 = {3, 4, 5}, p2 = {6, 7, 8}, p3 = {9, 10, 11};
+hosts (host-major, 2 ranks each): host 0 = {p0, p1}, host 1 = {p2, p3}. A rank sends a peer,
+per exchange, the row of each owned node with an edge into that peer (``plain``). By hand:
+p0->p1 {2}, p1->p0 {3, 4}, p1->p2 {5}, p2->p1 {6}, p1->p3 {4}, p3->p1 {9}, p2->p3 {8},
+p3->p2 {9}, p0->p3 {0}, p3->p0 {11}: 11 rows, 6 of them between hosts, 5 within. Host 0's link
+carries 3 rows out and 3 in, host 1's the same, both directions at once (two ranks a host);
+within hosts the busiest rank (p0 or p1) moves 3 rows; with a link per rank (no --hosts) the
+busiest rank, p1, moves 4 sent + 3 received, one direction after the other."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from graphdist.cli import main
+
+EDGES = [(0, 1), (1, 2), (2, 3), (2, 4), (5, 6), (4, 9), (8, 9), (10, 11), (0, 11), (7, 8)]
+PARTS = np.repeat(np.arange(4), 3)
+HOST = [0, 0, 1, 1]  # host of each part
+
+
+def brute(edges, parts, hosts) -> dict:
+    """Rows sent per epoch-exchange: (sender, receiver) pairs of (node, peer part), by class."""
+    pairs = set()
+    for u, v in edges:
+        for a, b in ((u, v), (v, u)):
+            if parts[a] != parts[b]:
+                pairs.add((a, int(parts[b])))
+    inter = [(u, p) for u, p in pairs if hosts[parts[u]] != hosts[p]]
+    out, into = [0, 0], [0, 0]  # per host: rows sent and received across hosts
+    for u, p in inter:
+        out[hosts[parts[u]]] += 1
+        into[hosts[p]] += 1
+    link = [max(o, i) for o, i in zip(out, into)]  # two ranks a host: both directions at once
+    intra = [0] * 4  # per rank: rows sent + received within its host
+    flat = [0] * 4  # per rank: every row it sends or receives
+    for u, p in pairs:
+        flat[parts[u]] += 1
+        flat[p] += 1
+        if hosts[parts[u]] == hosts[p]:
+            intra[parts[u]] += 1
+            intra[p] += 1
+    return {"all": len(pairs), "inter": len(inter), "link": link, "intra": intra, "flat": flat}
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hosts")
+    (root / "g.txt").write_text("".join(f"{u} {v}\n" for u, v in EDGES))
+    np.save(root / "a.npy", PARTS)
+    spec = f"edgelist:{root / 'g.txt'},features=degree,labels=random:2"
+    assert main(["partition", spec, "--assignment", str(root / "a.npy"), "--out", str(root / "p")]) == 0
+    return root / "p"
+
+
+def _plan(capsys, art, *flags) -> dict:
+    """``graphdist plan --json``; with a given compute (``--compute-s``, 1 ms unless a flag sets
+    it), so that nothing is timed on the box and the link's part is exact."""
+    comp = [] if "--compute-s" in flags else ["--compute-s", "1e-3"]
+    assert main(["plan", "--partition", str(art), "--halo", "plain", "--json", *comp, *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_bytes_and_times_per_link_class_match_a_count_by_hand(artifact, capsys):
+    b = brute(EDGES, PARTS, HOST)
+    assert (b["all"], b["inter"], b["link"], max(b["intra"]), max(b["flat"])) == (11, 6, [3, 3], 3, 7)  # the docstring
+    out = _plan(capsys, artifact, "--hosts", "2", "--link-gbps", "0.1", "--intra-gbps", "2")
+    total = out["comm/halo_bytes_per_epoch"]
+    assert total > 0 and total % b["all"] == 0
+    row = total // b["all"]  # bytes one message row costs per epoch (all its exchanges)
+    assert out["hosts"] == 2
+    assert out["comm/inter_host_bytes_per_epoch"] == b["inter"] * row
+    assert out["comm/intra_host_bytes_per_epoch"] == (b["all"] - b["inter"]) * row
+    assert out["time/inter_host_s_per_epoch"] == pytest.approx(max(b["link"]) * row * 8 / 0.1e9)
+    assert out["time/intra_host_s_per_epoch"] == pytest.approx(max(b["intra"]) * row * 8 / 2e9)
+    # the epoch is bounded by the slow link: the compute (1 ms) plus the busiest host's link
+    assert out["time/epoch_s"] == pytest.approx(1e-3 + max(b["link"]) * row * 8 / 0.1e9)
+    # within hosts through memory (no --intra-gbps): not charged
+    mem = _plan(capsys, artifact, "--hosts", "2", "--link-gbps", "0.1")
+    assert mem["time/intra_host_s_per_epoch"] == 0.0
+    assert mem["time/inter_host_s_per_epoch"] == out["time/inter_host_s_per_epoch"]
+    # one rank per host (no --hosts): every byte crosses, each rank's own link
+    flat = _plan(capsys, artifact, "--link-gbps", "0.1")
+    assert flat["comm/inter_host_bytes_per_epoch"] == total and flat["comm/intra_host_bytes_per_epoch"] == 0
+    assert flat["time/inter_host_s_per_epoch"] == pytest.approx(max(b["flat"]) * row * 8 / 0.1e9)
+
+
+def test_hosts_must_divide_the_ranks(artifact, capsys):
+    assert main(["plan", "--partition", str(artifact), "--hosts", "3"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--hosts 3 must divide the 4 ranks" in err[0]
+
+
+def test_the_table_names_both_links(artifact, capsys):
+    assert main(["plan", "--partition", str(artifact), "--halo", "plain", "--compute-s", "1e-3", "--hosts", "2",
+                 "--link-gbps", "0.1"]) == 0
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("links ("))
+    assert "2 hosts x 2 ranks" in line and "between hosts" in line and "memory, not charged" in line
+
+
+def test_stale_halos_hide_the_training_exchanges_behind_the_compute(artifact, capsys):
+    """With ``--compute-s C`` the epoch is ``C + training wire + evaluation wire`` exact and
+    ``C + evaluation wire + max(0, training wire - C)`` with stale halos: the difference is
+    ``min(C, training wire)``."""
+    slow = ["--link-gbps", "1e-4", "--input-halo", "exchange"]  # stale halos exchange the input's rows too
+    def gap(c):
+        exact = _plan(capsys, artifact, *slow, "--compute-s", str(c))["time/epoch_s"]
+        stale = _plan(capsys, artifact, *slow, "--compute-s", str(c), "--halo-staleness", "1")["time/epoch_s"]
+        return exact - stale, exact - c
+    small, wire = gap(1e-3)
+    assert small == pytest.approx(1e-3, rel=1e-6)  # the whole compute hides wire
+    big, _ = gap(1e3)
+    assert 0 < big < wire  # all the training wire hides; the evaluation's does not
+    assert 0.1 < (wire - big) / wire < 0.5  # the evaluation forward: one exchange per layer of two or three
+
+
+def test_boundary_sampling_bytes_match_the_trainer(tmp_path, capsys):
+    """The expected bytes of ``--boundary-rate 0.5`` (training exchanges at half the rows,
+    evaluation whole) against a 2-rank run's mean over its epochs (the draws are keyed by the
+    seed: the same every run)."""
+    import subprocess
+    import sys
+    spec = "sbm:nodes=3000,classes=4,avg_degree=10,features=8,seed=0"
+    part = tmp_path / "p"
+    assert main(["partition", spec, "--parts", "2", "--method", "metis", "--out", str(part)]) == 0
+    capsys.readouterr()
+    rep = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "graphdist", "train-gcn", "--partition", str(part), "--halo", "plain",
+                        "--boundary-rate", "0.5", "--epochs", "3", "--nproc", "2", "--no-progress", "--report", str(rep)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(rep.read_text())["comm/halo_bytes_per_epoch"]
+    want = _plan(capsys, part, "--boundary-rate", "0.5")["comm/halo_bytes_per_epoch"]
+    whole = _plan(capsys, part, "--input-halo", "exchange")["comm/halo_bytes_per_epoch"]  # sampling exchanges the input
+    assert want < 0.8 * whole
+    assert got == pytest.approx(want, rel=0.03)

@@ -143,7 +143,7 @@ def _load_job(rank, ws, artifact):
     from graphdist.data import load_graph
     out = {}
     graph = load_graph(SPEC)
-    for name, source in (("spec", SPEC), ("artifact", artifact), ("graph", graph)):
+    for name, source in (("spec", SPEC), ("artifact", artifact), ("graph", graph), ("pyg", graph.to_pyg())):
         part = gd.load_part(source, method="metis")
         torch.manual_seed(0)
         conv = gd.distribute(GCNConv(part.num_features, 3), part)
@@ -153,7 +153,7 @@ def _load_job(rank, ws, artifact):
     return out
 
 
-def test_load_part_from_spec_artifact_and_graph(tmp_path):
+def test_load_part_from_spec_artifact_graph_and_pyg_data(tmp_path):
     from graphdist.data import load_graph
     from graphdist.partition.tools import PartitionConfig, partition_to_artifact
     art = tmp_path / "parts"
@@ -163,7 +163,7 @@ def test_load_part_from_spec_artifact_and_graph(tmp_path):
     torch.manual_seed(0)
     want = GCNConv(g.num_features, 3)(g.x, g.edge_index).detach()
     acc = float((want.argmax(1) == g.y)[g.train_mask].double().mean())
-    for name in ("spec", "artifact", "graph"):
+    for name in ("spec", "artifact", "graph", "pyg"):  # "pyg": a PyG Data of the whole graph
         ids = torch.cat([torch.from_numpy(r[name][0]) for r in res])
         assert torch.equal(ids.sort().values, torch.arange(g.num_nodes))  # the parts partition the nodes
         assert min(len(r[name][0]) for r in res) > 0

@@ -197,8 +197,9 @@ def load_part(source, *, method: str = "metis", seed: int = 0, device: str = "au
 
     ``source``: a partition artifact directory (only this rank's part file is read), a dataset
     spec (``planetoid:ROOT/Cora``, ``sbm:...``; every rank loads the graph, rank 0 partitions it
-    with ``method`` and broadcasts the assignment) or a :class:`graphdist.data.Graph`. The number
-    of parts is the world size. From here on, a graphdist error that ends the script prints one
+    with ``method`` and broadcasts the assignment), a :class:`graphdist.data.Graph` or a PyG
+    ``Data`` of the whole graph (``dataset[0]`` after its transforms; ``x``, ``y`` and the masks
+    are kept, other attributes are not). The number of parts is the world size. From here on, a graphdist error that ends the script prints one
     line (once, not per rank) and exits with code 2 (:func:`~graphdist.gnn.pyg.train.install_excepthook`)."""
     from graphdist.data import Graph
     from graphdist.gnn.pyg.train import install_excepthook
@@ -207,6 +208,8 @@ def load_part(source, *, method: str = "metis", seed: int = 0, device: str = "au
     ctx = init_distributed(device, timeout_s)
     install_excepthook()  # (after torch's, which prefixes and buffers what the hook it wraps prints)
     graph = source if isinstance(source, Graph) else None
+    if graph is None and hasattr(source, "edge_index") and hasattr(source, "num_nodes"):  # a PyG Data
+        graph = Graph.from_pyg(source, name=type(source).__name__)
     if graph is not None:
         src = PartSource(spec=graph.name or "graph", method=method, seed=seed)
     elif Path(str(source)).is_dir():

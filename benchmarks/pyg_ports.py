@@ -1,7 +1,8 @@
 """PyG's own node-classification scripts, ported to graphdist with only graphdist's lines, run at
 k ranks against the unpatched scripts in one process (issue 35; docs/guides/pyg.md).
 
-    python benchmarks/pyg_ports.py --pyg-src PYG [--k 2] [--runs 2] [--only gcn.py,appnp.py] [--no-baseline]
+    python benchmarks/pyg_ports.py --pyg-src PYG [--k 2] [--runs 2] [--datasets Cora,CiteSeer]
+        [--only gcn.py,citation/appnp.py] [--no-baseline]
 
 PYG: a PyG git directory (``git clone --bare``, or the fetched mirror) or a checkout; the files are
 taken at the commit in ``benchmarks/pyg_ports/PYG_COMMIT`` (the installed PyG's release). The ports
@@ -32,15 +33,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PORTS = ROOT / "benchmarks" / "pyg_ports"
 MARK = "# graphdist"
 
-# script -> extra arguments (both runs); "{runs}" is --runs. PyG's citation benchmark runs from
-# benchmark/citation with benchmark/ on the path (its run.sh), on Cora here.
+# script -> extra arguments (both runs); "{runs}" is --runs, "{dataset}" each of --datasets. PyG's citation
+# benchmark runs from benchmark/citation with benchmark/ on the path (as its run.sh).
 BENCH = "benchmark/citation/"
 SCRIPTS = {
     "examples/gcn.py": [], "examples/gat.py": [], "examples/agnn.py": [], "examples/arma.py": [],
     "examples/tagcn.py": [], "examples/sgc.py": [], "examples/dna.py": [], "examples/mixhop.py": [],
     "examples/tensorboard_logging.py": [], "examples/super_gat.py": [], "examples/pmlp.py": [],
     "examples/gcn2_cora.py": [], "examples/cora.py": [],
-    **{BENCH + f"{m}.py": ["--dataset", "Cora", "--runs", "{runs}"]
+    **{BENCH + f"{m}.py": ["--dataset", "{dataset}", "--runs", "{runs}"]
        for m in ("gcn", "gat", "cheb", "sgc", "arma", "appnp")},
 }
 # Scripts not ported, and why (they are still run unpatched when asked with --only).
@@ -142,7 +143,7 @@ def place_data(tree: Path, data_dirs: list[Path]) -> list[str]:
     there once (so the ranks do not race to write ``processed/``). Returns the names placed."""
     from torch_geometric.datasets import Planetoid
     names = []
-    for name in ("Cora", "CiteSeer", "PubMed"):
+    for name in ("Cora", "CiteSeer"):
         raw = next((d / name / "raw" for d in data_dirs if (d / name / "raw").is_dir()), None)
         if raw is None:
             continue
@@ -191,6 +192,7 @@ def main(argv=None) -> int:
                    help="folder holding Planetoid <Name>/raw/ (repeatable; default ../shared/datasets/planetoid)")
     p.add_argument("--k", type=int, default=2)
     p.add_argument("--runs", type=int, default=2, help="--runs of the citation benchmark scripts (PyG: 100)")
+    p.add_argument("--datasets", default="Cora", help="comma-separated --dataset values for the citation benchmark")
     p.add_argument("--only", default="", help="comma-separated script names (gcn.py, citation/appnp.py, ...)")
     p.add_argument("--no-baseline", action="store_true", help="skip the unpatched one-process runs")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
@@ -213,11 +215,14 @@ def main(argv=None) -> int:
               "one process | ran alone |" % (a.k, a.k))
         print("| --- | --- | --- | --- | --- | --- |", flush=True)
         only = {s.strip() for s in a.only.split(",") if s.strip()}
-        for rel, args in SCRIPTS.items():
+        jobs = [(rel, args, ds) for rel, args in SCRIPTS.items()
+                for ds in (a.datasets.split(",") if "{dataset}" in args else [None])]
+        for rel, args, ds in jobs:
             short = rel.replace("benchmark/", "").replace("examples/", "")
             if only and short not in only and rel not in only:
                 continue
-            args = [s.replace("{runs}", str(a.runs)) for s in args]
+            args = [s.replace("{runs}", str(a.runs)).replace("{dataset}", ds or "") for s in args]
+            short += f" ({ds})" if ds else ""
             if rel in patches:
                 c = count_diff(patches[rel])
                 if rel.startswith(BENCH):  # the benchmark's scripts share train_eval.py's lines

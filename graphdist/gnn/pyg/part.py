@@ -236,8 +236,6 @@ def load_part(source, *, method: str = "metis", seed: int = 0, device: str = "au
     from graphdist.gnn.pyg.train import install_excepthook
     from graphdist.halo.setup import check_layout, load_local
     from graphdist.runtime import init_distributed
-    ctx = init_distributed(device, timeout_s)
-    install_excepthook()  # (after torch's, which prefixes and buffers what the hook it wraps prints)
     graph = source if isinstance(source, Graph) else None
     if graph is None and hasattr(source, "edge_index") and hasattr(source, "num_nodes"):  # a PyG Data
         extra = [k for k in ("edge_attr", "edge_weight", "adj_t") if getattr(source, k, None) is not None]
@@ -246,6 +244,8 @@ def load_part(source, *, method: str = "metis", seed: int = 0, device: str = "au
             what = f"has {', '.join(extra)}, which a part does not carry yet" if extra else "has no edge_index"
             raise ConfigError(f"gd.load_part: the PyG Data {what}; pass a Data with edge_index (and x, y, masks)")
         graph = Graph.from_pyg(source, name=type(source).__name__)
+    ctx = init_distributed(device, timeout_s)
+    install_excepthook()  # (after torch's, which prefixes and buffers what the hook it wraps prints)
     if graph is not None:
         src = PartSource(spec=graph.name or "graph", method=method, seed=seed)
     elif Path(str(source)).is_dir():

@@ -177,9 +177,11 @@ def run_script(tree: Path, rel: str, args: list[str], k: int | None, timeout: fl
     accs = ACC.findall(out.stdout)
     acc = float(accs[-1]) if accs else None
     secs = time.perf_counter() - t0
-    if out.returncode != 0:
-        last = [ln for ln in text.strip().splitlines() if ln.strip()]
-        return f"no (exit {out.returncode}): {last[-1] if last else ''}", acc, text[-3000:]
+    if out.returncode != 0:  # the cause: the first error line that is not the launcher's summary
+        errs = [m.group(1) for m in re.finditer(r"^(?:\[rank\d+\]: )?((?:\w+(?:Error|Exception)|graphdist: error): .*)$",
+                                                text, re.M) if "failed with exit code" not in m.group(1)]
+        last = errs or [ln for ln in text.strip().splitlines() if ln.strip()][-1:]
+        return f"no (exit {out.returncode}): {last[0] if last else ''}", acc, text[-3000:]
     if acc is None:
         return f"yes, {secs:.0f} s, no test accuracy printed", None, text[-3000:]
     return f"yes, {secs:.0f} s", acc, text[-3000:]
@@ -239,7 +241,7 @@ def main(argv=None) -> int:
             if a.verbose and st.startswith("no") and tail:
                 print(tail, file=sys.stderr)
             base_st, base = "", None
-            if not a.no_baseline:
+            if not a.no_baseline and rel not in NOT_PORTED:
                 base_st, base, btail = run_script(clean, rel, args, None, a.timeout)
                 if a.verbose and base_st.startswith("no") and btail:
                     print(btail, file=sys.stderr)

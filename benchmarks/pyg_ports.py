@@ -165,6 +165,8 @@ def run_script(tree: Path, rel: str, args: list[str], k: int | None, timeout: fl
     cwd = tree / Path(rel).parent
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join([str(ROOT), str(tree / "benchmark"), os.environ.get("PYTHONPATH", "")]))
+    if rel.startswith(BENCH):  # its statistics.py would shadow the standard library's (torch imports that):
+        env["PYTHONSAFEPATH"] = "1"  # no script folder on sys.path; `citation` comes from benchmark/ above
     cmd = [sys.executable, Path(rel).name, *args] if k is None else \
         [sys.executable, "-m", "graphdist.gnn.pyg.run", "--nproc-per-node", str(k), "--local-ranks-filter", "0",
          Path(rel).name, *args]

@@ -53,6 +53,12 @@ def main(argv=None) -> int:
             elastic_launch(lc, sys.executable)(a.script, *a.args)
     except ChildFailedError as e:
         codes = {int(r): f.exitcode for r, f in e.failures.items()}
+        failed = {r: c for r, c in codes.items() if c != -15} or codes  # (-15: stopped by the agent)
+        if shown is not None and not set(failed) & shown:  # the failing ranks' own lines were filtered out
+            r = min(failed)
+            sys.stderr.write(f"graphdist: error: rank {r} of {a.script} failed with exit code {failed[r]} (its output "
+                             f"is not shown: --local-ranks-filter {a.local_ranks_filter})\n")
+            return 2 if 2 in failed.values() else 1
         if 2 in codes.values():  # a user error: the script printed its line
             return 2
         r = min(codes, key=lambda q: (codes[q] == -15, q))

@@ -143,17 +143,19 @@ def _load_job(rank, ws, artifact):
     from graphdist.data import load_graph
     out = {}
     graph = load_graph(SPEC)
-    for name, source in (("spec", SPEC), ("artifact", artifact), ("graph", graph)):
+    for name, source in (("spec", SPEC), ("artifact", artifact), ("graph", graph), ("pyg", graph.to_pyg())):
         part = gd.load_part(source, method="metis")
         torch.manual_seed(0)
         conv = gd.distribute(GCNConv(part.num_features, 3), part)
         logits = part.gather(conv(part.x, part.edge_index))
         acc = gd.accuracy(logits[part.node_ids], part.y, part.train_mask)
         out[name] = (part.node_ids.numpy(), logits.detach().numpy(), acc, part.info.get("source"))
+    idx = torch.tensor([5, 0, 299, 17, 150])  # a split given as global ids: this rank's rows, in order
+    out["local_index"] = part.node_ids[part.local_index(idx)].tolist()
     return out
 
 
-def test_load_part_from_spec_artifact_and_graph(tmp_path):
+def test_load_part_from_spec_artifact_graph_and_pyg_data(tmp_path):
     from graphdist.data import load_graph
     from graphdist.partition.tools import PartitionConfig, partition_to_artifact
     art = tmp_path / "parts"
@@ -163,7 +165,7 @@ def test_load_part_from_spec_artifact_and_graph(tmp_path):
     torch.manual_seed(0)
     want = GCNConv(g.num_features, 3)(g.x, g.edge_index).detach()
     acc = float((want.argmax(1) == g.y)[g.train_mask].double().mean())
-    for name in ("spec", "artifact", "graph"):
+    for name in ("spec", "artifact", "graph", "pyg"):  # "pyg": a PyG Data of the whole graph
         ids = torch.cat([torch.from_numpy(r[name][0]) for r in res])
         assert torch.equal(ids.sort().values, torch.arange(g.num_nodes))  # the parts partition the nodes
         assert min(len(r[name][0]) for r in res) > 0
@@ -171,6 +173,27 @@ def test_load_part_from_spec_artifact_and_graph(tmp_path):
             assert torch.allclose(torch.from_numpy(r[name][1]), want, atol=1e-5), name
             assert abs(r[name][2] - acc) < 1e-9
     assert res[0]["artifact"][3] == str(art) and res[0]["spec"][3] == "in-process"
+    for r in res:
+        owned = set(r["pyg"][0].tolist())
+        assert r["local_index"] == [i for i in (5, 0, 299, 17, 150) if i in owned]
+    assert sum(len(r["local_index"]) for r in res) == 5
+
+
+def test_part_reads_as_a_pyg_data_and_nll_loss_is_global(part):
+    assert part.to("cpu") is part and part["train_mask"] is part.train_mask and part["nothing"] is None
+    assert [k for k, _ in part("train_mask", "nothing", "test_mask")] == ["train_mask", "test_mask"]
+    with pytest.raises(ConfigError, match="part.to.meta.: the part is on cpu"):
+        part.to("meta")
+    torch.manual_seed(0)
+    logp = torch.randn(part.num_owned, 3).log_softmax(-1).requires_grad_()
+    loss = gd.nll_loss(logp, part.y, part.train_mask)
+    want = F.nll_loss(logp[part.train_mask], part.y[part.train_mask])
+    assert torch.allclose(loss, want)
+    g = torch.autograd.grad(loss, logp)[0]
+    assert torch.allclose(g, torch.autograd.grad(want, logp)[0])
+    from torch_geometric.data import Data
+    with pytest.raises(ConfigError, match="gd.load_part: the PyG Data has edge_attr, which a part does not carry"):
+        gd.load_part(Data(x=part.x, edge_index=part.edge_index, edge_attr=torch.ones(part.edge_index.shape[1])))
 
 
 def _bad_source(rank, ws, d):

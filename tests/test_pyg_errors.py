@@ -29,3 +29,20 @@ def test_two_rank_script_error_is_printed_once(tmp_path):
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("graphdist: error: layer <model> (GraphNorm) is not local"), lines
+
+
+def test_rank_filter_shows_rank_0_and_names_a_hidden_failure(tmp_path):
+    """``--local-ranks-filter 0``: rank 0's output only; rank 1's failure, whose own output is
+    filtered out, is one line naming rank 1 and its exit code."""
+    script = tmp_path / "r.py"
+    script.write_text("import os, sys\nprint('hello from', os.environ['RANK'], flush=True)\n"
+                      "sys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-m", "graphdist.gnn.pyg.run", "--nproc-per-node", "2",
+                          "--local-ranks-filter", "0", str(script)], capture_output=True, text=True, env=env,
+                         timeout=240)
+    assert out.returncode == 1, out.stderr
+    assert out.stdout.splitlines() == ["hello from 0"], out.stdout
+    lines = out.stderr.strip().splitlines()
+    assert lines == [f"graphdist: error: rank 1 of {script} failed with exit code 3 (its output is not shown: "
+                     "--local-ranks-filter 0)"], lines

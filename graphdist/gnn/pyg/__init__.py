@@ -36,7 +36,7 @@ from graphdist.gnn.models import keyed_dropout
 from graphdist.gnn.pyg.models import KeyedDropout
 from graphdist.gnn.pyg.part import Part, load_part
 from graphdist.gnn.pyg.rules import RULES, LayerRule, register_local
-from graphdist.gnn.pyg.train import accuracy, all_sum, cross_entropy, main, sync_grads
+from graphdist.gnn.pyg.train import accuracy, all_sum, cross_entropy, main, nll_loss, sync_grads
 from graphdist.gnn.pyg.report import halo_layers, set_step, summary, traffic
 from graphdist.gnn.pyg.sync import check_weights, seed
 from graphdist.gnn.pyg.idioms import normalize_features, random_split
@@ -44,6 +44,6 @@ from graphdist.gnn.pyg.wrap import DistConv, GlobalBatchNorm1d, distribute, halo
 from graphdist.keyed import key32
 
 __all__ = ["Part", "load_part", "distribute", "DistConv", "GlobalBatchNorm1d", "register_local", "RULES",
-           "LayerRule", "sync_grads", "cross_entropy", "accuracy", "all_sum", "summary", "traffic", "set_step",
+           "LayerRule", "sync_grads", "cross_entropy", "nll_loss", "accuracy", "all_sum", "summary", "traffic", "set_step",
            "halo_rows", "halo_layers", "keyed_dropout", "KeyedDropout", "key32", "main", "seed", "check_weights",
            "random_split", "normalize_features"]

@@ -122,6 +122,37 @@ class Part:
         """Classes of the whole graph (max label + 1)."""
         return int(self.graph.num_classes)
 
+    # ------------------------------------------------------------------ PyG Data idioms
+    def to(self, device) -> "Part":
+        """``data.to(device)`` of a PyG script: the part itself when it lives on ``device``
+        (load it elsewhere with ``load_part(..., device=...)``)."""
+        dev = torch.device(device)
+        if dev.type != self.device.type or (dev.index is not None and dev != self.device):
+            from graphdist.errors import ConfigError
+            raise ConfigError(f"part.to({dev}): the part is on {self.device}; pass device='{dev}' to gd.load_part")
+        return self
+
+    def __getitem__(self, key: str):
+        """``data['train_mask']``: the attribute of that name (None when absent), as PyG's ``Data``."""
+        return getattr(self, key, None)
+
+    def __call__(self, *keys: str):
+        """``for key, value in data('train_mask', 'val_mask')``: the (name, tensor) pairs of the
+        attributes present, as PyG's ``Data.__call__``."""
+        for k in keys:
+            v = getattr(self, k, None)
+            if v is not None:
+                yield k, v
+
+    def local_index(self, index: torch.Tensor) -> torch.Tensor:
+        """The owned rows among global node ids ``index`` (a split given as node ids, e.g.
+        ``data.train_idx``), in the order given: ``out[part.local_index(idx)]`` are this rank's
+        rows of ``out_whole_graph[idx]``."""
+        pos = torch.full((self.num_nodes,), -1, dtype=torch.long, device=self.device)
+        pos[self.node_ids] = torch.arange(self.num_owned, device=self.device)
+        rows = pos[index.to(self.device, torch.long)]
+        return rows[rows >= 0]
+
     # ------------------------------------------------------------------ rows
     def exchange(self, h: torch.Tensor) -> torch.Tensor:
         """``[h ; halo rows of h]`` for owned rows ``h [n_own, ...]`` (autograd)."""
@@ -197,16 +228,24 @@ def load_part(source, *, method: str = "metis", seed: int = 0, device: str = "au
 
     ``source``: a partition artifact directory (only this rank's part file is read), a dataset
     spec (``planetoid:ROOT/Cora``, ``sbm:...``; every rank loads the graph, rank 0 partitions it
-    with ``method`` and broadcasts the assignment) or a :class:`graphdist.data.Graph`. The number
-    of parts is the world size. From here on, a graphdist error that ends the script prints one
+    with ``method`` and broadcasts the assignment), a :class:`graphdist.data.Graph` or a PyG
+    ``Data`` of the whole graph (``dataset[0]`` after its transforms; ``x``, ``y`` and the masks
+    are kept, other attributes are not). The number of parts is the world size. From here on, a graphdist error that ends the script prints one
     line (once, not per rank) and exits with code 2 (:func:`~graphdist.gnn.pyg.train.install_excepthook`)."""
     from graphdist.data import Graph
     from graphdist.gnn.pyg.train import install_excepthook
     from graphdist.halo.setup import check_layout, load_local
     from graphdist.runtime import init_distributed
+    graph = source if isinstance(source, Graph) else None
+    if graph is None and hasattr(source, "edge_index") and hasattr(source, "num_nodes"):  # a PyG Data
+        extra = [k for k in ("edge_attr", "edge_weight", "adj_t") if getattr(source, k, None) is not None]
+        if extra or getattr(source, "edge_index", None) is None:
+            from graphdist.errors import ConfigError
+            what = f"has {', '.join(extra)}, which a part does not carry yet" if extra else "has no edge_index"
+            raise ConfigError(f"gd.load_part: the PyG Data {what}; pass a Data with edge_index (and x, y, masks)")
+        graph = Graph.from_pyg(source, name=type(source).__name__)
     ctx = init_distributed(device, timeout_s)
     install_excepthook()  # (after torch's, which prefixes and buffers what the hook it wraps prints)
-    graph = source if isinstance(source, Graph) else None
     if graph is not None:
         src = PartSource(spec=graph.name or "graph", method=method, seed=seed)
     elif Path(str(source)).is_dir():

@@ -17,7 +17,7 @@ from torch import nn
 
 from graphdist import comm
 
-__all__ = ["sync_grads", "all_sum", "cross_entropy", "accuracy", "main", "install_excepthook"]
+__all__ = ["sync_grads", "all_sum", "cross_entropy", "nll_loss", "accuracy", "main", "install_excepthook"]
 
 
 def sync_grads(model: nn.Module) -> None:
@@ -47,9 +47,19 @@ def cross_entropy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | No
     Its value is the whole graph's loss on every rank; its gradient is this rank's share
     (``sum over owned masked rows / global count``), which :func:`sync_grads` adds up. ``kwargs``
     go to ``F.cross_entropy`` (e.g. ``label_smoothing``; not ``reduction``)."""
+    return _global_mean(F.cross_entropy, logits, y, mask, **kwargs)
+
+
+def nll_loss(log_probs: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+    """The whole graph's mean ``F.nll_loss`` over the ``mask`` nodes (a model that ends in
+    ``log_softmax``), as :func:`cross_entropy`: the whole graph's value, this rank's gradient."""
+    return _global_mean(F.nll_loss, log_probs, y, mask, **kwargs)
+
+
+def _global_mean(fn, logits, y, mask, **kwargs) -> torch.Tensor:
     if mask is not None:
         logits, y = logits[mask], y[mask]
-    local = F.cross_entropy(logits, y, reduction="sum", **kwargs)
+    local = fn(logits, y, reduction="sum", **kwargs)
     tot = all_sum(torch.stack([local.detach().double(), torch.tensor(float(y.shape[0]), dtype=torch.float64,
                                                                      device=local.device)]))
     n = max(float(tot[1]), 1.0)

@@ -114,7 +114,9 @@ def test_every_flag_the_docs_name_is_a_cli_flag():
     or belongs to the script the sentence names (listed here with it)."""
     import re
     scripts = {"--dest": "scripts/fetch_planetoid.py", "--bits": "examples/gat_cora.py",
-               "--test": "scripts/install.sh", "--rdzv-": "torchrun's --rdzv-* family", "--local-addr": "torchrun's own flag"}
+               "--test": "scripts/install.sh", "--rdzv-": "torchrun's --rdzv-* family", "--local-addr": "torchrun's own flag",
+               "--local-ranks-filter": "torchrun's flag, also python -m graphdist.gnn.pyg.run's",
+               "--runs": "PyG's citation benchmark scripts", "--random": "PyG's --random_splits (citation benchmark)"}
     p = build_parser()
     sub = next(a for a in p._actions if isinstance(a, argparse._SubParsersAction))
     flags = {o for sp in sub.choices.values() for a in sp._actions for o in a.option_strings}

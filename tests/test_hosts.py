@@ -50,10 +50,20 @@ def across_hosts(argv: list[str], hosts: int, nproc: int, report: Path, tb: Test
         return start(tb)
 
 
+def _cli_rank(rank: int, world_size: int, argv: list[str]) -> int:
+    from graphdist.cli import main
+    return main(argv)
+
+
 def one_host(argv: list[str], nproc: int, report: Path) -> tuple[int, str]:
-    p = subprocess.run(GD + argv + ["--nproc", str(nproc), "--report", str(report)], capture_output=True,
-                       text=True, env=_env(), timeout=240)
-    return p.returncode, p.stdout + p.stderr
+    """The same job on one host, as a reference: ``nproc`` ranks forked in this test's process
+    (:func:`graphdist.testing.run_ranks`, as under torchrun), which pay no launcher and no imports."""
+    from graphdist.testing import RankFailure, run_ranks
+    try:
+        codes = run_ranks(_cli_rank, nproc, (argv + ["--report", str(report)],), timeout=240)
+    except RankFailure as e:
+        return 1, str(e)
+    return max(codes), f"exit codes {codes}"
 
 
 def _ok(results):

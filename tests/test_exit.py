@@ -86,16 +86,14 @@ def _soak():
     return mod
 
 
-def test_short_soak_both_entry_points_exit_cleanly(tmp_path):
-    """The soak of benchmarks/exit_soak.py, short: train-gcn through --nproc 2, resumed from its
-    checkpoint through an external torchrun (BENCHMARKS.md has the long run)."""
+def test_a_job_under_an_external_torchrun_exits_cleanly(tmp_path):
+    """One run of benchmarks/exit_soak.py's GCN job through an external torchrun, the entry point
+    no other test trains to the end with (the soak itself, both entry points and resumes, many
+    times, is the benchmark's: BENCHMARKS.md)."""
     soak = _soak()
-    runs = [soak.run_one("nproc", "gcn-resume", tmp_path, False, timeout=240),
-            soak.run_one("torchrun", "gcn-resume", tmp_path, True, timeout=240)]
-    for r in runs:
-        assert r.ok, f"{r.entry} {r.step}: rc {r.rc}\n{r.log[-3000:]}"
-        assert "Traceback" not in r.log, r.log[-3000:]
-    assert "resumed from epoch 3" in runs[1].log, runs[1].log[-3000:]
+    r = soak.run_one("torchrun", "gcn-resume", tmp_path, False, timeout=240)
+    assert r.ok and r.report_ok, f"{r.entry} {r.step}: rc {r.rc}\n{r.log[-3000:]}"
+    assert "Traceback" not in r.log, r.log[-3000:]
 
 
 GLOO_PEER = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer "

@@ -198,7 +198,7 @@ def test_a_killed_worker_is_restarted_and_the_job_ends_with_the_unbroken_result(
     would) makes the agent restart the group, which continues from the last checkpoint; the job
     exits 0 with the losses of a run that was never broken, and counts the restart."""
     run = ["train-gcn", "sbm:nodes=3000,classes=3,avg_degree=8,features=16,seed=0", "--parts", "2", "--method",
-           "random", "--no-progress", "--timeout", "60", "--epochs", "300", "--nproc", "2"]
+           "random", "--no-progress", "--timeout", "60", "--epochs", "120", "--nproc", "2"]
     whole = tmp_path / "whole.json"
     r = subprocess.run([sys.executable, "-m", "graphdist", *run, "--report", str(whole)], capture_output=True,
                        text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})

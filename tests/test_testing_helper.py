@@ -47,6 +47,6 @@ def test_failure_carries_rank_and_traceback():
 
 def test_hung_rank_fails_within_timeout():
     t0 = time.monotonic()
-    with pytest.raises(RankTimeout, match=r"ranks \[1\] did not finish within 20s"):
-        run_ranks(_hang_on_1, 2, timeout=20)
-    assert time.monotonic() - t0 < 45
+    with pytest.raises(RankTimeout, match=r"ranks \[1\] did not finish within 8s"):
+        run_ranks(_hang_on_1, 2, timeout=8)
+    assert time.monotonic() - t0 < 30

@@ -1,3 +1,6 @@
 from graphdist.cli import main
 
-raise SystemExit(main())
+rc = main()
+from graphdist.launch import leave  # noqa: E402 - after the job (importing it loads torch)
+
+raise SystemExit(leave(rc))

@@ -27,7 +27,7 @@ from graphdist.proc import kept_signal_handlers
 from graphdist.runtime import env_world
 
 __all__ = ["Nodes", "under_launcher", "started_by_graphdist", "start_hint", "launch", "run_job", "rank_main",
-           "guarded", "print_error"]
+           "guarded", "leave", "print_error"]
 
 
 @dataclass
@@ -292,6 +292,19 @@ def print_error(e: BaseException, prefix: str = "error") -> None:
     if rank == 0 or world == 1 or isinstance(e, DistributedError):
         sys.stderr.write(f"graphdist: {prefix}: {e}\n")
         sys.stderr.flush()
+
+
+def leave(rc: int) -> int:
+    """The exit code for a process that ran a job: ``rc`` as it is, or, after a failed collective
+    (:func:`graphdist.comm.broken`), an immediate exit with it (output flushed) that never tears
+    down a process group whose threads may wait on a dead peer or a cut link; both entry points
+    of a worker (``python -m graphdist`` under torchrun, :mod:`graphdist.worker`) end through it."""
+    from graphdist import comm
+    if comm.broken():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return rc
 
 
 def guarded(fn, *args) -> int:

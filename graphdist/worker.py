@@ -45,12 +45,8 @@ def _start(argv: list[str]) -> int:
         if os.environ.get("RANK", "0") == "0":
             sys.stderr.write("graphdist: interrupted (Ctrl-C)\n")
         return 130
-    from graphdist import comm
-    if comm.broken():  # a collective failed: leave without tearing down its group (comm.broken)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(rc)
-    return rc
+    from graphdist.launch import leave
+    return leave(rc)
 
 
 if __name__ == "__main__":

@@ -26,13 +26,13 @@ from graphdist.errors import ArtifactError
 __all__ = ["parts_for_world", "sibling_artifact"]
 
 
-def sibling_artifact(directory, k: int) -> Path | None:
+def sibling_artifact(directory, k: int, meta: dict | None = None) -> Path | None:
     """An artifact next to ``directory`` (same parent) cut from the same graph into ``k`` parts,
     of the same kind (a recommender's holds its interactions too); one with the same method
-    first, then by name. None if there is none."""
+    first, then by name. None if there is none. ``meta``: ``directory``'s, if already read."""
     from graphdist.halo.artifact import read_meta
     d = Path(directory)
-    meta = read_meta(d)
+    meta = meta if meta is not None else read_meta(d)
     found = []
     for cand in sorted(p for p in d.parent.iterdir() if p.is_dir() and p.resolve() != d.resolve()):
         try:
@@ -59,7 +59,7 @@ def parts_for_world(cfg, world_size: int) -> tuple[object, str | None]:
             return cfg, None
         lead = (f"the group has {world_size} rank{'s' if world_size != 1 else ''}, not the {k} that --partition "
                 f"{cfg.partition} was cut for")
-        sib = sibling_artifact(cfg.partition, world_size)
+        sib = sibling_artifact(cfg.partition, world_size, meta)
         if sib is not None:
             return (dataclasses.replace(cfg, partition=str(sib), parts=None),
                     f"{lead}: training on {sib} (k = {world_size}, the same graph)")

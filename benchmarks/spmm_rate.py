@@ -3,7 +3,7 @@
 ``--cols`` columns, the median of ``--repeats`` products after one warm-up, in one thread.
 
     OMP_NUM_THREADS=1 python benchmarks/spmm_rate.py DIR [DIR ...] [--cols 64] [--repeats 7]
-        [--orders rcm,community] [--json FILE]
+        [--orders blocks,rcm,community] [--json FILE]
 
 Prints, per artifact: owned rows, stored entries, the bytes one product streams (the CSR plus
 the input and output blocks), seconds per product and the rate in entries x columns per second.
@@ -28,7 +28,7 @@ def measure(art: Path, cols: int, repeats: int, order: str = "rcm") -> dict:
     from graphdist.halo.parts import load_part
     from graphdist.halo.spmm import SparseAdj
     t0 = time.perf_counter()
-    lg = load_part(art, 0).reordered(order)
+    lg = load_part(art, 0).reordered(order, cols)
     order_s = time.perf_counter() - t0
     adj = SparseAdj.for_model(lg, "gcn")
     n, nnz = lg.num_owned, adj.own.nnz

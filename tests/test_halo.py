@@ -231,8 +231,8 @@ def test_reordered_part_is_the_same_graph():
     h = torch.randn(n, 4, generator=gen)
     for halo in ("plain", "mvc"):
         base = _simulated(plans, "gcn", halo, h)
-        for order in ("rcm", "degree", "community"):
-            moved = [p.reordered(order) for p in plans]
+        for order, width in (("rcm", 64), ("degree", 64), ("community", 64), ("blocks", 1 << 20)):
+            moved = [p.reordered(order, width) for p in plans]  # blocks: 4 rows of 2^20 columns each
             validate_layouts(moved)
             assert not all(torch.equal(m.owned, p.owned) for m, p in zip(moved, plans))
             for m, p, b, o in zip(moved, plans, base, _simulated(moved, "gcn", halo, h)):
@@ -250,12 +250,10 @@ def test_old_part_format_is_refused(tmp_path):
         load_part(tmp_path, 0)
 
 
-def test_community_order_groups_communities_on_paper():
-    """Two 10-cliques, ids interleaved (even ids one clique, odd the other), joined by one edge:
-    ``--reorder community`` puts each clique's rows next to each other."""
+def _two_cliques():
+    """Two 10-cliques, ids interleaved (even ids one clique, odd the other), joined by one edge,
+    as CSR ``(ptr, cols, n)``."""
     import numpy as np
-
-    from graphdist.halo.local import community_order
     n = 20
     rows, cols = [], []
     for v in range(n):
@@ -268,7 +266,29 @@ def test_community_order_groups_communities_on_paper():
     o = np.lexsort((np.array(cols), np.array(rows)))
     r, c = np.array(rows)[o], np.array(cols)[o]
     ptr = np.concatenate([[0], np.cumsum(np.bincount(r, minlength=n))])
-    perm = community_order(ptr, c.astype(np.int32), n)
+    return ptr, c.astype(np.int32), n
+
+
+def test_community_order_groups_communities_on_paper():
+    """``--reorder community`` puts each clique's rows next to each other."""
+    from graphdist.halo.order import community_order
+    ptr, c, n = _two_cliques()
+    perm = community_order(ptr, c, n)
+    assert sorted(perm.tolist()) == list(range(n))
+    halves = [set(perm[:10] % 2), set(perm[10:] % 2)]
+    assert halves in ([{0}, {1}], [{1}, {0}]), perm
+
+
+def test_block_order_puts_each_clique_in_its_own_block():
+    """``--reorder blocks`` with room for 10 rows of input per block: two blocks, one clique
+    each, every row once."""
+    import torch
+
+    from graphdist.halo import order
+    ptr, c, n = _two_cliques()
+    width = order.BLOCK_BYTES // (4 * 10)
+    assert order.block_count(n, width) == 2
+    perm = order.locality_order(torch.from_numpy(ptr), torch.from_numpy(c), n, "blocks", width).numpy()
     assert sorted(perm.tolist()) == list(range(n))
     halves = [set(perm[:10] % 2), set(perm[10:] % 2)]
     assert halves in ([{0}, {1}], [{1}, {0}]), perm

@@ -111,10 +111,12 @@ class GCNConfig(RunConfig):
     host; 0 = no delay. Changes the time only, not the result"""
     link_latency_us: float = 0.0
     """simulated network: latency of every halo exchange in microseconds (0 = none)"""
-    reorder: Literal["rcm", "community", "degree", "none"] = "rcm"
-    """order of a rank's owned rows for SpMM locality (reverse Cuthill-McKee; community: grouped
-    by label propagation, so a block of rows reads a slice of the input; descending degree; or
-    the global id order); the result does not depend on it beyond float rounding"""
+    reorder: Literal["blocks", "rcm", "community", "degree", "none"] = "blocks"
+    """order of a rank's owned rows for SpMM locality: blocks (METIS blocks whose input rows fit
+    16 MiB of cache, each in reverse Cuthill-McKee order; plain rcm when the part's input fits),
+    rcm (reverse Cuthill-McKee of the whole owned block), community (grouped by label
+    propagation), degree (descending) or none (global id order); the result does not depend on
+    it beyond float rounding"""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto (CUDA when available), cpu or cuda; one GPU per local rank"""
     timeout_s: float = field(default=300.0, metadata={"flag": "--timeout"})

@@ -110,7 +110,8 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         get_logger().info(f"--input-halo resident: {why_not}; the input halo rows are exchanged every epoch")
     if rounds > 1:
         get_logger().info(f"halo exchange in {rounds} rounds (--halo-rounds)")
-    lg = lg.reordered(cfg.reorder)  # owned rows in locality order; every result is order-free
+    # owned rows in locality order (every result is order-free); blocks sized for the widest product
+    lg = lg.reordered(cfg.reorder, max(lg.x.shape[1] if lg.x is not None else 0, cfg.hidden))
     x = lg.x
     if x is None or lg.y is None or lg.train_mask is None:
         raise ConfigError("the graph needs features x, labels y and a train mask to train a GCN; for a "

@@ -36,8 +36,6 @@ MODELS = ("gcn", "sage", "sym")
 """Normalisations: ``gcn`` D^-1/2 (A+I) D^-1/2 (Kipf, PyG ``gcn_norm``), ``sage`` the mean
 over in-neighbours, ``sym`` D^-1/2 A D^-1/2 without self-loops (LightGCN)."""
 HALO_MODES = ("plain", "mvc")
-COMMUNITY_ROUNDS = 5
-"""Label-propagation rounds of ``--reorder community``."""
 
 
 @dataclass
@@ -242,14 +240,16 @@ class LocalGraph:
         return ExchangeLayout(send_counts, recv_counts, recv_col, pre_col, raw_out, pre_pos)
 
     # ------------------------------------------------------------------ locality
-    def reordered(self, order: str = "rcm") -> "LocalGraph":
+    def reordered(self, order: str = "rcm", width: int = 64) -> "LocalGraph":
         """A copy whose owned rows are permuted for locality of the owned-block SpMM
-        (``rcm``: reverse Cuthill-McKee of the owned block, ``degree``: descending in-degree,
-        ``none``: unchanged). Message order (by global id) and halo columns are unchanged."""
+        (:func:`graphdist.halo.order.locality_order`: ``blocks``, ``rcm``, ``community``,
+        ``degree``; ``none``: unchanged; ``width``: the widest product's columns, which sizes
+        the ``blocks`` order's blocks). Message order (by global id) and halo columns are
+        unchanged."""
         if order == "none" or self.num_owned < 3:
             return self
-        perm = _locality_order(self, order)
-        return self.permuted(perm)
+        from graphdist.halo.order import locality_order
+        return self.permuted(locality_order(self.indptr, self.indices, self.num_owned, order, width))
 
     def permuted(self, perm: torch.Tensor) -> "LocalGraph":
         """A copy with owned row ``i`` = old owned row ``perm[i]`` (columns renumbered alike)."""
@@ -342,77 +342,3 @@ def gathered_csr(indptr, indices, rows: torch.Tensor, col_map, n_cols: int):
         cols = m.indices.astype(nt, copy=False)
         del m
     return torch.from_numpy(ptr), torch.from_numpy(cols)
-
-
-def _locality_order(lg: LocalGraph, order: str) -> torch.Tensor:
-    n = lg.num_owned
-    if order == "degree":
-        return torch.argsort(lg.indptr[1:] - lg.indptr[:-1], descending=True, stable=True)
-    if order not in ("rcm", "community"):
-        raise ValueError(f"order must be community, rcm, degree or none, got {order!r}")
-    import numpy as np
-    import scipy.sparse as sp
-    from scipy.sparse.csgraph import reverse_cuthill_mckee
-    ptr, cols = lg.indptr.numpy(), lg.indices.numpy()
-    if order == "community":
-        return torch.from_numpy(community_order(ptr, cols, n))
-    own = cols < n  # the owned block: a prefix of every row (owned columns come first)
-    if not own.all():
-        cs = np.zeros(cols.size + 1, dtype=np.int64)
-        np.cumsum(own, out=cs[1:])
-        ptr, cols = cs[ptr], cols[own]
-        del cs
-    del own
-    it = np.int32 if max(n, cols.size) < 2**31 - 1 else np.int64
-    m = sp.csr_matrix((np.ones(cols.size, dtype=np.int8), cols.astype(it, copy=False), ptr.astype(it)),
-                      shape=(n, n), copy=False)
-    return torch.from_numpy(np.asarray(reverse_cuthill_mckee(m, symmetric_mode=True), dtype=np.int64))
-
-
-def community_order(ptr, cols, n: int, rounds: int = COMMUNITY_ROUNDS, seed: int = 0):
-    """Owned rows grouped by community (``--reorder community``): label propagation on the
-    owned block (columns ``< n`` of the CSR ``ptr``/``cols``), each round every node (in the
-    first round) or every node of a random half (later: no oscillation) taking the label most
-    frequent among its neighbours (ties: the lowest of random label ids), then rows sorted by label (stable: ids ascending within a community). Rows of one
-    community read mostly each other's input rows, so a block of the product touches a slice of
-    the input instead of all of it. O(rounds x E log E), deterministic for a seed."""
-    import numpy as np
-    rng = np.random.default_rng(seed)
-    ptr = np.asarray(ptr, dtype=np.int64)
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(ptr))
-    cols = np.asarray(cols)
-    own = cols < n
-    if not own.all():
-        rows, cols = rows[own], cols[own]
-    del own
-    cols = cols.astype(np.int64, copy=False)
-    lab = rng.permutation(n).astype(np.int64)
-    for rnd in range(rounds):
-        key = rows * n
-        key += lab[cols]
-        key.sort()
-        starts = np.flatnonzero(np.concatenate([[True], key[1:] != key[:-1]]))
-        counts = np.diff(np.append(starts, key.size))
-        uniq = key[starts]
-        del key, starts
-        v, lv = uniq // n, uniq % n
-        del uniq
-        best = np.zeros(n, dtype=np.int64)
-        np.maximum.at(best, v, counts) if v.size < 1 << 16 else _group_max(best, v, counts)
-        top = counts == best[v]
-        # v ascending, labels ascending within v: the first top label of each v is its lowest
-        vt, lt = v[top], lv[top]
-        first = np.concatenate([[True], vt[1:] != vt[:-1]]) if vt.size else np.zeros(0, dtype=bool)
-        new = lab.copy()
-        new[vt[first]] = lt[first]
-        move = rng.random(n) < 0.5  # after the first round (all nodes), half: no oscillation
-        lab = new if rnd == 0 else np.where(move, new, lab)
-        del v, lv, counts, best, top, vt, lt, first, new, move
-    return np.argsort(lab, kind="stable").astype(np.int64)
-
-
-def _group_max(best, v, counts):
-    """``best[v] = max(best[v], counts)`` for ``v`` ascending (grouped), without ``ufunc.at``."""
-    import numpy as np
-    starts = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]]))
-    best[v[starts]] = np.maximum.reduceat(counts, starts)

@@ -74,11 +74,16 @@ def _rank(rank, ws, art, epochs, flags):
     st = pstats.Stats(prof)
     groups: dict = {}
     total = 0.0
+    top = []
     for (file, line, name), (cc, nc, tt, ct, callers) in st.stats.items():
-        g = _group(name if file == "~" else f"{Path(file).stem}.{name}")
+        label = name if file == "~" else f"{Path(file).stem}.{name}"
+        g = _group(label)
         groups[g] = groups.get(g, 0.0) + tt
         total += tt
+        top.append((tt / epochs, label, g))
+    top.sort(reverse=True)
     return {"epochs": epochs, "epoch_s": rep["time/epoch_s"], "profiled_s": total,
+            "top": [{"s_per_epoch": t, "function": f, "group": g} for t, f, g in top[:20]],
             "shares": {g: v / total for g, v in sorted(groups.items(), key=lambda kv: -kv[1])},
             "seconds_per_epoch": {g: v / epochs for g, v in groups.items()}}
 
@@ -99,6 +104,9 @@ def main(argv=None) -> int:
     print(f"k = {k}, median epoch {out['epoch_s']:.2f} s; rank 0's profiled time by group:")
     for g, v in out["shares"].items():
         print(f"  {g:<10} {100 * v:5.1f}%  {out['seconds_per_epoch'][g]:8.2f} s/epoch")
+    print("the 12 functions with the most time of their own (s per epoch, group):")
+    for t in out["top"][:12]:
+        print(f"  {t['s_per_epoch']:8.3f}  {t['function']:<48} {t['group']}")
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
     return 0

@@ -36,6 +36,7 @@ from graphdist.gnn.plan import check_fits, input_held_why_not
 from graphdist.halo.boundary import BoundarySampler
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.job import check_halo_bits
+from graphdist.halo.order import BLOCK_BYTES, block_count
 from graphdist.halo.link import Link
 from graphdist.halo.quant import rel_error as quant_rel_error
 from graphdist.halo.regroup import parts_for_world
@@ -111,7 +112,14 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     if rounds > 1:
         get_logger().info(f"halo exchange in {rounds} rounds (--halo-rounds)")
     # owned rows in locality order (every result is order-free); blocks sized for the widest product
-    lg = lg.reordered(cfg.reorder, max(lg.x.shape[1] if lg.x is not None else 0, cfg.hidden))
+    width = max(lg.x.shape[1] if lg.x is not None else 0, cfg.hidden)
+    blocks = block_count(lg.num_owned, width) if cfg.reorder == "blocks" else 1
+    with Timer() as t_order:
+        lg = lg.reordered(cfg.reorder, width)
+    if blocks > 1:
+        get_logger().info(f"--reorder blocks: rank 0's {lg.num_owned:,} rows in {blocks} METIS blocks of at most "
+                          f"{BLOCK_BYTES >> 20} MiB of {width}-column input rows, each in RCM order "
+                          f"({t_order.seconds:.1f} s)")
     x = lg.x
     if x is None or lg.y is None or lg.train_mask is None:
         raise ConfigError("the graph needs features x, labels y and a train mask to train a GCN; for a "

@@ -76,15 +76,18 @@ def _rcm(m) -> np.ndarray:
 
 
 def cache_blocks(m, blocks: int, seed: int = 0) -> np.ndarray:
-    """Rows of the square pattern ``m`` cut into ``blocks`` by METIS k-way (edge cut on the
-    symmetrised pattern without self-loops, 5% imbalance), blocks in METIS's numbering, each in
-    reverse Cuthill-McKee order of its own sub-block. Deterministic for a seed."""
+    """Rows of the square pattern ``m`` (CSR, columns sorted within rows) cut into ``blocks``
+    by METIS k-way (edge cut on the symmetrised pattern without self-loops, 5% imbalance),
+    blocks in METIS's numbering, each in reverse Cuthill-McKee order of its own sub-block.
+    Deterministic for a seed."""
     from partitioners.backends import metis_kway
     n = m.shape[0]
-    s = m.maximum(m.T).tocsr() if not _symmetric(m) else m.copy()
-    s.setdiag(0)
-    s.eliminate_zeros()
-    s.sort_indices()
+    s = _without_loops(m)
+    t = s.T.tocsr()  # a counting sort: columns ascending within rows, as in s
+    if not (t.nnz == s.nnz and np.array_equal(t.indptr, s.indptr) and np.array_equal(t.indices, s.indices)):
+        s = (s + t).tocsr()  # a directed graph: METIS needs the pattern of A + A^T
+        s.sort_indices()
+    del t
     part = metis_kway(s, int(blocks), np.ones((n, 1), dtype=np.int64), imbalance=0.05, seed=seed)
     order = np.argsort(part, kind="stable")
     starts = np.searchsorted(part[order], np.arange(blocks + 1))
@@ -96,12 +99,17 @@ def cache_blocks(m, blocks: int, seed: int = 0) -> np.ndarray:
     return out
 
 
-def _symmetric(m) -> bool:
-    t = m.T.tocsr()
-    t.sort_indices()
-    a = m.copy()
-    a.sort_indices()
-    return a.nnz == t.nnz and np.array_equal(a.indptr, t.indptr) and np.array_equal(a.indices, t.indices)
+def _without_loops(m):
+    """``m`` without its diagonal entries (a new CSR; ``m`` is not changed)."""
+    import scipy.sparse as sp
+    rows = np.repeat(np.arange(m.shape[0], dtype=m.indices.dtype), np.diff(m.indptr))
+    keep = rows != m.indices
+    del rows
+    if keep.all():
+        return m
+    cs = np.zeros(keep.size + 1, dtype=m.indptr.dtype)
+    np.cumsum(keep, out=cs[1:])
+    return sp.csr_matrix((m.data[keep], m.indices[keep], cs[m.indptr]), shape=m.shape, copy=False)
 
 
 def community_order(ptr, cols, n: int, rounds: int = COMMUNITY_ROUNDS, seed: int = 0):

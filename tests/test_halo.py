@@ -292,3 +292,20 @@ def test_block_order_puts_each_clique_in_its_own_block():
     assert sorted(perm.tolist()) == list(range(n))
     halves = [set(perm[:10] % 2), set(perm[10:] % 2)]
     assert halves in ([{0}, {1}], [{1}, {0}]), perm
+
+
+def test_block_order_of_a_directed_graph_cuts_its_symmetrised_pattern():
+    """Only the upper triangle of the two cliques is stored (every edge one way): the blocks are
+    still the cliques, as METIS sees ``A + A^T``."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from graphdist.halo.order import cache_blocks
+    ptr, c, n = _two_cliques()
+    m = sp.triu(sp.csr_matrix((np.ones(c.size, dtype=np.int8), c, ptr), shape=(n, n)), k=1).tocsr()
+    m.sort_indices()
+    assert m.nnz * 2 == c.size
+    perm = cache_blocks(m, 2)
+    assert sorted(perm.tolist()) == list(range(n))
+    halves = [set(perm[:10] % 2), set(perm[10:] % 2)]
+    assert halves in ([{0}, {1}], [{1}, {0}]), perm

@@ -28,6 +28,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm as _pyg_gcn_norm
 from torch_geometric.utils import get_laplacian as _pyg_get_laplacian
 
 from graphdist.errors import ConfigError
+from graphdist.gnn.pyg.traced import untraced
 
 __all__ = ["global_norms", "propagating", "aggregating", "gcn_hop", "sum_hop", "laplacian_edges", "out_degrees", "norm_sites", "count_propagates"]
 
@@ -53,8 +54,12 @@ def norm_sites(cls: type) -> list[tuple[dict, str, str]]:
     return out
 
 
-def _same_edges(ei, part) -> bool:
-    pe = part.edge_index
+def same_edges(ei, part) -> bool:
+    with untraced():  # a check, not a step of a trace
+        return _same(ei, part.edge_index)
+
+
+def _same(ei, pe) -> bool:
     return torch.is_tensor(ei) and (ei is pe or (ei.shape == pe.shape and ei.device == pe.device
                                                  and (ei.data_ptr() == pe.data_ptr() or torch.equal(ei, pe))))
 
@@ -63,7 +68,7 @@ def _check_edges(ei, w, part, where: str, fn: str) -> None:
     if not torch.is_tensor(ei) or ei.is_sparse or ei.layout != torch.strided:
         raise ConfigError(f"{where} calls {fn} on a sparse adjacency (T.ToSparseTensor, a torch sparse "
                           "tensor); a part takes part.edge_index [2, E]")
-    if not _same_edges(ei, part):
+    if not same_edges(ei, part):
         raise ConfigError(f"{where} calls {fn} on other edges than part.edge_index (it normalises with the "
                           "whole graph's degrees, which graphdist knows for the part's own edges only)")
     if w is not None:
@@ -73,17 +78,19 @@ def _check_edges(ei, w, part, where: str, fn: str) -> None:
 
 def out_degrees(part) -> torch.Tensor:
     """``[n_own + n_halo]`` float64: every column's out-degree in the whole graph, self-loops
-    not counted (``get_laplacian``'s degrees). A collective the first time (cached)."""
+    not counted (``get_laplacian``'s degrees). A collective the first time (cached; under
+    ``torch.jit.trace``, a constant of the trace)."""
     cache = part.__dict__.setdefault("_gcn_cache", {})
     if "out_deg" not in cache:
         from graphdist.gnn.pyg.wrap import halo_rows
-        src, dst = part.edge_index
-        n_all = part.num_owned + part.num_halo
-        counts = torch.bincount(src[src != dst], minlength=n_all).to(torch.float32)
-        h = torch.zeros(part.num_owned, 1, device=part.device, requires_grad=True)
-        (halo_rows(h, part.exchanger)[:, 0] * counts).sum().backward()  # halo counts go home, summed
-        own = h.grad.detach()
-        cache["out_deg"] = halo_rows(own, part.exchanger)[:, 0].to(torch.float64)
+        with untraced(), torch.enable_grad():  # (the first call may be under torch.no_grad())
+            src, dst = part.edge_index
+            n_all = part.num_owned + part.num_halo
+            counts = torch.bincount(src[src != dst], minlength=n_all).to(torch.float32)
+            h = torch.zeros(part.num_owned, 1, device=part.device, requires_grad=True)
+            (halo_rows(h, part.exchanger)[:, 0] * counts).sum().backward()  # halo counts go home, summed
+            own = h.grad.detach()
+            cache["out_deg"] = halo_rows(own, part.exchanger)[:, 0].to(torch.float64)
     return cache["out_deg"]
 
 
@@ -95,8 +102,13 @@ def laplacian_edges(part, normalization: str | None = None, dtype=torch.float32)
         raise ConfigError(f"get_laplacian: normalization must be None, 'sym' or 'rw', got {normalization!r}")
     key = ("laplacian", normalization, dtype)
     cache = part.__dict__.setdefault("_gcn_cache", {})
-    if key in cache:
-        return cache[key]
+    if key not in cache:
+        with untraced():  # a constant of the part (under torch.jit.trace: of the trace)
+            cache[key] = _laplacian_edges(part, normalization, dtype)
+    return cache[key]
+
+
+def _laplacian_edges(part, normalization: str | None, dtype):
     deg = out_degrees(part)
     src, dst = part.edge_index
     keep = src != dst
@@ -109,9 +121,7 @@ def laplacian_edges(part, normalization: str | None = None, dtype=torch.float32)
         inv[torch.isinf(inv)] = 0.0
         w = -(inv[src] * inv[dst]) if normalization == "sym" else -inv[src]
         loop = torch.ones(part.num_owned, dtype=torch.float64, device=part.device)
-    out = (torch.stack([torch.cat([src, own]), torch.cat([dst, own])]), torch.cat([w, loop]).to(dtype))
-    cache[key] = out
-    return out
+    return torch.stack([torch.cat([src, own]), torch.cat([dst, own])]), torch.cat([w, loop]).to(dtype)
 
 
 @contextlib.contextmanager
@@ -165,15 +175,19 @@ def propagating(conv, part, ex, counter=None):
         if counter is not None and part.world_size > 1:
             counter.exchanges += 1
 
+    def owned(v) -> bool:
+        with untraced():  # a check, not a step of a trace
+            return torch.is_tensor(v) and v.size(nd) == n_own
+
     def pre(module, inputs):
         edge_index, size, kwargs = inputs
         kwargs = dict(kwargs)
         for name in names:
             v = kwargs.get(name)
-            if torch.is_tensor(v) and v.size(nd) == n_own:
+            if owned(v):
                 kwargs[name] = (_with_halo(v, nd, ex), v)
                 count()
-            elif isinstance(v, (tuple, list)) and len(v) == 2 and torch.is_tensor(v[0]) and v[0].size(nd) == n_own:
+            elif isinstance(v, (tuple, list)) and len(v) == 2 and owned(v[0]):
                 kwargs[name] = (_with_halo(v[0], nd, ex), v[1])
                 count()
         if size is not None and size[0] == n_own:

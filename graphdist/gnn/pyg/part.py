@@ -21,6 +21,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm as _pyg_gcn_norm  # (wrapp
 from graphdist import comm
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.local import LocalGraph
+from graphdist.gnn.pyg.traced import untraced
 
 __all__ = ["Part", "load_part", "PartSource"]
 
@@ -102,11 +103,13 @@ class Part:
 
     @property
     def num_owned(self) -> int:
-        return self.graph.num_owned
+        with untraced():  # a number, not a tensor, under torch.jit.trace
+            return self.graph.num_owned
 
     @property
     def num_halo(self) -> int:
-        return self.graph.num_halo
+        with untraced():
+            return self.graph.num_halo
 
     @property
     def num_nodes(self) -> int:
@@ -184,8 +187,12 @@ class Part:
         PyG's ``gcn_norm`` uses on an unweighted ``edge_index`` (:func:`_pyg_fill`)."""
         key = (bool(improved), bool(add_self_loops), dtype)
         cache = self.__dict__.setdefault("_gcn_cache", {})
-        if key in cache:
-            return cache[key]
+        if key not in cache:
+            with untraced():  # a constant of the part (under torch.jit.trace: of the trace)
+                cache[key] = self._gcn_edges(bool(improved), bool(add_self_loops), dtype)
+        return cache[key]
+
+    def _gcn_edges(self, improved: bool, add_self_loops: bool, dtype):
         src, dst = self.edge_index
         loop = self.col_self_loop.to(torch.float64)
         deg = self.graph.col_deg.to(self.device, torch.float64)
@@ -202,9 +209,7 @@ class Part:
             w = torch.ones(src.numel(), dtype=torch.float64, device=self.device)
         dinv = deg.pow(-0.5)
         dinv[torch.isinf(dinv)] = 0.0
-        out = (torch.stack([src, dst]), (dinv[src] * w * dinv[dst]).to(dtype))
-        cache[key] = out
-        return out
+        return torch.stack([src, dst]), (dinv[src] * w * dinv[dst]).to(dtype)
 
 
 _FILL: dict[bool, float] = {}

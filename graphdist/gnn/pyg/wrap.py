@@ -38,10 +38,11 @@ from torch_geometric.nn.conv import MessagePassing
 from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.gnn.models import GlobalBatchNorm1d
-from graphdist.gnn.pyg.hops import aggregating, count_propagates, global_norms, norm_sites, propagating
+from graphdist.gnn.pyg.hops import same_edges, aggregating, count_propagates, global_norms, norm_sites, propagating
 from graphdist.gnn.pyg.part import Part
 from graphdist.gnn.pyg.rules import LayerRule, check_module, is_batch_norm, rule_for
 from graphdist.gnn.pyg.sync import CHECK_EVERY, Guard, Resync, install
+from graphdist.gnn.pyg.traced import exchange_op, untraced
 from graphdist.halo.exchange import HaloExchanger
 
 __all__ = ["DistConv", "GlobalBatchNorm1d", "distribute", "halo_rows", "HALO_MODES"]
@@ -75,7 +76,11 @@ class _HaloRows(torch.autograd.Function):
 
 def halo_rows(h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
     """``[h ; halo rows of h]`` (autograd; quantised in flight when ``ex.bits < 32``)."""
-    return _HaloRows.apply(h.contiguous(), ex) if ex.active else h
+    if not ex.active:
+        return h
+    if torch.jit.is_tracing():  # the collective as one opaque node (graphdist.gnn.pyg.traced)
+        return exchange_op(lambda t: _HaloRows.apply(t.contiguous(), ex), h, ("rows", id(ex)))
+    return _HaloRows.apply(h.contiguous(), ex)
 
 
 class _Context:
@@ -117,6 +122,11 @@ class _Context:
     def aggregate(self, kind: str, h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
         if h.dim() != 2:
             raise ConfigError(f"halo='mvc' aggregates rows [n, F], got a tensor of shape {tuple(h.shape)}")
+        if torch.jit.is_tracing():
+            return exchange_op(lambda t: self._aggregate(kind, t, ex), h, ("mvc", id(self), kind, id(ex)))
+        return self._aggregate(kind, h, ex)
+
+    def _aggregate(self, kind: str, h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
         out = self.adj["sage" if kind == "sum" else kind].propagate(h, ex)
         return out * self.adj["deg"].to(out.dtype) if kind == "sum" else out
 
@@ -186,16 +196,8 @@ class DistConv:
         part = st.ctx.part
         x, ei = a.get("x"), a.get("edge_index")
         where = f"layer {st.name or '<model>'} ({st.cls.__name__})"
-        if not torch.is_tensor(x) or x.dim() < 2 or x.shape[0] != part.num_owned:
-            got = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
-            raise ConfigError(f"{where} takes this rank's owned rows x [{part.num_owned}, F], got {got}")
-        if not (torch.is_tensor(ei) and ei.layout == torch.strided and ei.dim() == 2 and ei.shape[0] == 2):
-            sparse = "a sparse adjacency (T.ToSparseTensor, SparseTensor, torch sparse) is not supported on a part; " \
-                if not torch.is_tensor(ei) or ei.layout != torch.strided else ""
-            raise ConfigError(f"{where} takes edge_index [2, E] over the part's local ids (part.edge_index); {sparse}"
-                              f"got {type(ei).__name__}{tuple(ei.shape) if torch.is_tensor(ei) else ''}")
-        if a.get("size") is not None:
-            raise ConfigError(f"{where}: size= is not supported on a part (the part fixes the sizes)")
+        with untraced():  # checks, not steps of a trace (torch.jit.trace, SummaryWriter.add_graph)
+            _check_call(x, ei, a, part, where)
         base = super().forward
         edges_given = any(a.get(n) is not None for n in st.rule.edge_args)
         ctx = st.ctx
@@ -264,10 +266,21 @@ class DistConv:
             handle.remove()
 
 
+def _check_call(x, ei, a, part: Part, where: str) -> None:
+    if not torch.is_tensor(x) or x.dim() < 2 or x.shape[0] != part.num_owned:
+        got = tuple(x.shape) if torch.is_tensor(x) else type(x).__name__
+        raise ConfigError(f"{where} takes this rank's owned rows x [{part.num_owned}, F], got {got}")
+    if not (torch.is_tensor(ei) and ei.layout == torch.strided and ei.dim() == 2 and ei.shape[0] == 2):
+        sparse = "a sparse adjacency (T.ToSparseTensor, SparseTensor, torch sparse) is not supported on a part; " \
+            if not torch.is_tensor(ei) or ei.layout != torch.strided else ""
+        raise ConfigError(f"{where} takes edge_index [2, E] over the part's local ids (part.edge_index); {sparse}"
+                          f"got {type(ei).__name__}{tuple(ei.shape) if torch.is_tensor(ei) else ''}")
+    if a.get("size") is not None:
+        raise ConfigError(f"{where}: size= is not supported on a part (the part fixes the sizes)")
+
+
 def _require_part_edges(ei, part: Part, where: str, why: str) -> None:
-    pe = part.edge_index
-    if ei is pe or (ei.shape == pe.shape and ei.device == pe.device
-                    and (ei.data_ptr() == pe.data_ptr() or torch.equal(ei, pe))):
+    if same_edges(ei, part):
         return
     raise ConfigError(f"{where} needs part.edge_index as its edge_index ({why})")
 

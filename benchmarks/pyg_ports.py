@@ -46,10 +46,8 @@ SCRIPTS = {
 }
 # Scripts not ported, and why (they are still run unpatched when asked with --only).
 NOT_PORTED = {
-    "examples/gcn2_cora.py": "its transform builds T.GCNNorm + T.ToSparseTensor on the whole graph and the model "
-                             "takes that SparseTensor adjacency, which a part does not provide (a sparse adjacency "
-                             "is refused in one line); porting it means changing the transform and the forward call",
-    "examples/cora.py": "SplineConv needs pyg-lib (the script quits without it) and T.TargetIndegree edge "
+    "examples/cora.py": "SplineConv needs pyg-lib >= 0.6 (the script quits without it; pyg-lib is not on the "
+                        "package registry: `pip download pyg-lib` finds no version) and T.TargetIndegree edge "
                         "attributes, which a part does not carry yet",
 }
 

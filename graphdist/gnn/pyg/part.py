@@ -19,9 +19,9 @@ import torch
 from torch_geometric.nn.conv.gcn_conv import gcn_norm as _pyg_gcn_norm  # (wrapped layers see another gcn_norm)
 
 from graphdist import comm
+from graphdist.gnn.pyg.traced import untraced
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.local import LocalGraph
-from graphdist.gnn.pyg.traced import untraced
 
 __all__ = ["Part", "load_part", "PartSource"]
 

@@ -38,7 +38,7 @@ from torch_geometric.nn.conv import MessagePassing
 from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.gnn.models import GlobalBatchNorm1d
-from graphdist.gnn.pyg.hops import same_edges, aggregating, count_propagates, global_norms, norm_sites, propagating
+from graphdist.gnn.pyg.hops import aggregating, count_propagates, global_norms, norm_sites, propagating, same_edges
 from graphdist.gnn.pyg.part import Part
 from graphdist.gnn.pyg.rules import LayerRule, check_module, is_batch_norm, rule_for
 from graphdist.gnn.pyg.sync import CHECK_EVERY, Guard, Resync, install

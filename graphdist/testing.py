@@ -70,11 +70,39 @@ def _child(fn, rank, world_size, store_path, backend, args, env, q):
         q.put((rank, False, traceback.format_exc()))
 
 
+def _server():
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))  # read when the server starts (the first call)
+    return ctx
+
+
+def _forked(fn, args, env):
+    from graphdist.proc import end_with_parent
+    end_with_parent()
+    os.environ.clear()
+    os.environ.update(env)
+    fn(*args)
+
+
+def fork(fn, args: tuple = ()):
+    """``fn(*args)`` in one process forked from the rank server (torch already imported; no
+    process group), started and returned as a :class:`multiprocessing.Process` to signal and
+    join; it has the caller's environment and ends with the caller. Talk to it through
+    :func:`pipe`."""
+    p = _server().Process(target=_forked, args=(fn, args, dict(os.environ)), daemon=True)
+    p.start()
+    return p
+
+
+def pipe():
+    """A ``(mine, theirs)`` pair of connections; hand ``theirs`` to :func:`fork`'s ``fn``."""
+    return _server().Pipe()
+
+
 def run_ranks(fn, world_size: int, args: tuple = (), *, timeout: float = 120.0,
               backend: str = "gloo", env: dict | None = None) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes; return results by rank."""
-    ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(list(PRELOAD))  # read when the server starts (the first call)
+    ctx = _server()
     q = ctx.Queue()
     tmp = tempfile.mkdtemp(prefix="graphdist-ranks-")
     store_path = os.path.join(tmp, "store")
@@ -115,3 +143,48 @@ def run_ranks(fn, world_size: int, args: tuple = (), *, timeout: float = 120.0,
         q.close()
         shutil.rmtree(tmp, ignore_errors=True)
     return [results[r] for r in range(world_size)]
+
+
+def _cli_runs(rank, world_size, argvs, root):
+    """Each ``argv`` through :func:`graphdist.cli.main` on this rank, as under torchrun; a run
+    destroys the process group at its end, so the next one joins a fresh group from its own file
+    store. What the run printed (file descriptors 1 and 2, so C++ and child writes too) is kept."""
+    import sys
+
+    import torch.distributed as dist
+
+    from graphdist.cli import main
+    out = []
+    for i, argv in enumerate(argvs):
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", init_method=f"file://{root}/store{i}", rank=rank, world_size=world_size)
+        log = os.path.join(root, f"out{i}-rank{rank}")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        saved = os.dup(1), os.dup(2)
+        with open(log, "w") as f:
+            os.dup2(f.fileno(), 1)
+            os.dup2(f.fileno(), 2)
+        try:
+            code = main(list(argv))
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+        with open(log) as f:
+            out.append((code, f.read()))
+    return out
+
+
+def run_cli(argvs: list[list[str]], world_size: int, *, timeout: float = 240.0) -> list[tuple[int, str]]:
+    """``graphdist ARGV`` for each of ``argvs`` in turn, on ``world_size`` ranks forked by
+    :func:`run_ranks` (as torchrun's workers: ``--nproc`` is then the group's size; no launcher,
+    no fresh imports); returns rank 0's (exit code, what it printed) per run."""
+    root = tempfile.mkdtemp(prefix="graphdist-cli-")
+    try:
+        return run_ranks(_cli_runs, world_size, ([list(a) for a in argvs], root), timeout=timeout)[0]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -1,12 +1,12 @@
-"""A checkpoint writer for tests/test_checkpoint_crash.py (tests only)::
-
-    python -m tests.ckpt_crash_entry ROOT STOP_AT SCENARIO
+"""A checkpoint writer for tests/test_checkpoint_crash.py (tests only), run in a forked process
+(:func:`graphdist.testing.fork`): ``main(root, stop_at, scenario, conn)``.
 
 Saves step 1 (every value 1.0), then saves a second snapshot (``new``: step 2 with 2.0;
 ``same``: step 1 again with 3.0, the snapshot ``latest`` names) while every file-system step of
 the save (directory creation, DCP's write, fsync, rename, removal) is counted; before the
-STOP_AT-th one it prints ``PAUSED`` and waits to be killed (SIGKILL from the test). With a
-STOP_AT beyond the last step it prints ``DONE <steps>``.
+STOP_AT-th one it says ``PAUSED`` and waits to be killed (SIGKILL from the test). With a
+STOP_AT beyond the last step it says ``DONE <steps>``. It says it on ``conn``
+(:func:`graphdist.testing.pipe`).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import time
 import warnings
 
 
-def main(root: str, stop_at: int, scenario: str) -> None:
+def main(root: str, stop_at: int, scenario: str, conn) -> None:
     warnings.filterwarnings("ignore")
     import torch
     import torch.distributed.checkpoint as dcp
@@ -32,7 +32,7 @@ def main(root: str, stop_at: int, scenario: str) -> None:
         def wrapped(*a, **k):
             count[0] += 1
             if count[0] == stop_at:
-                print("PAUSED", flush=True)
+                conn.send("PAUSED")
                 time.sleep(600)
             return real(*a, **k)
         return wrapped
@@ -48,8 +48,4 @@ def main(root: str, stop_at: int, scenario: str) -> None:
     dcp.save = hook(dcp_save)
     step, value = (2, 2.0) if scenario == "new" else (1, 3.0)
     c.save(step, {"w": torch.full((64,), value)}, {"history": {"v": value}})
-    print(f"DONE {count[0]}", flush=True)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), sys.argv[3])
+    conn.send(f"DONE {count[0]}")

@@ -5,27 +5,31 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+from graphdist.testing import fork, pipe
+from tests.ckpt_crash_entry import main
 
 
 def _writer(root: Path, stop_at: int, scenario: str) -> str:
-    p = subprocess.Popen([sys.executable, "-m", "tests.ckpt_crash_entry", str(root), str(stop_at), scenario],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=ENV)
-    line = p.stdout.readline().strip()
-    if line == "PAUSED":
-        p.send_signal(signal.SIGKILL)  # a crash: no cleanup, no atexit, nothing flushed later
-    _, err = p.communicate(timeout=120)
-    assert line, err[-2000:]
-    return line
+    """The writer in a process forked from the rank server (torch imported once, not per kill)."""
+    mine, theirs = pipe()
+    p = fork(main, (str(root), stop_at, scenario, theirs))
+    try:
+        line = mine.recv() if mine.poll(120) else ""
+        if line == "PAUSED":
+            os.kill(p.pid, signal.SIGKILL)  # a crash: no cleanup, no atexit, nothing flushed later
+        p.join(timeout=60)
+        assert line, f"the writer said nothing (exit code {p.exitcode})"
+        return line
+    finally:
+        if p.is_alive():
+            p.kill()
+            p.join()
 
 
 def _read(root: Path):

@@ -4,25 +4,23 @@ per layer and direction under ``--halo-error``, chosen after a calibrating first
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-
 import pytest
 
 from graphdist.gnn.auto import choose_bits
 from graphdist.gnn.plan import PlanConfig, plan
 from graphdist.halo.quant import row_bytes
+from graphdist.testing import run_cli
 
 SPEC = "sbm:nodes=3000,classes=4,avg_degree=12,features=32,seed=0"
 RUN = ["train-gcn", SPEC, "--parts", "2", "--method", "metis", "--hidden", "16", "--epochs", "3", "--no-progress"]
 
 
 def _train(tmp_path, name, flags):
+    """``graphdist train-gcn ... --nproc 2`` on two ranks forked as torchrun's workers (no launcher)."""
     rep = tmp_path / f"{name}.json"
-    r = subprocess.run([sys.executable, "-m", "graphdist", *RUN, "--nproc", "2", "--report", str(rep), *flags],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(rep.read_text()), r.stderr + r.stdout
+    [(code, text)] = run_cli([RUN + ["--nproc", "2", "--report", str(rep), *flags]], 2)
+    assert code == 0, text[-3000:]
+    return json.loads(rep.read_text()), text
 
 
 def test_auto_picks_a_mode_and_trains_as_that_mode(tmp_path):

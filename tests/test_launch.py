@@ -302,14 +302,18 @@ def test_with_nnodes_min_max_a_lost_node_leaves_a_job_that_continues_on_the_node
     (["compare", "sbm:nodes=400", "--parts", "2", "--json", "{file}/c.json"], "--json {file}/c.json"),
     (["compare", "sbm:nodes=400", "--parts", "2", "--plot", "/proc/graphdist/c.png"], "--plot /proc/graphdist/c.png"),
 ])
-def test_unwritable_outputs_stop_before_any_work(tmp_path, argv, flag):
+def test_unwritable_outputs_stop_before_any_work(tmp_path, argv, flag, capsys, restore_dist_env):
+    """In this process (``graphdist``'s exit status is what ``main`` returns): nothing is started,
+    the refusal comes first."""
+    from graphdist.cli import main
     f = tmp_path / "a_file"
     f.write_text("x")
     argv = [a.replace("{file}", str(f)) for a in argv]
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "graphdist", *argv], capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2, r.stderr[-2000:]
-    lines = r.stderr.strip().splitlines()
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"graphdist: error: {flag.replace('{file}', str(f))}: "), lines
     assert "cannot write there" in lines[0]
     assert time.monotonic() - t0 < 60  # refused up front, not after training

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from graphdist.testing import run_cli
+
 SPEC = "criteo-synth:rows=4000,scale=0.0005,seed=1"
 SMALL = ["--batch-size", "64", "--embedding-dim", "8", "--dense-arch", "16", "--over-arch", "16",
          "--no-progress"]
@@ -84,10 +86,10 @@ def test_signal_stops_after_a_step_with_one_line_and_resumes(tmp_path, sig, code
         assert snap.name == f"step_{step:08d}"
     done = int(snap.name.split("_")[1])
     rep = tmp_path / "r.json"
-    r = subprocess.run([sys.executable, "-m", "graphdist", "train-dlrm", SPEC, *SMALL, "--nproc", "2",
-                        "--sparse-groups", str(groups), "--steps", str(done + 3), "--checkpoint-dir", str(ck),
-                        "--resume", "--report", str(rep)], capture_output=True, text=True, timeout=300, env=ENV)
-    assert r.returncode == 0, r.stderr[-3000:]
+    # the resume on two ranks forked as torchrun's workers (the launcher's part ended above)
+    [(rc, text)] = run_cli([["train-dlrm", SPEC, *SMALL, "--nproc", "2", "--sparse-groups", str(groups), "--steps",
+                             str(done + 3), "--checkpoint-dir", str(ck), "--resume", "--report", str(rep)]], 2)
+    assert rc == 0, text[-3000:]
     assert len(json.loads(rep.read_text())["losses"]) == done + 3
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from graphdist.testing import run_cli
+
 SPEC = "sbm:nodes=300,classes=3,avg_degree=5,features=8,seed=0"
 TRAIN = ["train-gcn", SPEC, "--parts", "2", "--method", "random", "--no-progress", "--timeout", "60"]
 
@@ -120,11 +122,10 @@ def test_signal_stops_at_an_epoch_with_one_line_and_resumes(tmp_path):
     if sig == signal.SIGTERM:  # preemption: the stopping epoch itself is checkpointed
         assert snap.name == f"step_{epoch:08d}"
     done = int(snap.name.split("_")[1])
-    r = subprocess.run([sys.executable, "-m", "graphdist", *TRAIN, "--epochs", str(done + 3),
-                        "--checkpoint-dir", str(ck), "--resume", "--report", str(tmp_path / "r.json")],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    import json
+    # the resume on two ranks forked as torchrun's workers (the launcher's part ended above)
+    [(rc, text)] = run_cli([[*TRAIN, "--epochs", str(done + 3), "--checkpoint-dir", str(ck), "--resume",
+                             "--report", str(tmp_path / "r.json")]], 2)
+    assert rc == 0, text[-3000:]
     assert len(json.loads((tmp_path / "r.json").read_text())["losses"]) == done + 3
 
 
@@ -199,10 +200,9 @@ def test_a_killed_worker_is_restarted_and_the_job_ends_with_the_unbroken_result(
     exits 0 with the losses of a run that was never broken, and counts the restart."""
     run = ["train-gcn", "sbm:nodes=3000,classes=3,avg_degree=8,features=16,seed=0", "--parts", "2", "--method",
            "random", "--no-progress", "--timeout", "60", "--epochs", "120", "--nproc", "2"]
-    whole = tmp_path / "whole.json"
-    r = subprocess.run([sys.executable, "-m", "graphdist", *run, "--report", str(whole)], capture_output=True,
-                       text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert r.returncode == 0, r.stderr[-3000:]
+    whole = tmp_path / "whole.json"  # the unbroken run, on two ranks forked as torchrun's workers
+    [(rc, text)] = run_cli([run + ["--report", str(whole)]], 2)
+    assert rc == 0, text[-3000:]
     ck, rep = tmp_path / "ck", tmp_path / "r.json"
     agent = _start(run + ["--checkpoint-dir", str(ck), "--checkpoint-every", "10", "--resume", "auto",
                           "--max-restarts", "1", "--report", str(rep)])

@@ -123,17 +123,15 @@ def test_boundary_sampling_bytes_match_the_trainer(tmp_path, capsys):
     """The expected bytes of ``--boundary-rate 0.5`` (training exchanges at half the rows,
     evaluation whole) against a 2-rank run's mean over its epochs (the draws are keyed by the
     seed: the same every run)."""
-    import subprocess
-    import sys
+    from graphdist.testing import run_cli
     spec = "sbm:nodes=3000,classes=4,avg_degree=10,features=8,seed=0"
     part = tmp_path / "p"
     assert main(["partition", spec, "--parts", "2", "--method", "metis", "--out", str(part)]) == 0
     capsys.readouterr()
     rep = tmp_path / "r.json"
-    r = subprocess.run([sys.executable, "-m", "graphdist", "train-gcn", "--partition", str(part), "--halo", "plain",
-                        "--boundary-rate", "0.5", "--epochs", "3", "--nproc", "2", "--no-progress", "--report", str(rep)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
+    [(code, text)] = run_cli([["train-gcn", "--partition", str(part), "--halo", "plain", "--boundary-rate", "0.5",
+                               "--epochs", "3", "--nproc", "2", "--no-progress", "--report", str(rep)]], 2)
+    assert code == 0, text[-3000:]
     got = json.loads(rep.read_text())["comm/halo_bytes_per_epoch"]
     want = _plan(capsys, part, "--boundary-rate", "0.5")["comm/halo_bytes_per_epoch"]
     whole = _plan(capsys, part, "--input-halo", "exchange")["comm/halo_bytes_per_epoch"]  # sampling exchanges the input

@@ -5,24 +5,22 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 from graphdist.cli import main
+from graphdist.testing import run_cli
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 TRAIN = ["--epochs", "2", "--dim", "16", "--batch-size", "256", "--no-progress"]
 
 
 def _run(args, tmp_path, name):
+    """``graphdist train-rec`` on two ranks forked as torchrun's workers (no launcher)."""
     rep = tmp_path / f"{name}.json"
-    r = subprocess.run([sys.executable, "-m", "graphdist", "train-rec", *args, *TRAIN, "--report", str(rep)],
-                       capture_output=True, text=True, timeout=240, env=ENV)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(rep.read_text()), r.stdout
+    [(code, text)] = run_cli([["train-rec", *args, *TRAIN, "--report", str(rep)]], 2)
+    assert code == 0, text[-3000:]
+    return json.loads(rep.read_text()), text
 
 
 def test_artifact_trains_with_the_source_moved_away(tmp_path, capfd):

@@ -144,15 +144,16 @@ def test_local_error_is_itself_and_named_by_its_peer():
 
 # --report and --checkpoint-dir go through the same check_run_outputs as train-gcn's (tests/test_launch.py)
 @pytest.mark.parametrize("flag, make", [("--cache-dir", lambda d: str(d / "f"))])
-def test_unwritable_output_is_one_line_before_any_work(tmp_path, flag, make):
+def test_unwritable_output_is_one_line_before_any_work(tmp_path, flag, make, capsys):
+    """In this process (``graphdist``'s exit status is what ``main`` returns)."""
+    from graphdist.cli import main
     (tmp_path / "f").write_text("a file where a directory is needed")
     # a billion rows: a run that generated them before checking its outputs would not end within the timeout
-    r = subprocess.run([sys.executable, "-m", "graphdist", "train-dlrm", "criteo-synth:rows=1000000000",
-                        "--nproc", "2", flag, make(tmp_path)], capture_output=True, text=True, timeout=120,
-                       env=ENV)
-    assert r.returncode == 2, r.stderr[-2000:]
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"graphdist: error: {flag} "), r.stderr[-2000:]
+    code = main(["train-dlrm", "criteo-synth:rows=1000000000", "--nproc", "2", flag, make(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2, err[-2000:]
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"graphdist: error: {flag} "), err[-2000:]
 
 
 def _job_report_fails(rank, world, report):
@@ -187,18 +188,18 @@ def test_report_write_failure_says_the_result_is_above(tmp_path):
 def test_an_epoch_of_few_steps_and_oversized_tables_warn(tmp_path):
     """One line each, before training: the few steps, and tables of 20,000 rows for 1,600
     training rows (the data's own sizes, 16,935 rows in all, draw no table warning: below)."""
-    r = subprocess.run([sys.executable, "-m", "graphdist", "train-dlrm", "criteo-synth:rows=2000,scale=0.0005",
-                        "--batch-size", "512", "--no-progress", "--num-embeddings-per-feature",
-                        ",".join(["20000"] * 26)], capture_output=True, text=True, timeout=240, env=ENV)
-    assert r.returncode == 0, r.stderr[-3000:]
-    warn = [ln for ln in r.stderr.splitlines() if "one epoch is only" in ln]
-    assert len(warn) == 1, r.stderr[-3000:]
+    # one rank forked as a torchrun worker (no fresh interpreter); what it printed, both streams
+    [(rc, out)] = run_cli([["train-dlrm", "criteo-synth:rows=2000,scale=0.0005", "--batch-size", "512",
+                            "--no-progress", "--num-embeddings-per-feature", ",".join(["20000"] * 26)]], 1)
+    assert rc == 0, out[-3000:]
+    warn = [ln for ln in out.splitlines() if "one epoch is only" in ln]
+    assert len(warn) == 1, out[-3000:]
     assert "one epoch is only 3 steps (1600 training rows / --batch-size 512)" in warn[0]
     assert "use --batch-size 32 or smaller for >= 50 steps per epoch (50 at 32)" in warn[0]
-    tables = [ln for ln in r.stderr.splitlines() if "tables hold" in ln]
-    assert len(tables) == 1, r.stderr[-3000:]
+    tables = [ln for ln in out.splitlines() if "tables hold" in ln]
+    assert len(tables) == 1, out[-3000:]
     assert tables[0].startswith("warning: the 26 tables hold 520,000 rows (") and "191x more rows" in tables[0]
-    assert "steps 3" in r.stdout
+    assert "steps 3" in out
 
 
 def _distinct(train) -> int:

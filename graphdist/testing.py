@@ -15,6 +15,12 @@ on a loaded machine cannot take each other's rendezvous port. If any rank
 raises, the others are killed and :class:`RankFailure` carries that rank's traceback. If the
 job is not done within ``timeout`` seconds, every live rank is killed and :class:`RankTimeout`
 names the ranks that had not finished. No process outlives the call, nor the calling process.
+
+    codes_and_output = run_cli([["train-gcn", SPEC, "--nproc", "2", ...], [...]], world_size=2)
+
+runs ``graphdist`` commands the same way, on ranks forked as torchrun's workers (no launcher
+process, no fresh imports), and :func:`fork` runs one function in a forked process (to be
+signalled, as a crash would stop it) that talks back through :func:`pipe`.
 """
 from __future__ import annotations
 
@@ -71,12 +77,14 @@ def _child(fn, rank, world_size, store_path, backend, args, env, q):
 
 
 def _server():
+    """The forkserver context whose server imports :data:`PRELOAD`."""
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(PRELOAD))  # read when the server starts (the first call)
     return ctx
 
 
 def _forked(fn, args, env):
+    """In the forked process: end with the caller, take its environment of now, run ``fn``."""
     from graphdist.proc import end_with_parent
     end_with_parent()
     os.environ.clear()

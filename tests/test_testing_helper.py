@@ -1,6 +1,7 @@
 """The multi-process helper: results in rank order, failures surface, hung ranks are killed."""
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -50,3 +51,39 @@ def test_hung_rank_fails_within_timeout():
     with pytest.raises(RankTimeout, match=r"ranks \[1\] did not finish within 8s"):
         run_ranks(_hang_on_1, 2, timeout=8)
     assert time.monotonic() - t0 < 30
+
+
+def test_run_cli_runs_each_command_on_the_ranks_and_keeps_what_rank_0_printed(tmp_path):
+    """Two commands in one forked job: a 2-rank training (a fresh group after the first run
+    destroyed its own) and a bad flag (exit 2, its one line)."""
+    from graphdist.testing import run_cli
+    rep = tmp_path / "r.json"
+    (ok, text), (bad, said) = run_cli([
+        ["train-gcn", "sbm:nodes=120,classes=2,avg_degree=4,features=4,seed=0", "--parts", "2", "--method", "random",
+         "--epochs", "2", "--nproc", "2", "--no-progress", "--report", str(rep)],
+        ["train-gcn", "sbm:nodes=120", "--epochs", "-1"]], 2, timeout=120)
+    assert ok == 0 and "world size 2" in text, text[-2000:]
+    import json
+    assert json.loads(rep.read_text())["world_size"] == 2
+    assert bad == 2 and said.strip().startswith("graphdist: error: ") and "--epochs" in said, said
+
+
+def _say_then_wait(conn):
+    import os
+    conn.send(("pid", os.getpid(), os.environ.get("FORK_PROBE")))
+    time.sleep(600)
+
+
+def test_fork_runs_a_function_with_the_callers_environment_and_can_be_killed(monkeypatch):
+    import signal
+
+    from graphdist.testing import fork, pipe
+    monkeypatch.setenv("FORK_PROBE", "here")  # set after the server started: the caller's now
+    run_ranks(_collectives, 1, args=(0,), timeout=120)  # (the server exists before this fork)
+    mine, theirs = pipe()
+    p = fork(_say_then_wait, (theirs,))
+    assert mine.poll(60), "the forked function said nothing"
+    assert mine.recv() == ("pid", p.pid, "here")
+    os.kill(p.pid, signal.SIGKILL)
+    p.join(timeout=30)
+    assert p.exitcode == -signal.SIGKILL

@@ -179,11 +179,28 @@ def test_users_pyg_script_under_torchrun_across_hosts(tmp_path):
     script = [str(REPO / "examples" / "gat_cora.py"), f"planetoid:{CORA}", "--epochs", "3", "--log-every", "1"]
     res = across_hosts(script, 2, 1, tmp_path / "unused", launcher="torchrun")
     _ok(res)
-    one = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          *script], capture_output=True, text=True, env=_env(), timeout=240)
-    assert one.returncode == 0, one.stderr[-3000:]
+    from graphdist.testing import run_ranks
+    code, printed = run_ranks(_script_rank, 2, (script,), timeout=240)[0]  # the same script on one host
+    assert code == 0, printed[-3000:]
     lines = [ln for ln in res[0][1].splitlines() if ln.startswith("epoch")]
-    assert len(lines) == 3 and lines == [ln for ln in one.stdout.splitlines() if ln.startswith("epoch")]
+    assert len(lines) == 3 and lines == [ln for ln in printed.splitlines() if ln.startswith("epoch")]
+
+
+def _script_rank(rank: int, world_size: int, argv: list[str]) -> tuple[int, str]:
+    """A user's script's ``main`` on a rank forked as torchrun's worker (no launcher, no fresh
+    imports), with graphdist's error policy as its ``gd.main`` applies it (which then leaves the
+    process at once): the exit code and what it printed."""
+    import contextlib
+    import io
+    import runpy
+
+    from graphdist.launch import guarded
+    out = io.StringIO()
+    sys.argv = list(argv)
+    script = runpy.run_path(argv[0], run_name="user_script")  # (not __main__: defines, does not run)
+    with contextlib.redirect_stdout(out):
+        code = guarded(script["main"])
+    return code, out.getvalue()
 
 
 def test_rendezvous_failures_end_in_one_line(tmp_path):

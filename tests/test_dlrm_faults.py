@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from graphdist.testing import run_cli
+from tests.cli_ranks import run_cli
 
 SPEC = "criteo-synth:rows=4000,scale=0.0005,seed=1"
 SMALL = ["--batch-size", "64", "--embedding-dim", "8", "--dense-arch", "16", "--over-arch", "16",

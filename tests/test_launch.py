@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from graphdist.testing import run_cli
+from tests.cli_ranks import run_cli
 
 SPEC = "sbm:nodes=300,classes=3,avg_degree=5,features=8,seed=0"
 TRAIN = ["train-gcn", SPEC, "--parts", "2", "--method", "random", "--no-progress", "--timeout", "60"]

@@ -123,7 +123,7 @@ def test_boundary_sampling_bytes_match_the_trainer(tmp_path, capsys):
     """The expected bytes of ``--boundary-rate 0.5`` (training exchanges at half the rows,
     evaluation whole) against a 2-rank run's mean over its epochs (the draws are keyed by the
     seed: the same every run)."""
-    from graphdist.testing import run_cli
+    from tests.cli_ranks import run_cli
     spec = "sbm:nodes=3000,classes=4,avg_degree=10,features=8,seed=0"
     part = tmp_path / "p"
     assert main(["partition", spec, "--parts", "2", "--method", "metis", "--out", str(part)]) == 0

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from graphdist.cli import main
-from graphdist.testing import run_cli
+from tests.cli_ranks import run_cli
 
 TRAIN = ["--epochs", "2", "--dim", "16", "--batch-size", "256", "--no-progress"]
 

@@ -233,7 +233,7 @@ def test_signal_stops_with_one_line_and_resumes(tmp_path):
     done = int(snap.name.split("_")[1])
     rep = tmp_path / "r.json"
     # the resume on two ranks forked as torchrun's workers (the launcher's part ended above)
-    from graphdist.testing import run_cli
+    from tests.cli_ranks import run_cli
     [(rc, text)] = run_cli([[*train, "--epochs", str(done + 2), "--checkpoint-dir", str(ck), "--resume",
                              "--report", str(rep)]], 2)
     assert rc == 0, text[-3000:]

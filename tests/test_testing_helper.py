@@ -56,7 +56,7 @@ def test_hung_rank_fails_within_timeout():
 def test_run_cli_runs_each_command_on_the_ranks_and_keeps_what_rank_0_printed(tmp_path):
     """Two commands in one forked job: a 2-rank training (a fresh group after the first run
     destroyed its own) and a bad flag (exit 2, its one line)."""
-    from graphdist.testing import run_cli
+    from tests.cli_ranks import run_cli
     rep = tmp_path / "r.json"
     (ok, text), (bad, said) = run_cli([
         ["train-gcn", "sbm:nodes=120,classes=2,avg_degree=4,features=4,seed=0", "--parts", "2", "--method", "random",

@@ -101,7 +101,8 @@ def restore_dist_env():
 
 
 SLOW_FIRST = ("test_hosts.py", "test_launch.py", "test_readme_outputs.py", "test_dlrm_reshard.py",
-              "test_dlrm_faults.py", "test_halo_auto.py", "test_dlrm_2d.py", "test_docs.py", "test_dlrm_parity.py")
+              "test_dlrm_faults.py", "test_halo_auto.py", "test_dlrm_2d.py", "test_reshard.py", "test_stale.py",
+              "test_sbm_learnable.py", "test_demo.py", "test_rec_reshard.py", "test_docs.py", "test_dlrm_parity.py")
 """Files whose tests take the longest (--durations), handed out first: with xdist, a 40 s test
 started last would be the suite's tail while the other workers sit idle."""
 

@@ -25,9 +25,10 @@ BLOCK_BYTES = 16 << 20
 """Input rows one block of the ``blocks`` order may read, in bytes: half a 32 MiB last-level
 cache (the rest holds the CSR stream, the output rows and the other rows a block reads). A fixed
 figure, not the machine's: the order, and so the rounding of every product, is the same wherever
-the part is trained or resumed. Measured at products size (2.45M rows, 122M entries, one thread):
-METIS blocks of this size in RCM order run the product 1.97x (100 columns) and 2.6x (47 columns)
-faster than RCM of the whole part (BENCHMARKS.md, "A cache-sized block order")."""
+the part is trained or resumed. Measured at products size (2.45M rows, 125M entries, 64 columns,
+one thread, quiet box): METIS blocks of this size in RCM order run the product 1.87x faster than
+RCM of the whole part, and the k = 1 epoch in 0.69x the time (BENCHMARKS.md, "A cache-sized
+block order")."""
 COMMUNITY_ROUNDS = 5
 """Label-propagation rounds of ``--reorder community``."""
 

@@ -165,20 +165,23 @@ def test_bad_staleness_is_one_line(argv, match, capsys):
     assert len(err) == 1 and match in err[0], err
 
 
-def test_resume_onto_another_partition_of_the_same_k_leaves_the_held_rows(tmp_path, capfd):
+def test_resume_onto_another_partition_of_the_same_k_leaves_the_held_rows(tmp_path):
     """The held halo rows are saved by rank: a resume onto another partition of the same graph
     and k (where loading them would be a shape error, or silently wrong rows) does not load them,
     and says so once; the same partition resumes with them."""
     import json
+
+    from tests.cli_ranks import run_cli
     ck = str(tmp_path / "ck")
-    run = ["train-gcn", SPEC, "--parts", "2", "--halo-staleness", "1", "--no-progress", "--checkpoint-dir", ck]
-    assert main(run + ["--method", "random", "--epochs", "3"]) == 0
-    capfd.readouterr()
+    run = ["train-gcn", SPEC, "--parts", "2", "--nproc", "2", "--halo-staleness", "1", "--no-progress",
+           "--checkpoint-dir", ck]
     rep = tmp_path / "r.json"
-    assert main(run + ["--method", "metis", "--epochs", "4", "--resume", "--report", str(rep)]) == 0
-    err = capfd.readouterr().err
+    runs = run_cli([run + ["--method", "random", "--epochs", "3"],  # on two forked ranks, one after the other
+                    run + ["--method", "metis", "--epochs", "4", "--resume", "--report", str(rep)],
+                    run + ["--method", "metis", "--epochs", "5", "--resume"]], 2)  # the same partition resumes
+    assert [code for code, _ in runs] == [0, 0, 0], runs[-1][1][-3000:]
+    err = runs[1][1]
     assert err.count("the held halo rows belong to the old partition's cut") == 1, err
     was = json.loads(rep.read_text())["run/resharded_from"]
     assert was["world_size"] == 2 and isinstance(was["partition_id"], str)
-    assert main(run + ["--method", "metis", "--epochs", "5", "--resume"]) == 0  # the same partition resumes
-    assert "the held halo rows" not in capfd.readouterr().err
+    assert "the held halo rows" not in runs[2][1]

@@ -57,8 +57,12 @@ def _child(fn, rank, world_size, store_path, backend, args, env, q):
         import torch
         import torch.distributed as dist
         torch.set_num_threads(1)
-        dist.init_process_group(backend, init_method=f"file://{store_path}", rank=rank,
-                                world_size=world_size, timeout=datetime.timedelta(seconds=120))
+        try:
+            dist.init_process_group(backend, init_method=f"file://{store_path}", rank=rank,
+                                    world_size=world_size, timeout=datetime.timedelta(seconds=120))
+        except Exception:  # noqa: BLE001 - the group did not form: the caller may start the job again
+            q.put((rank, None, traceback.format_exc()))
+            return
         try:
             out = fn(rank, world_size, *args)
         finally:
@@ -104,9 +108,27 @@ def pipe():
     return _server().Pipe()
 
 
+class _NoGroup(Exception):
+    """A rank could not join the process group (before ``fn`` ran)."""
+
+
 def run_ranks(fn, world_size: int, args: tuple = (), *, timeout: float = 120.0,
               backend: str = "gloo", env: dict | None = None) -> list:
-    """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes; return results by rank."""
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes; return results by rank.
+    A job whose process group did not form (gloo's mesh connect on a loopback shared with other
+    jobs' sockets, seen once in a suite run: "Connection closed by peer") is started again once,
+    from a fresh store; ``fn`` had not run on that rank."""
+    try:
+        return _run_once(fn, world_size, args, timeout, backend, env)
+    except _NoGroup:
+        pass
+    try:
+        return _run_once(fn, world_size, args, timeout, backend, env)
+    except _NoGroup as e:
+        raise RankFailure(f"the process group did not form twice:\n{e}") from None
+
+
+def _run_once(fn, world_size: int, args: tuple, timeout: float, backend: str, env: dict | None) -> list:
     ctx = _server()
     q = ctx.Queue()
     tmp = tempfile.mkdtemp(prefix="graphdist-ranks-")
@@ -135,6 +157,8 @@ def run_ranks(fn, world_size: int, args: tuple = (), *, timeout: float = 120.0,
                         raise RankFailure(f"rank {dead[0]} exited with code {procs[dead[0]].exitcode} "
                                           "without a result")
                 continue
+            if ok is None:
+                raise _NoGroup(f"rank {rank} could not join:\n{out}")
             if not ok:
                 raise RankFailure(f"rank {rank} failed:\n{out}")
             results[rank] = pickle.loads(out)

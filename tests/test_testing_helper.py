@@ -87,3 +87,18 @@ def test_fork_runs_a_function_with_the_callers_environment_and_can_be_killed(mon
     os.kill(p.pid, signal.SIGKILL)
     p.join(timeout=30)
     assert p.exitcode == -signal.SIGKILL
+
+
+def _never_runs(rank, world_size):
+    raise AssertionError("fn ran without a process group")
+
+
+def test_a_group_that_does_not_form_is_started_again_once_then_named():
+    """A rank that cannot join (here: a backend that does not exist) is not the job's failure:
+    the job is started again from a fresh store, and after a second try the error says so,
+    with the rank's traceback; ``fn`` never runs."""
+    import pytest
+
+    from graphdist.testing import RankFailure, run_ranks
+    with pytest.raises(RankFailure, match="(?s)the process group did not form twice.*could not join.*nosuch"):
+        run_ranks(_never_runs, 2, backend="nosuch", timeout=60)

@@ -78,18 +78,20 @@ def _rcm(m) -> np.ndarray:
 
 def cache_blocks(m, blocks: int, seed: int = 0) -> np.ndarray:
     """Rows of the square pattern ``m`` (CSR, columns sorted within rows) cut into ``blocks``
-    by METIS k-way (edge cut on the symmetrised pattern without self-loops, 5% imbalance),
-    blocks in METIS's numbering, each in reverse Cuthill-McKee order of its own sub-block.
-    Deterministic for a seed."""
+    by METIS k-way (edge cut on the symmetrised pattern without self-loops,
+    :func:`partitioners.common.sym_csr`; 5% imbalance), blocks in METIS's numbering, each in
+    reverse Cuthill-McKee order of its own sub-block. Deterministic for a seed."""
+    from types import SimpleNamespace
+
+    import scipy.sparse as sp
+
     from partitioners.backends import metis_kway
+    from partitioners.common import sym_csr
     n = m.shape[0]
-    s = _without_loops(m)
-    t = s.T.tocsr()  # a counting sort: columns ascending within rows, as in s
-    if not (t.nnz == s.nnz and np.array_equal(t.indptr, s.indptr) and np.array_equal(t.indices, s.indices)):
-        s = (s + t).tocsr()  # a directed graph: METIS needs the pattern of A + A^T
-        s.sort_indices()
-    del t
-    part = metis_kway(s, int(blocks), np.ones((n, 1), dtype=np.int64), imbalance=0.05, seed=seed)
+    sym = sym_csr(SimpleNamespace(num_nodes=n, indptr=m.indptr, indices=m.indices, meta={}))
+    part = metis_kway(sym, int(blocks), np.ones((n, 1), dtype=np.int64), imbalance=0.05, seed=seed)
+    s = sp.csr_matrix((np.ones(sym.nnz, dtype=np.int8), sym.indices, sym.indptr), shape=(n, n), copy=False)
+    del sym
     order = np.argsort(part, kind="stable")
     starts = np.searchsorted(part[order], np.arange(blocks + 1))
     out = np.empty(n, dtype=np.int64)
@@ -98,19 +100,6 @@ def cache_blocks(m, blocks: int, seed: int = 0) -> np.ndarray:
         if idx.size:
             out[starts[b]:starts[b + 1]] = idx[_rcm(s[idx][:, idx].tocsr())]
     return out
-
-
-def _without_loops(m):
-    """``m`` without its diagonal entries (a new CSR; ``m`` is not changed)."""
-    import scipy.sparse as sp
-    rows = np.repeat(np.arange(m.shape[0], dtype=m.indices.dtype), np.diff(m.indptr))
-    keep = rows != m.indices
-    del rows
-    if keep.all():
-        return m
-    cs = np.zeros(keep.size + 1, dtype=m.indptr.dtype)
-    np.cumsum(keep, out=cs[1:])
-    return sp.csr_matrix((m.data[keep], m.indices[keep], cs[m.indptr]), shape=m.shape, copy=False)
 
 
 def community_order(ptr, cols, n: int, rounds: int = COMMUNITY_ROUNDS, seed: int = 0):

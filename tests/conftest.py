@@ -50,6 +50,26 @@ def shared_file(*parts) -> Path:
     return p
 
 
+def once_per_run(tmp_path_factory, name: str, make):
+    """``make(folder)`` once per test run, shared by every xdist worker: the first worker to ask
+    runs it under a file lock while the others wait, and its pickled result (and whatever it wrote
+    into ``folder``) serves them all. A module-scoped fixture is set up again by each worker that
+    runs one of the module's tests, and again after a stolen test from elsewhere ran between two
+    of them (three set-ups of a 15-22 s DLRM job per suite)."""
+    import pickle
+
+    from filelock import FileLock
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent  # the run's folder, above each worker's own
+    folder, result = root / f"once-{name}", root / f"once-{name}.pkl"
+    with FileLock(str(root / f"once-{name}.lock")):
+        if not result.is_file():
+            folder.mkdir(exist_ok=True)
+            result.write_bytes(pickle.dumps(make(folder)))
+        return pickle.loads(result.read_bytes())
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _cache_home(tmp_path_factory):
     """graphdist's cache home (``$XDG_CACHE_HOME/graphdist``) in the session's temporary folder,

@@ -30,6 +30,7 @@ import pytest
 import torch
 
 from graphdist.testing import run_ranks
+from tests.conftest import once_per_run
 
 TYPES = ["table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel"]
 SPEC = "criteo-synth:rows=1600,scale=0.0005,pooling=3,seed=3"
@@ -222,9 +223,9 @@ def reference(sharding: str, emb_opt: str, sync_every: int, tables: tuple | None
     return losses, {k: v.detach().numpy().copy() for k, v in reps[0].state_dict().items()}
 
 
-@pytest.fixture(scope="module")
-def ranks():
-    return run_ranks(job_reference_runs, W, timeout=600)
+@pytest.fixture(scope="session")
+def ranks(tmp_path_factory):
+    return once_per_run(tmp_path_factory, "dlrm_2d", lambda _: run_ranks(job_reference_runs, W, timeout=600))
 
 
 def _check_weights(res, ref_sd, what, tol=TOL):

@@ -11,15 +11,18 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, once_per_run
 
 pytest.importorskip("mkdocs", reason="the docs extras: pip install -e '.[test]'")
 pytest.importorskip("mkdocstrings_handlers.python", reason="the docs extras: pip install -e '.[test]'")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def site(tmp_path_factory):
-    out = tmp_path_factory.mktemp("site")
+    return once_per_run(tmp_path_factory, "docs_site", _build)
+
+
+def _build(out):
     env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(REPO)}
     r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)

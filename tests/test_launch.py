@@ -233,7 +233,8 @@ def test_lost_node_ends_with_one_line(tmp_path, lost):
     from graphdist.runtime import free_port
     ck, port = tmp_path / "ck", free_port()
     host = _node(port, ck)
-    time.sleep(2.0)  # the first launcher hosts the rendezvous store
+    _wait_for_port(port, host)  # the first launcher hosts the rendezvous store (a fixed sleep lost that race
+    # on a loaded box: the second node hosted it, and killing it lost the store, not a worker)
     other = _node(port, ck)
     _wait_for(ck / "latest", [host, other])
     victim, survivor = (other, host) if lost == "worker node" else (host, other)

@@ -16,6 +16,7 @@ import pytest
 
 from graphdist.cli import main
 from graphdist.gnn.plan import PlanConfig, plan
+from tests.conftest import once_per_run
 
 SPEC = "sbm:nodes=60000,classes=8,avg_degree=12,features=512,seed=0"
 TINY = "sbm:nodes=400,classes=8,avg_degree=12,features=16,seed=0"
@@ -23,9 +24,12 @@ GRAPH_PART = 0.10
 """Allowed relative error of the predicted peak above the footprint."""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def artifacts(tmp_path_factory):
-    root = tmp_path_factory.mktemp("plan")
+    return once_per_run(tmp_path_factory, "plan_artifacts", _partition)
+
+
+def _partition(root):
     for k, method in ((1, "block"), (2, "metis")):
         assert main(["partition", SPEC, "--parts", str(k), "--method", method, "--out", str(root / f"k{k}")]) == 0
     return root

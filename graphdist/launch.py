@@ -184,15 +184,7 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
         raise DistributedError(f"lost the job's rendezvous at {endpoint} (node of the store host gone, or "
                                f"not all {nodes.nnodes} nodes joined): {type(e).__name__}: {first}") from None
     except ChildFailedError as e:
-        codes = {int(r): f.exitcode for r, f in e.failures.items()}
-        for c in (2, 128 + 2, 128 + 15):  # a user error or an interruption the workers reported
-            if c in codes.values():
-                return c
-        # the first worker to fail is the cause; the agent SIGTERMs (-15) the rest afterwards
-        first = sorted(e.failures.items(), key=lambda kv: (kv[1].exitcode == -15, kv[1].timestamp, int(kv[0])))
-        r = int(first[0][0])
-        raise DistributedError(f"worker rank {r} failed with exit code {codes[r]}; "
-                               f"the launcher stopped the other {nproc - 1} worker(s)") from None
+        return _workers_failed(e, nproc)
     finally:
         for k in env_set:
             os.environ.pop(k, None)
@@ -285,6 +277,45 @@ def rank_main(train, cfg, summary) -> dict:
     return rep
 
 
+def _workers_failed(e, nproc: int) -> int:
+    """The exit code of a job whose workers failed (torch's ``ChildFailedError``): a user error or
+    an interruption the workers reported keeps its code. A user error every rank hits alike is
+    printed by rank 0 only; when another rank got there first and the agent stopped rank 0 before
+    it said why (a slow start on a loaded machine), the line that rank left in its error file
+    (:func:`_leave_error_file`) is printed here, so the user still reads it, once."""
+    codes = {int(r): f.exitcode for r, f in e.failures.items()}
+    for c in (2, 128 + 2, 128 + 15):
+        if c in codes.values():
+            if c == 2 and codes.get(0) != 2:
+                said = [f.message for r, f in sorted(e.failures.items(), key=lambda kv: int(kv[0]))
+                        if f.exitcode == 2 and isinstance(f.message, str) and f.message]
+                if said:
+                    sys.stderr.write(f"graphdist: error: {said[0]}\n")
+            return c
+    # the first worker to fail is the cause; the agent SIGTERMs (-15) the rest afterwards
+    first = sorted(e.failures.items(), key=lambda kv: (kv[1].exitcode == -15, kv[1].timestamp, int(kv[0])))
+    r = int(first[0][0])
+    raise DistributedError(f"worker rank {r} failed with exit code {codes[r]}; "
+                           f"the launcher stopped the other {nproc - 1} worker(s)") from None
+
+
+def _leave_error_file(message: str) -> None:
+    """A user error's line in the error file torch's agent gives each worker
+    (``TORCHELASTIC_ERROR_FILE``, the format of torch's ``ErrorHandler``), where the launcher reads
+    it when rank 0 could not print it (:func:`_workers_failed`); torchrun's own failure report shows
+    it too. Best effort: nothing when there is no such file to write."""
+    path = os.environ.get("TORCHELASTIC_ERROR_FILE")
+    if not path:
+        return
+    import time
+
+    from graphdist.fileio import atomic_write_json
+    try:
+        atomic_write_json(path, {"message": message, "timestamp": int(time.time())})
+    except OSError:
+        pass
+
+
 def print_error(e: BaseException, prefix: str = "error") -> None:
     """One line on stderr. A user error that every rank hits alike is printed by rank 0 only;
     a distributed failure is printed by every rank that sees it (each names what it saw)."""
@@ -330,6 +361,7 @@ def guarded(fn, *args) -> int:
     except USER_ERRORS as e:
         comm.publish_error(str(e))
         print_error(e)
+        _leave_error_file(str(e))
         return 2
     except KeyboardInterrupt:
         if rank == 0:

@@ -84,3 +84,40 @@ def test_out_of_memory_is_one_line(capsys):
     assert guarded(oom) == 1
     err = capsys.readouterr().err
     assert err == "graphdist: error: rank 0 of 1 ran out of memory: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+
+
+def test_a_user_error_rank_0_never_printed_is_printed_by_the_launcher(tmp_path, monkeypatch, capsys):
+    """Every rank hits the same user error and only rank 0 prints it; when rank 1 exits first and
+    the agent stops rank 0 before it said why (seen on a loaded box: the launcher returned 2 with
+    nothing printed), rank 1's line, left in its torch error file, is printed by the launcher, once."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError, ProcessFailure
+
+    from graphdist.errors import ConfigError
+    from graphdist.launch import _workers_failed, guarded
+    line = "--partition p: cut from a graph with fingerprint 1 but this graph has fingerprint 2"
+
+    def bad_input():
+        raise ConfigError(line)
+
+    files = {r: tmp_path / f"error{r}.json" for r in (0, 1)}
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(files[1]))
+    assert guarded(bad_input) == 2
+    assert capsys.readouterr().err == ""  # rank 1 does not print a line every rank prints alike
+
+    def failed(rank0_exit):
+        fails = {1: ProcessFailure(1, 11, 2, str(files[1]))}
+        if rank0_exit is not None:
+            fails[0] = ProcessFailure(0, 10, rank0_exit, str(files[0]))
+        return ChildFailedError("graphdist.worker", fails)
+
+    for rank0 in (-15, None):  # stopped by the agent, or not failed yet
+        assert _workers_failed(failed(rank0), 2) == 2
+        assert capsys.readouterr().err == f"graphdist: error: {line}\n"
+    monkeypatch.setenv("RANK", "0")  # rank 0 got there: it printed, the launcher adds nothing
+    monkeypatch.setenv("TORCHELASTIC_ERROR_FILE", str(files[0]))
+    assert guarded(bad_input) == 2
+    assert capsys.readouterr().err == f"graphdist: error: {line}\n"
+    assert _workers_failed(failed(2), 2) == 2
+    assert capsys.readouterr().err == ""

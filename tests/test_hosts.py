@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from graphdist.testbed import Testbed, can_make, finish
+from tests.conftest import once_per_run
 
 Testbed.__test__ = False  # (a class named Test*, not a test)
 
@@ -237,13 +238,16 @@ def _wait_for(path: Path, procs, timeout=240.0) -> None:
 FAULT = ["train-gcn", "sbm:nodes=2000", "--parts", "2", "--epochs", "300", "--checkpoint-every", "20", "--hidden", "16"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def unbroken(tmp_path_factory) -> dict:
-    """The fault tests' reference: the same job on one host, never broken."""
-    rep = tmp_path_factory.mktemp("unbroken") / "unbroken.json"
-    rc, text = one_host(FAULT, 2, rep)
+    """The fault tests' reference: the same job on one host, never broken (once per test run)."""
+    return once_per_run(tmp_path_factory, "hosts_unbroken", _unbroken)
+
+
+def _unbroken(folder) -> dict:
+    rc, text = one_host(FAULT, 2, folder / "unbroken.json")
     assert rc == 0, text
-    return json.loads(rep.read_text())
+    return json.loads((folder / "unbroken.json").read_text())
 
 
 def test_gcn_survives_a_killed_worker_on_another_host(tmp_path, unbroken):

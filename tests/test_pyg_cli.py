@@ -11,6 +11,7 @@ from torch import nn
 
 from graphdist.cli import main
 from graphdist.testing import run_ranks
+from tests.conftest import once_per_run
 
 SPEC = "sbm:nodes=120,classes=3,avg_degree=5,homophily=0.8,features=6,seed=2"
 BASE = ["train-gcn", SPEC, "--hidden", "4", "--epochs", "3", "--no-progress", "--seed", "1"]
@@ -123,18 +124,24 @@ def _close(a, b, tol=1e-5):
     return len(a) == len(b) and all(abs(x - y) <= tol * max(1.0, abs(y)) for x, y in zip(a, b))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs(tmp_path_factory):
-    """``report(name, k)`` of every case: k = 1 in this process, k = 2 on 2 gloo ranks."""
-    root = str(tmp_path_factory.mktemp("pyg_cli"))
+    """``report(name, k)`` of every case: k = 1 in this process, k = 2 on 2 gloo ranks (once per
+    test run, shared by the xdist workers)."""
+    root, api = once_per_run(tmp_path_factory, "pyg_cli", _run_cases)
+    report = lambda name, k=2: _report(f"{root}/{name}-k{k}.json")  # noqa: E731
+    report.api = api
+    return report
+
+
+def _run_cases(folder):
+    root = str(folder)
     for name, argv in CASES.items():
         assert main(argv + ["--report", f"{root}/{name}-k1.json"]) == 0, name
     out = run_ranks(_cli_job, 2, args=({**CASES, **K2_ONLY}, root), timeout=420)
     codes = out[0][0]
     assert codes == {name: 0 for name in {**CASES, **K2_ONLY}}, codes
-    report = lambda name, k=2: _report(f"{root}/{name}-k{k}.json")  # noqa: E731
-    report.api = [o[1] for o in out]
-    return report
+    return root, [o[1] for o in out]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

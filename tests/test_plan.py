@@ -187,8 +187,8 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--model", "gat"], "graphdist's own models only"),
-    (["--model", "nosuch"], "graphdist's own models only"),
+    (["--model", "gat", "--mem-per-rank", "4"], "--mem-per-rank applies to --model gcn|sage only"),
+    (["--model", "nosuch"], "choose gcn, sage"),
     (["--compute-s", "-1"], "--compute-s must be >= 0"),
 ])
 def test_what_plan_does_not_model_is_refused(argv, words, capsys):

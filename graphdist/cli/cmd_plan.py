@@ -3,6 +3,7 @@
 Flags from :class:`graphdist.gnn.plan.PlanConfig` (train-gcn's model and exchange flags plus the
 plan's own); the command is :func:`graphdist.gnn.plan.plan`. Prints a per-rank table, or
 ``--json`` the keys a ``train-gcn`` report would have for the run it predicts, plus ``fits``.
+A PyG ``--model``: the halo exchanges per layer and their bytes (:mod:`graphdist.gnn.plan_pyg`).
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def _handler(args) -> int:
     if cfg.json:
         print(json.dumps({k: v for k, v in out.items() if k != "layers"}, indent=1))
         return 0
+    if "halo/layers" in out:  # a PyG model: its exchanges and bytes only
+        return _pyg_report(cfg, out)
     print(f"plan: {out['source']}, k={out['world_size']}, {cfg.model} {cfg.layers}x{cfg.hidden}, "
           f"F={out['features']}, C={out['classes']}, halo {out['comm/halo']}{' (auto)' if cfg.halo == 'auto' else ''} {cfg.halo_bits} bit"
           f"{rounds_note(cfg, out)}")
@@ -56,6 +59,38 @@ def _handler(args) -> int:
                   f"{c['time/epoch_s']:12.3f}{exact}{mark}")
     verdict = "fits" if out["fits"] else "does NOT fit"
     print(f"peak {human_bytes(out['mem/peak_bytes'])} per rank {verdict} in {human_bytes(out['mem/per_rank_bytes'])}")
+    return 0
+
+
+def _pyg_report(cfg, out: dict) -> int:
+    """The text report of a PyG ``--model`` (:mod:`graphdist.gnn.plan_pyg`)."""
+    from graphdist.fmt import fmt_bytes as human_bytes
+    k = out["world_size"]
+    print(f"plan: {out['source']}, k={k}, {cfg.model} (--layers {cfg.layers} --hidden {cfg.hidden}), "
+          f"F={out['features']}, C={out['classes']}, {out['model/parameters']:,d} parameters, "
+          f"halo {out['comm/halo']} {cfg.halo_bits} bit")
+    size = lambda b: "?" if b is None else human_bytes(b)  # noqa: E731 (--halo auto: train-gcn's choice)
+    cells = [f"{r['owned_rows']:7,d} {r['halo_rows']:7,d} {human_bytes(r['features_bytes']):>9} "
+             f"{human_bytes(r['optimizer_bytes']):>9} {size(r['halo_bytes_sent_per_epoch']):>10} "
+             f"{size(r['halo_bytes_received_per_epoch']):>14}" for r in out["ranks"]]
+    runs = same_rows(cells)
+    width = max(4, *(len(label) for label, _ in runs))
+    print(f"{'rank':<{width}}   owned    halo  features optimizer sent/epoch received/epoch")
+    for label, text in runs:
+        print(f"{label:>{width}} {text}")
+    print(f"halo exchanges per forward: {out['comm/halo_exchanges_per_forward']}"
+          + ("" if k > 1 else " (k=1: nothing to exchange)"))
+    for row in out["halo/layers"]:
+        widths = sorted(set(row["widths"]))
+        cols = "/".join(str(w) for w in widths)
+        n = row["exchanges"]
+        back = "" if k == 1 else f", {row['backward']} with gradients back" if row["backward"] else ", no gradients back"
+        print(f"  {row['layer'] or '<model>'} ({row['class']}, {row['call']}, {row['halo']}): {n} "
+              f"exchange{'' if n == 1 else 's'} of {cols} columns{back}")
+    modes = ", ".join(f"{m} {b / 1e6:,.3f} MB" for m, b in out["comm/halo_bytes_per_epoch_by_mode"].items())
+    print(f"halo bytes per epoch (all ranks; training forward and backward at {cfg.halo_bits} bit, evaluation "
+          f"at {cfg.eval_halo_bits}): {modes if k > 1 else 'none (k=1)'}")
+    print(out["plan/not_modelled"])
     return 0
 
 

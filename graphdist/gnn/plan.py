@@ -1,6 +1,7 @@
 """``graphdist plan``: will a ``train-gcn`` run fit, and what will it cost? Per rank: owned and
 halo rows, the memory of features, activations, adjacency and optimizer state, halo bytes per
-epoch per exchange mode, and an epoch-time estimate; the peak is the largest rank's.
+epoch per exchange mode, and an epoch-time estimate; the peak is the largest rank's. For a PyG
+``--model``, the halo exchanges of each layer and their bytes only (:mod:`graphdist.gnn.plan_pyg`).
 
 Sizes come from a partition artifact (each part file is mapped, nothing trained), from a dataset
 spec partitioned here, or, for a graph too large to load, from its statistics (nodes, undirected
@@ -105,9 +106,8 @@ class PlanConfig(GCNConfig):
             if not 0.0 <= self.cut_fraction <= 1.0:
                 raise ConfigError(f"--cut-fraction must be in [0, 1], got {self.cut_fraction}")
         from graphdist.gnn.config import BUILTIN_MODELS
-        if self.model not in BUILTIN_MODELS:
-            raise ConfigError(f"--model {self.model}: plan models graphdist's own models only "
-                              f"({', '.join(BUILTIN_MODELS)}); a PyG model's layers are not modelled")
+        if self.model not in BUILTIN_MODELS:  # a PyG model: its exchanges and bytes (plan_pyg.py)
+            self._check_pyg_model()
         for name, v, lo in (("layers", self.layers, 1), ("hidden", self.hidden, 1)):
             if v < lo:
                 raise ConfigError(f"--{name} must be >= {lo}, got {v}")
@@ -300,6 +300,10 @@ def plan(cfg: PlanConfig) -> dict:
         del lgs
     if cfg.hosts and (cfg.hosts > k or k % cfg.hosts):
         raise ConfigError(f"--hosts {cfg.hosts} must divide the {k} ranks (K / H ranks on every host)")
+    from graphdist.gnn.config import BUILTIN_MODELS
+    if cfg.model not in BUILTIN_MODELS:
+        from graphdist.gnn.plan_pyg import plan_pyg
+        return plan_pyg(cfg, parts, f_in, n_classes, k, source)
     active = k > 1
     layers = layer_plan(cfg, f_in, n_classes, active)
     mem = cfg.mem_per_rank * GiB if cfg.mem_per_rank else host_memory_bytes() / k

@@ -79,10 +79,13 @@ def _check_edges(ei, w, part, where: str, fn: str) -> None:
 def out_degrees(part) -> torch.Tensor:
     """``[n_own + n_halo]`` float64: every column's out-degree in the whole graph, self-loops
     not counted (``get_laplacian``'s degrees). A collective the first time (cached; under
-    ``torch.jit.trace``, a constant of the trace)."""
+    ``torch.jit.trace``, a constant of the trace); its exchanges are set-up, not an epoch's
+    traffic, so the exchanger's counters do not keep them (``graphdist plan`` counts per epoch)."""
     cache = part.__dict__.setdefault("_gcn_cache", {})
     if "out_deg" not in cache:
         from graphdist.gnn.pyg.wrap import halo_rows
+        stats = part.exchanger.stats
+        counted = stats.rows, stats.bytes
         with untraced(), torch.enable_grad():  # (the first call may be under torch.no_grad())
             src, dst = part.edge_index
             n_all = part.num_owned + part.num_halo
@@ -91,6 +94,7 @@ def out_degrees(part) -> torch.Tensor:
             (halo_rows(h, part.exchanger)[:, 0] * counts).sum().backward()  # halo counts go home, summed
             own = h.grad.detach()
             cache["out_deg"] = halo_rows(own, part.exchanger)[:, 0].to(torch.float64)
+        stats.rows, stats.bytes = counted
     return cache["out_deg"]
 
 

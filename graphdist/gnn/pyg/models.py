@@ -22,6 +22,9 @@ runs and resumed runs repeat, but k ranks differ from one process. The built-in 
 Dropout (``drop``) comes before every layer, the input included (as graphdist's GCN). The
 attention layers run with their own attention dropout off: it would draw from the rank's
 generator, and a layer's internals are not graphdist's to key.
+
+Two multi-hop models for ``--model MODULE:CLASS`` (and ``graphdist plan``'s guide):
+``graphdist.gnn.pyg.models:APPNPNet`` (PyG's citation APPNP) and ``...:TAGNet`` (TAGConv, K = 3).
 """
 from __future__ import annotations
 
@@ -38,7 +41,8 @@ from graphdist.errors import ConfigError
 from graphdist.gnn.models import keyed_dropout
 from graphdist.keyed import key32
 
-__all__ = ["KeyedDropout", "BUILTIN", "model_class", "build_model", "takes_drop", "HEADS", "SIGNATURE"]
+__all__ = ["KeyedDropout", "BUILTIN", "model_class", "build_model", "takes_drop", "HEADS", "SIGNATURE", "APPNPNet",
+           "TAGNet"]
 
 HEADS = 8
 """Attention heads of the hidden layers of gat, gatv2 and transformer (the output layer has one)."""
@@ -174,6 +178,39 @@ class GCNII(nn.Module):
             return [{"params": list(self.parameters()), "weight_decay": weight_decay}]
         return [{"params": list(self.convs.parameters()), "weight_decay": weight_decay},
                 {"params": list(self.lins.parameters()), "weight_decay": 0.0}]
+
+
+class APPNPNet(nn.Module):
+    """PyG's citation benchmark APPNP as a ``MODULE:CLASS`` model
+    (``--model graphdist.gnn.pyg.models:APPNPNet``): ``num_layers`` Linear layers (``hidden``
+    wide, ReLU between), then ``APPNP(K=10, alpha=0.1)``, which propagates the logits 10 times
+    (10 halo exchanges per forward at k >= 2). Dropout before every Linear."""
+
+    K = 10
+
+    def __init__(self, in_channels, hidden, out_channels, num_layers, dropout):
+        super().__init__()
+        from torch_geometric.nn import APPNP
+        self.dropout = dropout
+        self.lins = nn.ModuleList(nn.Linear(a, b) for a, b in _dims(in_channels, hidden, out_channels, num_layers, hidden))
+        self.prop = APPNP(K=self.K, alpha=0.1)
+
+    def forward(self, x, edge_index, drop=None):
+        drop = drop or _torch_dropout
+        h = x
+        for i, lin in enumerate(self.lins):
+            h = lin(drop(F.relu(h) if i else h, self.dropout, i, self.training))
+        return self.prop(h, edge_index)
+
+
+class TAGNet(_Stack):
+    """PyG's TAGCN example as a ``MODULE:CLASS`` model (``--model graphdist.gnn.pyg.models:TAGNet``):
+    ``num_layers`` ``TAGConv(K=3)`` layers, ReLU between, each propagating its input 3 times (3
+    halo exchanges per layer and forward at k >= 2)."""
+
+    def layer(self, f_in, f_out, last):
+        from torch_geometric.nn import TAGConv
+        return TAGConv(f_in, f_out, K=3)
 
 
 BUILTIN: dict[str, type] = {"gat": GAT, "gatv2": GATv2, "gin": GIN, "gcn2": GCNII, "sage-max": SAGEMax,

@@ -30,11 +30,13 @@ def summary(model: nn.Module) -> dict:
 
 
 def halo_layers(model: nn.Module) -> list[dict]:
-    """``[{"layer": name, "class": class, "halo": "mvc"|"plain", "why": reason}]`` per wrapped
-    layer in order: the mode of its last call and why (under ``halo="mvc"`` a layer whose
-    aggregation is not a fixed linear map runs plain)."""
+    """``[{"layer": name, "class": class, "halo": "mvc"|"plain", "why": reason, "exchanges": n}]``
+    per wrapped layer in order: the mode of its last call and why (under ``halo="mvc"`` a layer
+    whose aggregation is not a fixed linear map runs plain), and the halo exchanges of its last
+    forward call (as :func:`summary`; ``graphdist plan`` predicts them)."""
     return [{"layer": n, "class": st.cls.__name__, "halo": st.used,
-             "why": "called with edge weights or attributes" if st.linear and st.used == "plain" else st.why}
+             "why": "called with edge weights or attributes" if st.linear and st.used == "plain" else st.why,
+             "exchanges": st.exchanges}
             for n, st in _states(model)]
 
 

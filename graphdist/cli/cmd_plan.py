@@ -114,7 +114,10 @@ def register(sub) -> None:
                        description="Predict what a train-gcn run needs per rank (owned/halo rows, memory of "
                                    "features, adjacency, activations and optimizer, halo bytes per epoch, epoch "
                                    "time) and whether it fits, from a dataset SPEC, a partition DIR, or a graph's "
-                                   "statistics (--nodes, --edges, --features, --classes, --replication, --parts).")
+                                   "statistics (--nodes, --edges, --features, --classes, --replication, --parts). "
+                                   "For a PyG --model (gat, ..., MODULE:CLASS): the halo exchanges of each layer per "
+                                   "forward (a multi-hop layer: one per propagation) and the halo bytes per epoch, "
+                                   "per rank and in total; its memory and time are not modelled.")
     config.add_arguments(p, PlanConfig, skip=_TRAINING_ONLY)
     p.set_defaults(func=_handler)
 

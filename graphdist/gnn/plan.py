@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from graphdist.errors import ConfigError
-from graphdist.gnn.config import GCNConfig
+from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
 from graphdist.gnn.plan_memory import ALLOC_SLACK, activation_peak  # noqa: F401 (plan's API)
 from graphdist.memory import PROCESS_BYTES
 
@@ -105,7 +105,6 @@ class PlanConfig(GCNConfig):
                 raise ConfigError(f"--replication must be >= 1 with --nodes and --parts > 1, got {self.replication}")
             if not 0.0 <= self.cut_fraction <= 1.0:
                 raise ConfigError(f"--cut-fraction must be in [0, 1], got {self.cut_fraction}")
-        from graphdist.gnn.config import BUILTIN_MODELS
         if self.model not in BUILTIN_MODELS:  # a PyG model: its exchanges and bytes (plan_pyg.py)
             self._check_pyg_model()
         for name, v, lo in (("layers", self.layers, 1), ("hidden", self.hidden, 1)):
@@ -300,8 +299,7 @@ def plan(cfg: PlanConfig) -> dict:
         del lgs
     if cfg.hosts and (cfg.hosts > k or k % cfg.hosts):
         raise ConfigError(f"--hosts {cfg.hosts} must divide the {k} ranks (K / H ranks on every host)")
-    from graphdist.gnn.config import BUILTIN_MODELS
-    if cfg.model not in BUILTIN_MODELS:
+    if cfg.model not in BUILTIN_MODELS:  # its exchanges and bytes only
         from graphdist.gnn.plan_pyg import plan_pyg
         return plan_pyg(cfg, parts, f_in, n_classes, k, source)
     active = k > 1

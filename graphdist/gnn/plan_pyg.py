@@ -115,8 +115,8 @@ class _Recorder:
                 if _state["mode"] == "mvc":  # A @ [h ; halo(h)]: the rows propagate aggregates
                     names = ["x"]
                 else:  # hops, plain: every node argument read at the source
-                    from graphdist.gnn.pyg.hops import _source_args
-                    names = sorted(_source_args(_conv))
+                    from graphdist.gnn.pyg.hops import source_args
+                    names = sorted(source_args(_conv))
                 nd = _conv.node_dim
                 for arg in names:
                     v = kwargs.get(arg)
@@ -153,11 +153,11 @@ def exchange_events(cfg, f_in: int, n_classes: int) -> tuple[list[dict], int]:
     import torch.nn.functional as F
 
     from graphdist.gnn.pyg.models import KeyedDropout, build_model, takes_drop
-    from graphdist.gnn.pyg.wrap import _scan
+    from graphdist.gnn.pyg.wrap import scan_layers
     with torch.random.fork_rng():
         torch.manual_seed(cfg.seed)
         model = build_model(cfg.model, f_in, cfg.hidden, n_classes, cfg.layers, cfg.dropout)
-        convs, _ = _scan(model)
+        convs, _ = scan_layers(model)
         if not convs:
             raise ConfigError(f"--model {cfg.model}: the model has no message-passing layer (a PyG "
                               "MessagePassing module), so it never reads a neighbour")

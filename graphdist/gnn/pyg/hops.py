@@ -30,7 +30,8 @@ from torch_geometric.utils import get_laplacian as _pyg_get_laplacian
 from graphdist.errors import ConfigError
 from graphdist.gnn.pyg.traced import untraced
 
-__all__ = ["global_norms", "propagating", "aggregating", "gcn_hop", "sum_hop", "laplacian_edges", "out_degrees", "norm_sites", "count_propagates"]
+__all__ = ["global_norms", "propagating", "aggregating", "gcn_hop", "sum_hop", "laplacian_edges", "out_degrees", "norm_sites",
+           "count_propagates", "source_args"]
 
 _NORMS = {_pyg_gcn_norm: "gcn_norm", _pyg_get_laplacian: "get_laplacian"}
 
@@ -155,7 +156,7 @@ def global_norms(sites, part, where: str):
             g[name] = v
 
 
-def _source_args(conv) -> set[str]:
+def source_args(conv) -> set[str]:
     """Node arguments the layer's message or edge update reads at the source (``<name>_j``)."""
     names = list(conv._user_args) + list(getattr(conv, "_edge_user_args", []))
     return {n[:-2] for n in names if n.endswith("_j")}
@@ -173,7 +174,7 @@ def propagating(conv, part, ex, counter=None):
     """``call="hops"``: before each ``propagate`` / ``edge_updater`` call of ``conv``, every node
     argument read at the source (owned rows) becomes ``([rows ; halo rows], rows)``; each such
     exchange adds 1 to ``counter.exchanges``."""
-    names, nd, n_own = _source_args(conv), conv.node_dim, part.num_owned
+    names, nd, n_own = source_args(conv), conv.node_dim, part.num_owned
 
     def count():
         if counter is not None and part.world_size > 1:

@@ -45,7 +45,7 @@ from graphdist.gnn.pyg.sync import CHECK_EVERY, Guard, Resync, install
 from graphdist.gnn.pyg.traced import exchange_op, untraced
 from graphdist.halo.exchange import HaloExchanger
 
-__all__ = ["DistConv", "GlobalBatchNorm1d", "distribute", "halo_rows", "HALO_MODES"]
+__all__ = ["DistConv", "GlobalBatchNorm1d", "distribute", "halo_rows", "HALO_MODES", "scan_layers"]
 
 HALO_MODES = ("plain", "mvc")
 
@@ -338,7 +338,7 @@ def distribute(model: nn.Module, part: Part, *, halo: str = "plain", bits: int =
                               "or k >= 2 parts")
     if not isinstance(check_every, int) or check_every < 0:
         raise ConfigError(f"check_every must be an integer >= 0 (steps between weight checks), got {check_every!r}")
-    convs, norms = _scan(model)
+    convs, norms = scan_layers(model)
     ctx = _Context(part, halo, bits, seed, eval_bits)
     ctx.guard = Guard(check_every)
     kinds = {}
@@ -361,7 +361,7 @@ def distribute(model: nn.Module, part: Part, *, halo: str = "plain", bits: int =
     return model
 
 
-def _scan(model: nn.Module):
+def scan_layers(model: nn.Module):
     """``([(name, conv, rule)], [batch norms])``; refuses what cannot run on a part."""
     convs, norms, inside = [], [], {}
     for name, mod in model.named_modules():

@@ -100,7 +100,7 @@ class _Recorder:
                 edges = any(b.arguments.get(n) is not None for n in _rule.edge_args)
                 _state["mode"] = "mvc" if _kind and not edges else "plain"
                 where = f"layer {_name or '<model>'} ({type(_conv).__name__})"
-                if _rule.call != "hops" and _state["mode"] == "plain":
+                if _rule.call != "hops" and _state["mode"] == "plain" and torch.is_tensor(b.arguments.get("x")):
                     b.arguments["x"] = self.probe(b.arguments["x"], _name, _conv, "plain", _rule.call)
                 guard = count_propagates(_conv, where, type(_conv).__name__) if _rule.call != "hops" \
                     else contextlib.nullcontext()

@@ -15,6 +15,7 @@ from torch import nn
 from graphdist.cli import main
 from graphdist.gnn.plan import PlanConfig, plan
 from tests.cli_ranks import run_cli
+from tests.conftest import once_per_run
 
 SPEC = "sbm:nodes=60,classes=3,avg_degree=4,homophily=0.8,features=5,seed=3"
 APPNP = "graphdist.gnn.pyg.models:APPNPNet"
@@ -46,10 +47,14 @@ CASES = {  # name: (model, extra flags, exchanges per layer)
 FLAGS = ["--hidden", "4", "--layers", "2", "--seed", "1"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def runs(tmp_path_factory):
-    """One epoch of every case at k = 2 on one partition artifact: ``(artifact, {name: report})``."""
-    root = tmp_path_factory.mktemp("pyg-plan")
+    """One epoch of every case at k = 2 on one partition artifact: ``(artifact, {name: report})``
+    (once per test run, shared by the xdist workers)."""
+    return once_per_run(tmp_path_factory, "pyg_plan_runs", _train)
+
+
+def _train(root):
     art = root / "parts"
     assert main(["partition", SPEC, "--parts", "2", "--method", "metis", "--out", str(art)]) == 0
     argvs = [["train-gcn", "--partition", str(art), "--model", model, *extra, *FLAGS, "--epochs", "1",

@@ -34,9 +34,13 @@ def test_two_rank_script_error_is_printed_once(tmp_path):
 def test_rank_filter_shows_rank_0_and_names_a_hidden_failure(tmp_path):
     """``--local-ranks-filter 0``: rank 0's output only; rank 1's failure, whose own output is
     filtered out, is one line naming rank 1 and its exit code."""
-    script = tmp_path / "r.py"
-    script.write_text("import os, sys\nprint('hello from', os.environ['RANK'], flush=True)\n"
-                      "sys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
+    script, said = tmp_path / "r.py", tmp_path / "rank0-printed"
+    # rank 1 fails only once rank 0 has printed: otherwise, on a loaded box, the agent could stop a
+    # rank 0 still starting when rank 1 failed, and there would be no output of rank 0 to show
+    script.write_text("import os, sys, time\nprint('hello from', os.environ['RANK'], flush=True)\n"
+                      f"said = {str(said)!r}\n"
+                      "if os.environ['RANK'] == '0':\n    open(said, 'w').close()\n    sys.exit(0)\n"
+                      "while not os.path.exists(said):\n    time.sleep(0.05)\nsys.exit(3)\n")
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}", OMP_NUM_THREADS="1")
     out = subprocess.run([sys.executable, "-m", "graphdist.gnn.pyg.run", "--nproc-per-node", "2",
                           "--local-ranks-filter", "0", str(script)], capture_output=True, text=True, env=env,

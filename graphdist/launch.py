@@ -280,17 +280,17 @@ def rank_main(train, cfg, summary) -> dict:
 def _workers_failed(e, nproc: int) -> int:
     """The exit code of a job whose workers failed (torch's ``ChildFailedError``): a user error or
     an interruption the workers reported keeps its code. A user error every rank hits alike is
-    printed by rank 0 only; when another rank got there first and the agent stopped rank 0 before
-    it said why (a slow start on a loaded machine), the line that rank left in its error file
-    (:func:`_leave_error_file`) is printed here, so the user still reads it, once."""
+    printed by rank 0 only; when no rank printed it (another rank got there first and the agent
+    stopped rank 0 before it said why: a slow start on a loaded machine), the line the lowest rank
+    left in its error file (:func:`_leave_error_file`) is printed here, so the user reads it once."""
     codes = {int(r): f.exitcode for r, f in e.failures.items()}
     for c in (2, 128 + 2, 128 + 15):
         if c in codes.values():
-            if c == 2 and codes.get(0) != 2:
-                said = [f.message for r, f in sorted(e.failures.items(), key=lambda kv: int(kv[0]))
-                        if f.exitcode == 2 and isinstance(f.message, str) and f.message]
+            data = [(int(r), f.message, f.error_file_data) for r, f in e.failures.items()]
+            if c == 2 and not any(isinstance(d, dict) and d.get("printed") for _, _, d in data):
+                said = sorted((r, m) for r, m, _ in data if codes[r] == 2 and isinstance(m, str) and m)
                 if said:
-                    sys.stderr.write(f"graphdist: error: {said[0]}\n")
+                    sys.stderr.write(f"graphdist: error: {said[0][1]}\n")
             return c
     # the first worker to fail is the cause; the agent SIGTERMs (-15) the rest afterwards
     first = sorted(e.failures.items(), key=lambda kv: (kv[1].exitcode == -15, kv[1].timestamp, int(kv[0])))
@@ -299,11 +299,11 @@ def _workers_failed(e, nproc: int) -> int:
                            f"the launcher stopped the other {nproc - 1} worker(s)") from None
 
 
-def _leave_error_file(message: str) -> None:
-    """A user error's line in the error file torch's agent gives each worker
-    (``TORCHELASTIC_ERROR_FILE``, the format of torch's ``ErrorHandler``), where the launcher reads
-    it when rank 0 could not print it (:func:`_workers_failed`); torchrun's own failure report shows
-    it too. Best effort: nothing when there is no such file to write."""
+def _leave_error_file(message: str, printed: bool) -> None:
+    """This rank's error line, and whether it printed it, in the error file torch's agent gives
+    each worker (``TORCHELASTIC_ERROR_FILE``, the ``message``/``timestamp`` format of torch's
+    ``ErrorHandler``): the launcher prints the line when no rank did (:func:`_workers_failed`), and
+    torchrun's own failure report shows it. Best effort: nothing without such a file."""
     path = os.environ.get("TORCHELASTIC_ERROR_FILE")
     if not path:
         return
@@ -311,18 +311,20 @@ def _leave_error_file(message: str) -> None:
 
     from graphdist.fileio import atomic_write_json
     try:
-        atomic_write_json(path, {"message": message, "timestamp": int(time.time())})
+        atomic_write_json(path, {"message": message, "timestamp": int(time.time()), "printed": printed})
     except OSError:
         pass
 
 
-def print_error(e: BaseException, prefix: str = "error") -> None:
-    """One line on stderr. A user error that every rank hits alike is printed by rank 0 only;
+def print_error(e: BaseException, prefix: str = "error") -> bool:
+    """One line on stderr (True: this rank printed it). A user error that every rank hits alike is printed by rank 0 only;
     a distributed failure is printed by every rank that sees it (each names what it saw)."""
     rank, world, _ = env_world()
     if rank == 0 or world == 1 or isinstance(e, DistributedError):
         sys.stderr.write(f"graphdist: {prefix}: {e}\n")
         sys.stderr.flush()
+        return True
+    return False
 
 
 def leave(rc: int) -> int:
@@ -360,8 +362,7 @@ def guarded(fn, *args) -> int:
         return e.exit_code
     except USER_ERRORS as e:
         comm.publish_error(str(e))
-        print_error(e)
-        _leave_error_file(str(e))
+        _leave_error_file(str(e), print_error(e))
         return 2
     except KeyboardInterrupt:
         if rank == 0:
@@ -377,7 +378,7 @@ def guarded(fn, *args) -> int:
             try:
                 comm.raise_peer_failure(e, "the job")
             except DistributedError as de:
-                print_error(de)
+                _leave_error_file(str(de), print_error(de))
                 return 2
         import traceback
         traceback.print_exc()

@@ -1,0 +1,134 @@
+"""The two-level halo route across hosts (graphdist.halo.route, ``--halo-route hosts``): the plan on
+a graph checked on paper, the plan against the direct exchange simulated in one process, and
+4 gloo ranks as 2 hosts x 2 training with the route equal to the direct exchange."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphdist.halo.route import build_routes
+
+
+def _simulate(routes, rows):
+    """Each rank's received rows after the routed forward exchange, moved in one process."""
+    k = len(routes)
+    sent1 = [list(torch.split(rows[s][routes[s].send1_idx], routes[s].send1_counts)) for s in range(k)]
+    recv1 = [torch.cat([sent1[s][r] for s in range(k)]) for r in range(k)]
+    sent2 = [list(torch.split(recv1[c][routes[c].send2_src], routes[c].send2_counts)) for c in range(k)]
+    out = []
+    for r in range(k):
+        recv2 = torch.cat([sent2[c][r] for c in range(k)])
+        o = torch.full((routes[r].n_recv,) + tuple(rows[r].shape[1:]), float("nan"))
+        o[routes[r].recv1_pos] = recv1[r]
+        o[routes[r].recv2_pos] = recv2
+        out.append(o)
+    return out
+
+
+def _simulate_back(routes, grads):
+    """Each rank's gradients of its send rows after the routed backward exchange, in one process."""
+    k = len(routes)
+    back2 = [list(torch.split(grads[q][routes[q].recv2_pos], routes[q].recv2_counts)) for q in range(k)]
+    out1 = []
+    for c in range(k):
+        g = grads[c][routes[c].recv1_pos].clone()
+        got = torch.cat([back2[q][c] for q in range(k)])
+        g.index_add_(0, routes[c].send2_src, got)
+        out1.append(list(torch.split(g, routes[c].recv1_counts)))
+    res = []
+    for s in range(k):
+        o = grads[s].new_zeros((routes[s].n_send,) + tuple(grads[s].shape[1:]))
+        o[routes[s].send1_idx] = torch.cat([out1[r][s] for r in range(k)])
+        res.append(o)
+    return res
+
+
+def _direct(counts, rows):
+    k = len(counts)
+    parts = [list(torch.split(rows[s], counts[s])) for s in range(k)]
+    return [torch.cat([parts[s][r] for s in range(k)]) for r in range(k)]
+
+
+def _direct_back(counts, grads):
+    k = len(counts)
+    recv_counts = [[counts[s][r] for s in range(k)] for r in range(k)]
+    parts = [list(torch.split(grads[r], recv_counts[r])) for r in range(k)]
+    return [torch.cat([parts[r][s] for r in range(k)]) for s in range(k)]
+
+
+def test_plan_on_paper():
+    """4 ranks on 2 hosts ([0, 1] and [2, 3]). Rank 0 sends node 10 to ranks 1, 2 and 3, node 11
+    to rank 2 and a partial sum to rank 3; rank 1 sends node 20 to ranks 2 and 3. Across hosts:
+    node 10 once (to rank 2, the lower of the two that need it; rank 2 forwards it to rank 3),
+    node 11 once, the partial sum (never shared), node 20 once (to rank 2, forwarded to 3):
+    4 rows cross instead of 6."""
+    keys = [torch.tensor([10, 10, 11, 10, -1]), torch.tensor([20, 20]), torch.zeros(0, dtype=torch.int64),
+            torch.zeros(0, dtype=torch.int64)]
+    counts = [[0, 1, 2, 2], [0, 0, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]]
+    r = build_routes(keys, counts, [0, 0, 1, 1])
+    # rank 0: 10 to rank 1 (same host), 10 and 11 to rank 2, only the partial sum to rank 3
+    assert r[0].send1_idx.tolist() == [0, 1, 2, 4] and r[0].send1_counts == [0, 1, 2, 1]
+    assert r[1].send1_idx.tolist() == [0] and r[1].send1_counts == [0, 0, 1, 0]
+    assert (r[0].cross_send, r[1].cross_send) == (3, 1)
+    # rank 2 receives [10, 11 | 20] and forwards its rows 0 (node 10) and 2 (node 20) to rank 3
+    assert r[2].recv1_counts == [2, 1, 0, 0] and r[2].recv1_pos.tolist() == [0, 1, 2]
+    assert r[2].send2_src.tolist() == [0, 2] and r[2].send2_counts == [0, 0, 0, 2]
+    # rank 3's direct layout is [10, partial sum | 20]: the partial sum arrives directly (row 1),
+    # 10 and 20 from rank 2 (rows 0 and 2)
+    assert r[3].recv1_counts == [1, 0, 0, 0] and r[3].recv1_pos.tolist() == [1]
+    assert r[3].recv2_counts == [0, 0, 2, 0] and r[3].recv2_pos.tolist() == [0, 2]
+    assert (r[2].cross_back, r[3].cross_back) == (3, 1)
+    assert sum(x.cross_send for x in r) == 4
+    direct = build_routes(keys, counts, [0, 0, 1, 1], routed=False)
+    assert sum(x.cross_send for x in direct) == 6 and all(x.send2_src.numel() == 0 for x in direct)
+    # one rank per host: nothing to share, the route is the direct one
+    one = build_routes(keys, counts, [0, 1, 2, 3])
+    assert [x.send1_idx.tolist() for x in one] == [[0, 1, 2, 3, 4], [0, 1], [], []]
+
+
+@pytest.mark.parametrize("hosts", [[0, 0, 1, 1], [0, 0, 0, 1, 1, 2], [0, 1, 1, 1]])
+def test_plan_moves_what_the_direct_exchange_moves(hosts):
+    """Random send lists (raw rows shared by several peers, partial sums): every rank receives the
+    direct exchange's rows bit for bit; backward, each (row, sender) gets the same gradient sum,
+    partial sums their own gradient; each (raw row, host) crosses at most once."""
+    g = torch.Generator().manual_seed(len(hosts))
+    k = len(hosts)
+    keys, counts = [], []
+    for s in range(k):
+        ks, cs = [], []
+        for p in range(k):
+            if p == s:
+                cs.append(0)
+                continue
+            raw = torch.unique(torch.randint(0, 12, (int(torch.randint(0, 9, (1,), generator=g)),), generator=g))
+            pre = int(torch.randint(0, 3, (1,), generator=g))
+            ks.append(torch.cat([raw + 100 * s, torch.full((pre,), -1)]))
+            cs.append(raw.numel() + pre)
+        keys.append(torch.cat(ks))
+        counts.append(cs)
+    routes = build_routes(keys, counts, hosts)
+    assert sum(r.send2_src.numel() for r in routes) > 0  # some rows are forwarded
+    table = torch.randn(100 * k, 3, generator=g)  # a raw row is the same row to every peer
+    rows = [torch.where((kk >= 0)[:, None], table[kk.clamp(min=0)], torch.randn(kk.numel(), 3, generator=g))
+            for kk in keys]
+    got, want = _simulate(routes, rows), _direct(counts, rows)
+    for r in range(k):
+        assert torch.equal(got[r], want[r])
+    grads = [torch.randn(routes[r].n_recv, 3, generator=g, dtype=torch.float64) for r in range(k)]
+    gb, wb = _simulate_back(routes, grads), _direct_back(counts, grads)
+    for s in range(k):
+        raw = keys[s] >= 0
+        assert torch.equal(gb[s][~raw], wb[s][~raw])
+        ids = torch.unique(keys[s][raw])
+        for u in ids.tolist():
+            at = keys[s] == u
+            assert torch.allclose(gb[s][at].sum(0), wb[s][at].sum(0), rtol=1e-12, atol=1e-12)
+    moved = 0
+    for s in range(k):
+        far = [hosts[p] != hosts[s] for p in range(k)]
+        dst = torch.repeat_interleave(torch.arange(k), torch.tensor(counts[s]))
+        pairs = {(int(u), hosts[int(p)]) for u, p in zip(keys[s], dst) if u >= 0 and far[int(p)]}
+        pre = int(((keys[s] < 0) & torch.tensor(far)[dst]).sum())
+        assert routes[s].cross_send == len(pairs) + pre
+        moved += routes[s].cross_send
+    assert sum(r.cross_back for r in routes) == moved

@@ -2,7 +2,7 @@
 measured with the test bed hosts' interface byte counters.
 
     sudo python benchmarks/hier_hosts.py [--specs SPEC;SPEC] [--k 4] [--hosts 2] [--method metis]
-        [--balance nodes|edges|both] [--epochs 5,15] [--json FILE]
+        [--balance nodes|edges|both] [--halo mvc|plain] [--route direct,hosts] [--epochs 5,15] [--json FILE]
     python benchmarks/hier_hosts.py --count [--specs ...] [--method M] [--balance B]
 
 ``--count``: no test bed and no training, the search tool: per spec the flat and the host-aware
@@ -17,6 +17,9 @@ difference of the summed interface tx bytes over the difference of the epochs is
 cross hosts per epoch (start-up traffic cancels). The ranks of one host exchange through loopback,
 which the counters do not see. Also printed: each partition's halo rows between hosts
 (``quality`` over the host groups) and the final losses (same model, same epochs).
+``--route``: each artifact trained with each of these ``train-gcn --halo-route`` values
+(``direct``: every row on its rank pair; ``hosts``: a raw row crosses to a host once and is
+forwarded inside it, :mod:`graphdist.halo.route`); the ratio column is to flat + the first route.
 Every worker runs with OMP_NUM_THREADS=1.
 """
 from __future__ import annotations
@@ -60,9 +63,10 @@ def host_rows(spec: str, part: Path, k: int, hosts: int) -> tuple[int, int, int,
     return int(comm_volume(g, a // (k // hosts))), int(edge_cut(g, a // (k // hosts))), moved, plain
 
 
-def train(tb: Testbed, spec: str, part: Path, args, epochs: int, out: Path) -> dict:
+def train(tb: Testbed, spec: str, part: Path, args, epochs: int, out: Path, route: str = "direct") -> dict:
     nproc = args.k // args.hosts
     cmd = GD + ["train-gcn", spec, "--partition", str(part), "--epochs", str(epochs), "--halo", args.halo,
+                "--halo-route", route,
                 "--nnodes", str(args.hosts), "--nproc", str(nproc), "--rdzv-endpoint", "h0:29500", "--no-progress"]
     before = [tb.link_bytes(i) for i in range(args.hosts)]
     procs = [tb.popen(i, cmd + ["--report", str(out) + ("" if i == 0 else f".{i}")], stdout=subprocess.PIPE,
@@ -74,7 +78,8 @@ def train(tb: Testbed, spec: str, part: Path, args, epochs: int, out: Path) -> d
     after = [tb.link_bytes(i) for i in range(args.hosts)]
     r = json.loads(out.read_text())
     return {"tx_bytes": sum(a[1] - b[1] for a, b in zip(after, before)), "losses": r["losses"],
-            "halo_bytes_per_epoch": r.get("comm/halo_bytes_per_epoch"), "epoch_s": r["time/epoch_s"]}
+            "halo_bytes_per_epoch": r.get("comm/halo_bytes_per_epoch"), "epoch_s": r["time/epoch_s"],
+            "route": r.get("comm/halo_route"), "plan_bytes": r.get("comm/halo_bytes_between_hosts_per_epoch")}
 
 
 def count(args) -> int:
@@ -111,6 +116,7 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--method", default="metis")
     ap.add_argument("--halo", default="mvc")
+    ap.add_argument("--route", default="direct", help="comma-separated train-gcn --halo-route values (direct,hosts)")
     ap.add_argument("--epochs", default="5,15")
     ap.add_argument("--work", default="runs/hier_hosts")
     ap.add_argument("--balance", default=None)
@@ -120,6 +126,7 @@ def main() -> int:
     if args.count:
         return count(args)
     e1, e2 = (int(x) for x in args.epochs.split(","))
+    routes = [r for r in args.route.split(",") if r]
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -134,31 +141,40 @@ def main() -> int:
                     subprocess.run(GD + ["partition", spec, "--parts", str(args.k), "--method", args.method, *bal,
                                          "--out", str(part), *extra], check=True, env=env(), stdout=subprocess.DEVNULL)
                 rows_between, cut_between, moved_x, plain_x = host_rows(spec, part, args.k, args.hosts)
-                runs = {e: train(tb, spec, part, args, e, work / f"s{si}-{name}-e{e}.json") for e in (e1, e2)}
-                per_epoch = (runs[e2]["tx_bytes"] - runs[e1]["tx_bytes"]) / (e2 - e1)
-                meta = json.loads((part / "meta.json").read_text())
-                row = {"spec": spec, "partition": name, "k": args.k, "hosts": args.hosts, "method": args.method,
-                       "inter_host_bytes_per_epoch": per_epoch, "inter_host_halo_rows": rows_between,
-                       "inter_host_edge_cut": cut_between, "inter_host_moved_rows_per_layer": moved_x,
-                       "inter_host_plain_rows_per_layer": plain_x, "halo_rows_all_parts": meta["quality"]["comm_volume"],
-                       "final_loss": runs[e2]["losses"][-1], "losses": runs[e2]["losses"],
-                       "halo_bytes_per_epoch_all_ranks": runs[e2]["halo_bytes_per_epoch"],
-                       "tx_bytes": {e: runs[e]["tx_bytes"] for e in runs}, "load": os.getloadavg()[0]}
-                rows.append(row)
-                print(json.dumps({k: v for k, v in row.items() if k != "losses"}), flush=True)
+                for route in routes:
+                    tag = f"s{si}-{name}" + ("" if route == "direct" else f"-{route}") + f"-{args.halo}"
+                    runs = {e: train(tb, spec, part, args, e, work / f"{tag}-e{e}.json", route) for e in (e1, e2)}
+                    per_epoch = (runs[e2]["tx_bytes"] - runs[e1]["tx_bytes"]) / (e2 - e1)
+                    meta = json.loads((part / "meta.json").read_text())
+                    row = {"spec": spec, "partition": name, "route": runs[e2]["route"], "halo": args.halo, "k": args.k,
+                           "hosts": args.hosts, "method": args.method,
+                           "inter_host_bytes_per_epoch": per_epoch, "inter_host_halo_rows": rows_between,
+                           "inter_host_edge_cut": cut_between, "inter_host_moved_rows_per_layer": moved_x,
+                           "inter_host_plain_rows_per_layer": plain_x,
+                           "halo_rows_all_parts": meta["quality"]["comm_volume"],
+                           "plan_halo_bytes_between_hosts_per_epoch": runs[e2]["plan_bytes"],
+                           "final_loss": runs[e2]["losses"][-1], "losses": runs[e2]["losses"],
+                           "halo_bytes_per_epoch_all_ranks": runs[e2]["halo_bytes_per_epoch"],
+                           "tx_bytes": {e: runs[e]["tx_bytes"] for e in runs}, "load": os.getloadavg()[0]}
+                    rows.append(row)
+                    print(json.dumps({k: v for k, v in row.items() if k != "losses"}), flush=True)
     print(f"done in {time.time() - t0:.0f} s; load {os.getloadavg()}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
-    print("\n| graph | partition | bytes crossing hosts / epoch | ratio | rows between hosts / layer, mvc | "
-          "plain | halo rows, all parts | final loss |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
-    for i in range(0, len(rows), 2):
-        f, h = rows[i], rows[i + 1]
-        for r in (f, h):
-            print(f"| {r['spec'].split(',')[0]} | {r['partition']} | {r['inter_host_bytes_per_epoch']:,.0f} | "
+    print("\n| graph | halo | partition | route | bytes crossing hosts / epoch | ratio | halo bytes between hosts "
+          "(plan) | rows between hosts / layer, mvc | plain | halo rows, all parts | final loss |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    per_spec = 2 * len(routes)
+    for i in range(0, len(rows), per_spec):
+        f = rows[i]
+        for r in rows[i:i + per_spec]:
+            plan = r["plan_halo_bytes_between_hosts_per_epoch"]
+            print(f"| {r['spec'].split(',')[0]} | {r['halo']} | {r['partition']} | {r['route']} | "
+                  f"{r['inter_host_bytes_per_epoch']:,.0f} | "
                   f"{r['inter_host_bytes_per_epoch'] / f['inter_host_bytes_per_epoch']:.2f} | "
+                  f"{'-' if plan is None else f'{plan:,}'} | "
                   f"{r['inter_host_moved_rows_per_layer']:,} | {r['inter_host_plain_rows_per_layer']:,} | "
-                  f"{r['halo_rows_all_parts']:,} | {r['final_loss']:.4f} |")
+                  f"{r['halo_rows_all_parts']:,} | {r['final_loss']:.8f} |")
     return 0
 
 

@@ -132,3 +132,112 @@ def test_plan_moves_what_the_direct_exchange_moves(hosts):
         assert routes[s].cross_send == len(pairs) + pre
         moved += routes[s].cross_send
     assert sum(r.cross_back for r in routes) == moved
+
+
+def _as_hosts(rank, per_host):
+    """This forked rank placed as torchrun places rank ``rank`` on a node of ``per_host`` ranks."""
+    import os
+    os.environ.update({"LOCAL_WORLD_SIZE": str(per_host), "GROUP_RANK": str(rank // per_host),
+                       "LOCAL_RANK": str(rank % per_host)})
+
+
+def _exchange_case(rank, ws, graph, a, state, halo):
+    """One forward and backward of a 3-layer GCN through the direct and the routed exchanger."""
+    import torch.nn.functional as F
+
+    from graphdist import comm
+    from graphdist.gnn.models import GNN
+    from graphdist.halo import build_layout
+    from graphdist.halo.exchange import HaloExchanger
+    from graphdist.halo.route import gather_route
+    from graphdist.halo.spmm import SparseAdj
+    from tests.test_gcn_parity import C, HID
+    lg = build_layout(graph, a, rank, ws).reordered("rcm")
+    adj = SparseAdj.for_model(lg, "gcn", halo=halo)
+    res = {}
+    for routed in (False, True):
+        route, info = gather_route(lg, halo, routed)
+        ex = HaloExchanger.from_local_graph(lg, halo=halo, route=route)
+        model = GNN("gcn", graph.x.shape[1], HID, C, 3, dropout=0.0)
+        model.load_state_dict(state)
+        out = model(lg.x, adj, ex)
+        loss = F.cross_entropy(out[lg.train_mask], lg.y[lg.train_mask], reduction="sum")
+        loss.backward()
+        comm.all_reduce_grads(model.parameters())
+        res[routed] = {"out": out.detach(), "grads": {k: p.grad for k, p in model.named_parameters()},
+                       "host_bytes": ex.stats.host_bytes, "info": info, "routed": ex.routed}
+    return res
+
+
+def _train_case(rank, ws, graph, a, halo, route, input_halo):
+    import torch.distributed as dist
+
+    from graphdist.gnn.trainer import GCNConfig, fit
+    from graphdist.halo import build_layout
+    from graphdist.runtime import init_distributed
+    from tests.test_gcn_parity import HID
+    cfg = GCNConfig(spec="test", layers=3, hidden=HID, epochs=6, seed=5, progress=False, halo=halo,
+                    halo_route=route, input_halo=input_halo)
+    cfg.validate()
+    r = fit(cfg, build_layout(graph, a, rank, ws), {}, init_distributed("cpu") if dist.is_initialized() else None)
+    return {k: r[k] for k in ("losses", "comm/halo_route", "comm/halo_bytes_between_hosts_per_epoch",
+                              "comm/halo_bytes_per_epoch")}
+
+
+def _rank_job(rank, ws, graph, a, state):
+    _as_hosts(rank, 2)
+    res = {("exchange", halo): _exchange_case(rank, ws, graph, a, state, halo) for halo in ("plain", "mvc")}
+    for halo, input_halo in (("plain", "resident"), ("mvc", "exchange")):
+        for route in ("direct", "hosts"):
+            res[("train", halo, route)] = _train_case(rank, ws, graph, a, halo, route, input_halo)
+    return res
+
+
+def test_hosts_route_equals_direct_on_4_ranks():
+    """4 gloo ranks as 2 hosts x 2 (torchrun's LOCAL_WORLD_SIZE / GROUP_RANK), random parts:
+    the routed exchanger gives the direct one's logits bit for bit and its gradients to 1e-6,
+    with fewer bytes between hosts; training plain and mvc (6 epochs, dropout) gives the direct
+    route's losses (the first bit for bit: forward only), and the report says which route ran."""
+    from graphdist.testing import run_ranks
+    from tests.test_gcn_parity import assignment, init_state, make_graph, _rel_close
+    graph = make_graph()
+    a = assignment(graph, 4, "random")
+    res = run_ranks(_rank_job, 4, args=(graph, a, init_state("gcn")), timeout=240)
+    for halo in ("plain", "mvc"):
+        info = res[0][("exchange", halo)][True]["info"]
+        assert info["hosts"] == 2 and info["ranks_per_host"] == [2]
+        assert 0 < info["rows_between_hosts"] < info["rows_between_hosts_direct"], info
+        hb = [sum(res[r][("exchange", halo)][routed]["host_bytes"] for r in range(4)) for routed in (False, True)]
+        assert 0 < hb[1] < hb[0], (halo, hb)
+        for r in range(4):
+            d, h = res[r][("exchange", halo)][False], res[r][("exchange", halo)][True]
+            assert h["routed"] and not d["routed"]
+            assert torch.equal(d["out"], h["out"]), (halo, r)
+            for name, g in d["grads"].items():
+                assert _rel_close(h["grads"][name], g, 1e-6), (halo, r, name)
+        d, h = res[0][("train", halo, "direct")], res[0][("train", halo, "hosts")]
+        assert (d["comm/halo_route"], h["comm/halo_route"]) == ("direct", "hosts")
+        assert 0 < h["comm/halo_bytes_between_hosts_per_epoch"] < d["comm/halo_bytes_between_hosts_per_epoch"]
+        assert h["losses"][0] == d["losses"][0] and len(h["losses"]) == 6
+        assert max(abs(x - y) / abs(y) for x, y in zip(h["losses"], d["losses"])) <= 1e-6, (halo, h, d)
+
+
+@pytest.mark.parametrize("kw, words", [
+    ({"halo_bits": 8}, "--halo-bits 8"), ({"halo": "auto"}, "--halo auto"),
+    ({"halo_rounds": 2}, "--halo-rounds 2"), ({"halo_staleness": 1}, "--halo-staleness 1"),
+    ({"boundary_rate": 0.5}, "--boundary-rate 0.5"), ({"eval_halo_bits": 16}, "--eval-halo-bits 16"),
+    ({"link_gbps": 1.0}, "--link-gbps"), ({"model": "gat"}, "--model gat")])
+def test_refusals_name_the_flags(kw, words):
+    from graphdist.errors import ConfigError
+    from graphdist.gnn.config import GCNConfig
+    with pytest.raises(ConfigError, match="--halo-route hosts cannot be combined with " + words) as e:
+        GCNConfig(spec="sbm:nodes=100", halo_route="hosts", **kw).validate()
+    assert "\n" not in str(e.value)
+
+
+def test_refusal_on_the_command_line(capsys):
+    from graphdist.cli import main
+    code = main(["train-gcn", "sbm:nodes=100", "--halo-route", "hosts", "--halo-bits", "8", "--halo-staleness", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "--halo-route hosts cannot be combined with --halo-bits 8, --halo-staleness 1" in err

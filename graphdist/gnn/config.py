@@ -66,6 +66,12 @@ class GCNConfig(RunConfig):
     """halo exchange: plain sends every halo row raw; mvc sends, per peer pair, raw rows or
     pre-aggregated partial sums as a minimum vertex cover of the cut picks (exact, fewer rows);
     auto picks the one with the lower predicted epoch time (rates and link measured at start-up)"""
+    halo_route: Literal["direct", "hosts"] = "direct"
+    """direct: every message row goes straight to each rank that needs it; hosts: a raw halo row
+    crosses to another host once, to one rank there that needs it, which forwards it to the others
+    of its host (hosts from the launcher: a node's ranks; partial sums and rows inside a host go
+    direct); the same values forward, backward sums in another order. With one host or one rank
+    per host it is the direct route. Float rows, one round, fresh halos, graphdist's own models"""
     halo_bits: Literal[32, 16, 8, 4, 2] = 32
     """bits per halo value in flight, forward and backward: 32 = float32 (exact); 16, 8, 4, 2 =
     per-row offset and scale, stochastic rounding, packed bytes (fewer bytes, not exact)"""
@@ -161,6 +167,8 @@ class GCNConfig(RunConfig):
         if self.boundary_rate < 1.0 and self.halo_staleness:
             raise ConfigError("--boundary-rate below 1 and --halo-staleness 1 cannot be combined (the rows held "
                               "from one epoch would not be the rows the next epoch samples)")
+        if self.halo_route == "hosts":
+            self._check_route()
         if self.lr <= 0 or self.weight_decay < 0:
             raise ConfigError(f"--lr must be > 0 and --weight-decay >= 0, got {self.lr} and {self.weight_decay}")
         for name, v in (("parts", self.parts), ("nproc", self.nproc)):
@@ -170,6 +178,20 @@ class GCNConfig(RunConfig):
             raise ConfigError("--resume needs --checkpoint-dir")
         if self.model not in BUILTIN_MODELS:
             self._check_pyg_model()
+
+    def _check_route(self) -> None:
+        """``--halo-route hosts`` with the flags it does not take: one line naming them."""
+        bad = [f for f, on in (("--halo auto", self.halo == "auto"),
+                               (f"--halo-bits {self.halo_bits}", self.halo_bits < 32),
+                               (f"--eval-halo-bits {self.eval_halo_bits}", self.eval_halo_bits < 32),
+                               (f"--halo-rounds {self.halo_rounds}", self.halo_rounds > 1),
+                               ("--halo-staleness 1", self.halo_staleness > 0),
+                               (f"--boundary-rate {self.boundary_rate:g}", self.boundary_rate < 1.0),
+                               ("--link-gbps / --link-latency-us", self.link_gbps > 0 or self.link_latency_us > 0),
+                               (f"--model {self.model}", self.model not in BUILTIN_MODELS)) if on]
+        if bad:
+            raise ConfigError(f"--halo-route hosts cannot be combined with {', '.join(bad)} (it moves float32 rows, "
+                              "fresh, in one round, for --halo plain|mvc and --model gcn|sage)")
 
     def _check_pyg_model(self) -> None:
         """A PyG ``--model``: the name or ``MODULE:CLASS`` resolves, and no flag of graphdist's own

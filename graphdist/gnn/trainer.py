@@ -41,6 +41,7 @@ from graphdist.halo.link import Link
 from graphdist.halo.quant import rel_error as quant_rel_error
 from graphdist.halo.regroup import parts_for_world
 from graphdist.halo.resident import ResidentHalo
+from graphdist.halo.route import gather_route
 from graphdist.halo.rounds import in_rounds
 from graphdist.halo.stale import STALE_RESHARD, Staleness
 from graphdist.halo.setup import check_layout, load_local
@@ -106,6 +107,9 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
                 raise
             cfg, why_not = dataclasses.replace(cfg, input_halo="exchange"), f"the held rows do not fit ({e})"
             rounds = check_fits(cfg, lg, ws)
+    if rounds > 1 and cfg.halo_route == "hosts":
+        raise ConfigError(f"--halo-route hosts moves each exchange in one round, but this job needs {rounds} "
+                          "--halo-rounds to fit memory: use --halo-route direct, or more ranks")
     cfg = dataclasses.replace(cfg, halo_rounds=rounds)
     if why_not is not None and why_not.startswith("the held rows do not fit"):
         get_logger().info(f"--input-halo resident: {why_not}; the input halo rows are exchanged every epoch")
@@ -196,6 +200,8 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/halo_auto": halo_auto,
         "comm/halo_bits": _widths(chosen) if chosen is not None else cfg.halo_bits,
         "comm/halo_rounds": cfg.halo_rounds,
+        "comm/halo_route": "hosts" if getattr(net, "route", None) is not None and net.route.routed else "direct",
+        "comm/halo_bytes_between_hosts_per_epoch": hist.get("halo_host_bytes"),
         "comm/input_halo": "resident" if getattr(net, "held", None) is not None else "exchange",
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "comm/halo_rel_error": rel_error,
@@ -241,13 +247,17 @@ class BuiltinNet:
             f0 = cfg.hidden if cfg.layers > 1 else n_classes
             width = max(cfg.hidden, n_classes, x.shape[1] if x.shape[1] < 2 * f0 else 0)
             stale = Staleness(cfg.layers, width, cfg.staleness_smoothing)
+        self.route = self.route_info = None
+        if comm.world()[1] > 1:  # the hosts of the ranks: the route, or the bytes between hosts counted
+            self.route, self.route_info = gather_route(lg, cfg.halo, cfg.halo_route == "hosts")
+            _log_route(cfg, self.route, self.route_info)
         self.ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed,
-                                                 link=self.link, stale=stale)
+                                                 link=self.link, stale=stale, route=self.route)
         # evaluation is exact (32-bit, fresh rows) unless --eval-halo-bits says otherwise
         same = cfg.eval_halo_bits == cfg.halo_bits and not cfg.halo_staleness and not separate_eval
         self.ex_eval = self.ex if same else \
             HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.eval_halo_bits, seed=cfg.seed + 1,
-                                           link=self.link)
+                                           link=self.link, route=self.route)
         if self.ex.active:  # --halo-rounds: the exchange's buffers in slices
             in_rounds(cfg.halo_rounds, self.adj, self.ex, self.ex_eval)
         # --input-halo resident: the features' halo rows, received once (graphdist.halo.resident)
@@ -286,6 +296,10 @@ class BuiltinNet:
     def traffic(self) -> list[int]:
         exs = self.exchangers()
         return [sum(e.stats.rows for e in exs), sum(e.stats.bytes for e in exs)]
+
+    def host_traffic(self) -> int:
+        """Halo bytes this rank sent to other hosts since the epoch began (0 without a host map)."""
+        return sum(e.stats.host_bytes for e in self.exchangers())
 
     def error_sources(self):
         return [self.ex], len(self.model.convs)
@@ -344,6 +358,9 @@ class GCNTask(Task):
             if "halo_rows_bytes" not in hist:  # traffic per epoch is fixed by the plan: all ranks' sum, once
                 tot = comm.all_reduce_sum(torch.tensor(net.traffic(), dtype=torch.float64, device=self.dev))
                 hist["halo_rows_bytes"] = [int(v) for v in tot.tolist()]  # checkpointed with the history
+                if getattr(net, "route", None) is not None and not sampled:  # and those between hosts
+                    hb = comm.all_reduce_sum(torch.tensor([net.host_traffic()], dtype=torch.float64, device=self.dev))
+                    hist["halo_host_bytes"] = int(hb[0])
             elif sampled:  # sampled: every epoch's traffic differs; their sum
                 tot = comm.all_reduce_sum(torch.tensor(net.traffic(), dtype=torch.float64, device=self.dev))
             if sampled:
@@ -379,7 +396,7 @@ class GCNTask(Task):
         return {"comm/halo_bytes_per_epoch": rb[1]} if rb else {}
 
     def resharded(self, was: dict) -> None:
-        for k in ("halo_rows_bytes", "halo_rows_bytes_sum"):  # the old partition's traffic
+        for k in ("halo_rows_bytes", "halo_rows_bytes_sum", "halo_host_bytes"):  # the old partition's traffic
             self.history.pop(k, None)
 
     def loaded(self, state: dict) -> None:
@@ -399,6 +416,20 @@ class GCNTask(Task):
             self.held_rows = True
         if getattr(self.net, "stale", None) is not None and comm.world()[0] == 0:
             get_logger().warning(STALE_RESHARD)
+
+
+def _log_route(cfg, route, info: dict) -> None:
+    """Rank 0's line on the route across hosts (``--halo-route``)."""
+    shape = f"{info['hosts']} host(s) x {'/'.join(map(str, info['ranks_per_host']))} rank(s)"
+    rows = f"{info['rows_between_hosts']:,} rows between hosts per exchange"
+    if cfg.halo_route == "direct":
+        return
+    if not route.routed:
+        get_logger().info(f"--halo-route hosts: {shape}: nothing to share, the direct route ({rows})")
+        return
+    d = info["rows_between_hosts_direct"]
+    get_logger().info(f"--halo-route hosts: {shape}; {rows} (direct: {d:,}, "
+                      f"{info['rows_between_hosts'] / max(d, 1):.2f}x)")
 
 
 def _label_split(cfg, train, y, ids, epoch: int, n_train: float):

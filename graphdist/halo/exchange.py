@@ -9,6 +9,11 @@ then ``wait()``s; backward mirrors it with :meth:`HaloExchanger.post_reverse`. W
 ``bits < 32`` the rows travel quantised (:mod:`graphdist.halo.quant`: per-row offset and scale,
 stochastic rounding, packed bytes), forward activations and backward gradients alike.
 
+With a :class:`~graphdist.halo.route.RankRoute` of the ``hosts`` route (``--halo-route hosts``) each
+exchange goes in two phases: a raw row crosses to another host once, to one rank there that
+forwards it inside its host (:mod:`graphdist.halo.route`; float rows, one round, fresh halos);
+with a direct route's plan the exchange is today's and the plan counts the bytes between hosts.
+
 With a :class:`~graphdist.halo.link.Link` (``--link-gbps``) every exchange arrives no earlier than
 its simulated transfer time; with stale buffers (:mod:`graphdist.halo.stale`, ``--halo-staleness
 1``) ``post`` hands back the rows of the previous epoch's exchange and leaves this one in flight.
@@ -49,6 +54,8 @@ class CommStats:
     def __init__(self):
         self.rows = 0
         self.bytes = 0
+        self.host_bytes = 0
+        """Bytes of those sent to ranks of other hosts (counted where the exchanger has a route)."""
         self.errors: dict = {}
         """``{(direction, tag): [squared error, squared norm]}`` of quantised rows sent."""
         self.calib: dict = {}
@@ -61,6 +68,7 @@ class CommStats:
     def reset(self):
         self.rows = 0
         self.bytes = 0
+        self.host_bytes = 0
 
     def add(self, t: torch.Tensor):
         self.rows += int(t.shape[0])
@@ -106,7 +114,10 @@ class HaloExchanger:
     and, after :meth:`measure_errors`, the relative error of the quantised rows per layer; a
     :class:`CommStats` given as ``stats`` is shared (counted into by several exchangers).
     ``stale``: hold each exchange for the next epoch (:class:`~graphdist.halo.stale.StaleHalos`
-    of this exchanger's row counts, ``--halo-staleness 1``).
+    of this exchanger's row counts, ``--halo-staleness 1``). ``route``: a
+    :class:`~graphdist.halo.route.RankRoute` of this layout (:func:`graphdist.halo.route.gather_route`):
+    routed, the two-level exchange across hosts; direct, today's exchange whose bytes to other
+    hosts ``stats.host_bytes`` counts.
 
     Public attributes are read-only once it is built (assigning one raises ``AttributeError``):
     its modes change only through its methods.
@@ -115,7 +126,7 @@ class HaloExchanger:
     def __init__(self, send_idx: torch.Tensor | None, send_counts: list[int], recv_counts: list[int],
                  device: torch.device | str = "cpu", group=None, *, bits: int = 32, seed: int = 0,
                  mode: str | None = None, link=None, stats: CommStats | None = None,
-                 stale: Staleness | None = None):
+                 stale: Staleness | None = None, route=None):
         if bits not in BITS:
             raise ConfigError(f"--halo-bits {bits} is not supported (choose from {', '.join(map(str, BITS))})")
         self.send_idx = None if send_idx is None else send_idx.to(device)
@@ -144,6 +155,10 @@ class HaloExchanger:
         if bits < 32 and self.active and comm.backend(group) not in ("gloo", "nccl"):
             raise ConfigError(f"--halo-bits {bits}: the {comm.backend(group)} backend cannot carry "
                               "quantised halo rows (gloo or nccl needed); use --halo-bits 32")
+        self.route = route
+        """:class:`~graphdist.halo.route.RankRoute` (None: no host map, the direct exchange)."""
+        if route is not None:
+            route.check(self.n_send, self.n_recv, bits < 32 or stale is not None or link is not None)
         self._built = True
 
     def __setattr__(self, name: str, value) -> None:
@@ -152,6 +167,11 @@ class HaloExchanger:
                                  "constructor or use a method (set_widths, start_calibration, measure_errors, "
                                  "in_rounds)")
         object.__setattr__(self, name, value)
+
+    @property
+    def routed(self) -> bool:
+        """Whether exchanges take the two-level route across hosts (``--halo-route hosts``)."""
+        return self.route is not None and self.route.routed
 
     @property
     def stale(self) -> StaleHalos | None:
@@ -207,23 +227,27 @@ class HaloExchanger:
 
     @classmethod
     def from_local_graph(cls, lg, device="cpu", group=None, *, halo: str = "plain", bits: int = 32,
-                         seed: int = 0, link=None, stale: Staleness | None = None) -> "HaloExchanger":
+                         seed: int = 0, link=None, stale: Staleness | None = None, route=None) -> "HaloExchanger":
         """The exchanger of ``lg``'s layout in ``halo`` mode (pair it with
-        ``SparseAdj.for_model(lg, model, device, halo)``)."""
+        ``SparseAdj.for_model(lg, model, device, halo)``); ``route``: its plan across hosts
+        (:func:`graphdist.halo.route.gather_route` of the same ``halo`` mode)."""
         if halo == "plain":  # a copy: lg's tensors may be pages of a mapped part file, freed with lg
             return cls(lg.send_idx.clone(), lg.send_counts, lg.recv_counts, device, group, bits=bits, seed=seed,
-                       link=link, stale=stale)
+                       link=link, stale=stale, route=route)
         lay = lg.exchange_layout(halo)
         return cls(None, lay.send_counts, lay.recv_counts, device, group, bits=bits, seed=seed, mode=halo, link=link,
-                   stale=stale)
+                   stale=stale, route=route)
 
     def restricted(self, send_idx: torch.Tensor, send_counts: list[int], recv_counts: list[int]) -> "HaloExchanger":
         """A plain exchanger of a subset of this one's rows (boundary sampling,
         :mod:`graphdist.halo.boundary`) that shares its counters, link and rounding keys."""
         if self._rounds != 1:
             raise ConfigError("--halo-rounds above 1 cannot be combined with --boundary-rate below 1")
+        if self.routed:
+            raise ConfigError("--halo-route hosts cannot be combined with --boundary-rate below 1")
         sub = HaloExchanger(send_idx, send_counts, recv_counts, self.device, self.group, bits=self.bits,
                             seed=self.seed, mode=self.mode, link=self.link, stats=self.stats)
+        object.__setattr__(sub, "route", self.route)  # a direct route's host map: the bytes between hosts
         sub._widths, sub._measure, sub._calibrating = self._widths, self._measure, self._calibrating
         sub._tag, sub._step, sub._calls = self._tag, self._step, self._calls
         return sub
@@ -238,6 +262,8 @@ class HaloExchanger:
             return self
         if self._stale is not None:
             raise ConfigError("--halo-rounds above 1 cannot be combined with --halo-staleness 1")
+        if self.routed:
+            raise ConfigError(f"--halo-route hosts moves each exchange in one round, not --halo-rounds {rounds}")
         s_rnd, s_per = round_of(self.send_counts, rounds)
         _, r_per = round_of(self.recv_counts, rounds)
         self._round_counts = list(zip(s_per, r_per))
@@ -289,6 +315,8 @@ class HaloExchanger:
             return h
         if self.send_idx is None:
             raise ValueError("exchanger(h) needs a plain layout (send_idx)")
+        if self.routed:
+            raise ValueError("exchanger(h) moves its rows directly: the route across hosts is post / post_reverse's")
         return _HaloExchangeFn.apply(h.contiguous(), self)
 
     def post(self, rows: torch.Tensor, tag: int | None = None, rnd: int = 0) -> "Pending":
@@ -307,6 +335,8 @@ class HaloExchanger:
         return pending if self._stale is None else self._stale.swap("backward", tag, pending)
 
     def _start(self, rows, in_counts, out_counts, n_out, direction, tag, rnd=0) -> "Pending":
+        if self.routed:  # the two-level route (float rows, one round: checked when built)
+            return self.route.start(rows, direction, self.group, self.stats)
         rows = rows.contiguous()
         decode = None
         bits = self.bits if tag is None else self._widths.get((direction, int(tag)), self.bits)
@@ -323,6 +353,8 @@ class HaloExchanger:
                 self.stats.add_error(direction, tag, float((err * err).sum()), float((rows * rows).sum()))
         out = buf.new_empty((n_out,) + tuple(buf.shape[1:]))
         self.stats.add(buf)
+        if self.route is not None and buf.shape[0]:
+            self.stats.host_bytes += self.route.cross_rows(in_counts) * (_nbytes(buf) // buf.shape[0])
         t0 = time.perf_counter()
         work = comm.all_to_all_rows(out, buf, out_counts, in_counts, self.group, async_op=True)
         # the simulated link queues every exchange (later rounds too) behind those still on it

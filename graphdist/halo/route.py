@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from graphdist import comm
+from graphdist.errors import ConfigError
 
 __all__ = ["RankRoute", "build_routes", "send_keys", "host_of_rank", "gather_route", "RoutedPending"]
 
@@ -84,6 +85,16 @@ class RankRoute:
     def cross_rows(self, in_counts) -> int:
         """Rows to other hosts among ``in_counts`` rows per peer (a direct exchange's counts)."""
         return sum(int(c) for c, far in zip(in_counts, self.remote) if far)
+
+    def check(self, n_send: int, n_recv: int, unsupported: bool) -> None:
+        """For an exchanger of ``n_send`` / ``n_recv`` rows (``unsupported``: quantised, stale or
+        on a simulated link, which the routed exchange does not take)."""
+        if (self.n_send, self.n_recv) != (n_send, n_recv):
+            raise ValueError(f"the route moves {self.n_send} / {self.n_recv} rows but the exchanger {n_send} / "
+                             f"{n_recv}: build both for the same layout and halo mode")
+        if self.routed and unsupported:
+            raise ConfigError("--halo-route hosts moves float32 rows, fresh, over real links: not with --halo-bits "
+                              "below 32, --halo-staleness 1 or --link-gbps")
 
     def start(self, rows: torch.Tensor, direction: str, group, stats) -> "RoutedPending":
         """Post the routed exchange of ``rows`` (``[n_send, F]`` forward, ``[n_recv, F]``

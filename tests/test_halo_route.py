@@ -86,6 +86,31 @@ def test_plan_on_paper():
     assert [x.send1_idx.tolist() for x in one] == [[0, 1, 2, 3, 4], [0, 1], [], []]
 
 
+def test_plan_of_a_tiny_graph_on_paper():
+    """Nodes 0, 1 on rank 0, 2 on rank 1 (isolated), 3 on rank 2, 4 on rank 3; edges 0-3, 1-3,
+    0-4, 1-4; hosts [0, 1] and [2, 3]. plain: rank 0 sends rows 0 and 1 to both ranks of host 1,
+    so they cross once each (to rank 2, which forwards them to rank 3): 4 rows between hosts
+    against 6. mvc: rank 0 sends one partial sum for node 3 and one for node 4 (each destination
+    has both sources), which are per destination and never shared: 4 rows either way."""
+    from graphdist.data import Graph
+    from graphdist.halo.layout import build_layouts
+    from graphdist.halo.route import send_keys
+    g = Graph.from_edges(torch.tensor([0, 1, 0, 1]), torch.tensor([3, 3, 4, 4]), 5, x=torch.ones(5, 1),
+                         y=torch.zeros(5, dtype=torch.int64), train_mask=torch.ones(5, dtype=torch.bool))
+    plans = build_layouts(g, torch.tensor([0, 0, 1, 2, 3]), 4)
+    hosts = [0, 0, 1, 1]
+    for halo, want_keys, direct, routed in (("plain", [0, 1, 0, 1], 6, 4), ("mvc", [-1, -1], 4, 4)):
+        ks = [send_keys(p, halo) for p in plans]
+        assert ks[0][0].tolist() == want_keys and ks[0][1] == [0, 0, len(want_keys) // 2, len(want_keys) // 2]
+        assert ks[2][0].tolist() == [3] and ks[3][0].tolist() == [4]  # raw: one row to rank 0 each
+        for is_routed, want in ((False, direct), (True, routed)):
+            r = build_routes([k[0] for k in ks], [k[1] for k in ks], hosts, routed=is_routed)
+            assert sum(x.cross_send for x in r) == want, (halo, is_routed)
+        if halo == "plain":  # rank 2 forwards rows 0 and 1 (its phase-1 rows 0, 1) to rank 3
+            assert r[0].send1_counts == [0, 0, 2, 0] and r[2].send2_src.tolist() == [0, 1]
+            assert r[3].recv2_counts == [0, 0, 2, 0] and r[3].recv2_pos.tolist() == [0, 1]
+
+
 @pytest.mark.parametrize("hosts", [[0, 0, 1, 1], [0, 0, 0, 1, 1, 2], [0, 1, 1, 1]])
 def test_plan_moves_what_the_direct_exchange_moves(hosts):
     """Random send lists (raw rows shared by several peers, partial sums): every rank receives the

@@ -14,7 +14,8 @@ from graphdist.gnn.plan import PlanConfig
 
 _TRAINING_ONLY = ("nproc", "nodes", "lr", "weight_decay", "weight_decay_all", "epochs", "row_normalize", "patience",
                   "reorder", "device", "report", "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume",
-                  "timeout_s", "malloc_mmap_mb", "progress", "summary", "max_restarts", "tensorboard")
+                  "timeout_s", "malloc_mmap_mb", "progress", "summary", "max_restarts", "tensorboard",
+                  "halo_route")  # (--hosts: plan counts the direct route's bytes between hosts)
 
 
 def _handler(args) -> int:

@@ -2,7 +2,9 @@
 
 ``TableAdam(rows, lr)`` computes what ``torch.optim.Adam([rows], lr=lr)`` computes with its
 defaults (betas 0.9 / 0.999, eps 1e-8, no weight decay, no amsgrad), with the operations of
-torch's single-tensor path in its order, so the rows are bit for bit torch's::
+torch's single-tensor path in its order, so the rows are bit for bit torch's (at one intra-op
+thread: with two, torch's CPU kernels themselves gave other bits between calls in 2 of 80
+processes)::
 
     step += 1                                          (a float32 counter on the host)
     m = lerp(m, g, 1 - beta1)

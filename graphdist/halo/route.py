@@ -185,6 +185,8 @@ def build_routes(keys: list[torch.Tensor], counts: list[list[int]], hosts: list[
         if int(cnt[s].sum()) != keys[s].numel():
             raise ValueError(f"rank {s}: {keys[s].numel()} send keys but its counts add up to {int(cnt[s].sum())}")
     host = torch.tensor([int(h) for h in hosts], dtype=torch.int64)
+    if not routed:
+        return [_direct(r, cnt, host) for r in (range(k) if ranks is None else ranks)]
     src = torch.repeat_interleave(torch.arange(k), cnt.sum(1))
     dst = torch.repeat_interleave(torch.arange(k).repeat(k), cnt.reshape(-1))
     key = torch.cat([kk.to(torch.int64).reshape(-1) for kk in keys]) if k else torch.zeros(0, dtype=torch.int64)
@@ -193,14 +195,13 @@ def build_routes(keys: list[torch.Tensor], counts: list[list[int]], hosts: list[
     send_start, recv_start = _starts(cnt), _starts(cnt.t())  # [s, p], [p, s]
     final = recv_start[dst, src] + pos - send_start[src, dst]  # row of the receiver's buffer
     carrier_msg = torch.arange(m)
-    if routed:
-        cand = torch.nonzero((host[src] != host[dst]) & (key >= 0)).flatten()
-        o = cand[_order(src[cand], host[dst[cand]], key[cand], dst[cand])]
-        if o.numel():
-            new = torch.ones(o.numel(), dtype=torch.bool)
-            new[1:] = (src[o[1:]] != src[o[:-1]]) | (host[dst[o[1:]]] != host[dst[o[:-1]]]) | (key[o[1:]] != key[o[:-1]])
-            first = o[new][torch.cumsum(new.to(torch.int64), 0) - 1]  # the group's lowest destination
-            carrier_msg[o] = first
+    cand = torch.nonzero((host[src] != host[dst]) & (key >= 0)).flatten()
+    o = cand[_order(src[cand], host[dst[cand]], key[cand], dst[cand])]
+    if o.numel():
+        new = torch.ones(o.numel(), dtype=torch.bool)
+        new[1:] = (src[o[1:]] != src[o[:-1]]) | (host[dst[o[1:]]] != host[dst[o[:-1]]]) | (key[o[1:]] != key[o[:-1]])
+        first = o[new][torch.cumsum(new.to(torch.int64), 0) - 1]  # the group's lowest destination
+        carrier_msg[o] = first
     direct = carrier_msg == torch.arange(m)
     d = torch.nonzero(direct).flatten()  # in (src, dst, pos) order
     d_recv = d[torch.argsort(dst[d], stable=True)]  # (dst, src, pos)
@@ -228,6 +229,20 @@ def build_routes(keys: list[torch.Tensor], counts: list[list[int]], hosts: list[
     return out
 
 
+def _direct(r: int, cnt: torch.Tensor, host: torch.Tensor) -> RankRoute:
+    """Rank ``r``'s direct exchange as a plan (``cnt[s, p]``: rows rank s sends to p): every row
+    on its rank pair, in the buffers' own order, no phase 2. It needs the counts only, so a job
+    that does not route never gathers the send lists."""
+    far = host != host[r]
+    empty = torch.zeros(0, dtype=torch.int64)
+    n_send, n_recv = int(cnt[r].sum()), int(cnt[:, r].sum())
+    return RankRoute(
+        rank=r, hosts=[int(h) for h in host], routed=False, n_send=n_send, n_recv=n_recv,
+        send1_idx=torch.arange(n_send), send1_counts=cnt[r].tolist(), recv1_counts=cnt[:, r].tolist(),
+        recv1_pos=torch.arange(n_recv), send2_src=empty, send2_counts=[0] * len(host), recv2_counts=[0] * len(host),
+        recv2_pos=empty, cross_send=int(cnt[r][far].sum()), cross_back=int(cnt[:, r][far].sum()))
+
+
 def send_keys(lg, halo: str) -> tuple[torch.Tensor, list[int]]:
     """``(keys, counts)``: the send list of ``lg``'s exchange in ``halo`` mode (the global id of
     each raw row sent, -1 for each partial sum; rows per peer)."""
@@ -252,18 +267,18 @@ def gather_route(lg, halo: str, routed: bool, group=None) -> tuple[RankRoute, di
     "rows_between_hosts", "rows_between_hosts_direct"}`` (rows per forward exchange, all ranks).
     With one host or one rank per host the route is the direct one (``routed`` False)."""
     rank = comm.world(group)[0]
-    keys, counts = send_keys(lg, halo)
+    counts = list(lg.exchange_layout(halo).send_counts)
     seen = comm.all_gather_object([host_of_rank(rank), counts], group)
     hosts = [s[0] for s in seen]
     per_host = {h: hosts.count(h) for h in hosts}
     routed = routed and len(per_host) > 1 and max(per_host.values()) > 1
     if routed:
-        every = comm.all_gather_rows(keys, group)
-        sizes = [sum(s[1]) for s in seen]
-        all_keys = list(torch.split(every, sizes))
-    else:  # the direct route needs no keys: empty placeholders of the right lengths
-        all_keys = [torch.full((sum(s[1]),), -1, dtype=torch.int64) for s in seen]
-    route = build_routes(all_keys, [s[1] for s in seen], hosts, routed=routed, ranks=[rank])[0]
+        every = comm.all_gather_rows(send_keys(lg, halo)[0], group)
+        all_keys = list(torch.split(every, [sum(s[1]) for s in seen]))
+        route = build_routes(all_keys, [s[1] for s in seen], hosts, ranks=[rank])[0]
+    else:  # the direct route: the counts say it all
+        cnt = torch.tensor([s[1] for s in seen], dtype=torch.int64)
+        route = _direct(rank, cnt, torch.tensor(hosts, dtype=torch.int64))
     direct = sum(int(c) for s, sc in enumerate(seen) for p, c in enumerate(sc[1]) if hosts[p] != hosts[s])
     moved = int(comm.all_reduce_sum(torch.tensor([route.cross_send], dtype=torch.float64), group)[0])
     info = {"hosts": len(per_host), "ranks_per_host": sorted(set(per_host.values())),

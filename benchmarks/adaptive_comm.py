@@ -64,7 +64,7 @@ def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs,
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.halo import build_layout
     from graphdist.halo.setup import partition_in_process
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cpu")
     g = load_graph(spec)
     a = partition_in_process(g, world, method, 0)

@@ -42,7 +42,7 @@ def main(argv=None) -> dict:
     from embeddings.job import quiet_torchrec
     from embeddings.synth import generate, write_tsv
     from embeddings.trainer import train
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     quiet_torchrec()
     torch.set_num_threads(1)
     os.makedirs(a.out, exist_ok=True)

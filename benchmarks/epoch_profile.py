@@ -51,7 +51,7 @@ def _rank(rank, ws, art, epochs, flags):
     from graphdist.gnn.config import GCNConfig
     from graphdist.gnn.trainer import fit
     from graphdist.halo.parts import load_part
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     import torch
     torch.set_num_threads(1)
     ctx = init_distributed("cpu")

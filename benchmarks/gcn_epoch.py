@@ -179,7 +179,7 @@ def _k_job(rank, world, spec, hidden, layers, epochs, warmup, threads, variants,
     from graphdist.halo.setup import partition_in_process
     torch.set_num_threads(threads)
     if mmap_mb > 0:
-        from graphdist.runtime import set_mmap_threshold
+        from graphdist.memory import set_mmap_threshold
         set_mmap_threshold(mmap_mb)
     g = load_graph(spec)
     lg = build_layout(g, partition_in_process(g, world, "metis", 0), rank, world).reordered("rcm")
@@ -227,7 +227,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.malloc_mmap_mb > 0:
-        from graphdist.runtime import set_mmap_threshold
+        from graphdist.memory import set_mmap_threshold
         set_mmap_threshold(args.malloc_mmap_mb)
     from graphdist.data import load_graph
     from graphdist.gnn.models import GNN

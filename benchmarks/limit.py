@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     from graphdist.gnn.trainer import fit
     from graphdist.halo.parts import load_part
     from graphdist.halo.spmm import SparseAdj
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     out = {"artifact": str(args.dir), "reorder": args.reorder, "cols": args.cols}
     t0 = time.perf_counter()
     lg = load_part(args.dir, 0)

@@ -131,7 +131,7 @@ def main(argv=None) -> int:
             continue
         pk = max(s.peak(a, b), rss0)
         print(f"{'  ' * depth + name:<34} {b - a:7.1f} {rss0 / gib:10.2f} {pk / gib:9.2f} {(pk - rss0) / gib:9.2f}")
-    from graphdist.runtime import peak_rss_bytes
+    from graphdist.memory import peak_rss_bytes
     print(f"total {t1 - t0:.1f} s, peak RSS {peak_rss_bytes() / 2**30:.2f} GiB")
     return 0
 

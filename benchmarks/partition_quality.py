@@ -53,7 +53,7 @@ def one(spec: str, method: str, k: int, imbalance: float) -> dict:
     t0 = time.perf_counter()
     q = quality(g, a, feature_dim=128, k=k)
     q_s = time.perf_counter() - t0
-    from graphdist.runtime import peak_rss_bytes
+    from graphdist.memory import peak_rss_bytes
     rss = peak_rss_bytes()
     return {"spec": spec, "method": method + (f"[{opts}" if opts else ""), "k": k, "nodes": g.num_nodes, "edges": g.num_edges,
             "time_s": sec, "load_s": load_s, "quality_s": q_s, "peak_rss_bytes": rss, **q}

@@ -153,7 +153,7 @@ def _train_gcn_job(rank, ws, kind, graph, seeds, method):
     from graphdist.gnn.config import GCNConfig
     from graphdist.gnn.trainer import fit
     from graphdist.halo.setup import load_local
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     torch.set_num_threads(1)
     ctx = init_distributed("cpu")
     base = dict(spec=graph.name or "graph", method=method, row_normalize=True, progress=False, device="cpu",

@@ -70,7 +70,7 @@ def main(argv=None) -> int:
             acc = float((forward(False).argmax(1) == y).float().mean())
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.detach()))
-    from graphdist.runtime import peak_rss_bytes
+    from graphdist.memory import peak_rss_bytes
     peak = peak_rss_bytes()
     out = {"nodes": n, "edges": int(adj_t.values().numel()), "layers": args.layers, "hidden": args.hidden,
            "pyg/peak_bytes": peak, "pyg/epoch_s": times, "losses": losses, "acc": acc}

@@ -10,7 +10,7 @@ with ``graphdist partition lightgcn:DIR --parts K --method metis`` (k = 1: one p
 from the artifact (``train-rec --partition DIR --nproc K --steps N --eval-users E``): a fixed
 number of steps at a large batch and a fixed sample of users, so a row costs minutes, not the
 hours of a full epoch and a full ranking on a 2-core box. ``mem/peak_bytes_per_rank`` is each
-worker's peak RSS (VmHWM, `graphdist.runtime.peak_rss_bytes`). The growth exponent of a quantity q between two sizes is
+worker's peak RSS (VmHWM, `graphdist.memory.peak_rss_bytes`). The growth exponent of a quantity q between two sizes is
 ``log(q2 / q1) / log(n2 / n1)`` with n the interactions (1 = linear).
 """
 from __future__ import annotations

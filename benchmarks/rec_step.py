@@ -56,7 +56,7 @@ def main():
                                      schedule_epoch)
     from graphdist.rec.sampling import sample_epoch
     from graphdist.rec.setup import rank_data
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     r = load_ratings(a.spec)
     init_distributed("cpu")
     lg = build_layout(r.graph, torch.zeros(r.num_nodes, dtype=torch.int64), 0, 1)

@@ -12,7 +12,6 @@ made for one sharding group of S = W/G ranks and the model is replicated G times
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,7 +173,7 @@ def memory_budget(cfg: DLRMTrainConfig, device: torch.device, local_size: int) -
         return int(cfg.memory_budget_gb * 2**30)
     if device.type == "cuda":
         return int(torch.cuda.get_device_properties(device).total_memory)
-    from graphdist.runtime import host_memory_bytes
+    from graphdist.memory import host_memory_bytes
     return host_memory_bytes() // max(local_size, 1)
 
 
@@ -291,10 +290,14 @@ def make_optimizer(cfg: DLRMTrainConfig, dmp):
 
 def build_sharded(cfg: DLRMTrainConfig, train: ClickData, device: torch.device, pg=None) -> ShardedModel:
     """The sharded model on the current process group (every rank must call it); the plan must
-    be the same on every rank (checked by its digest before anything is placed)."""
+    be the same on every rank (checked by its digest before anything is placed). Ranks per host
+    (the planner's topology, the 2D layout) are the job's agreed placement's
+    (:func:`graphdist.hosts.placement`; 1 where hosts run unequal or interleaved ranks)."""
+    from graphdist.hosts import placement
     pg = pg or dist.group.WORLD
     world = comm.world(pg)[1]
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    where = placement()
+    local = (where.ranks_per_host or 1) if world == where.world else 1  # ranks per host
     layout = layout_for(world, cfg.sparse_groups, local, cfg.sparse_layout)
     module, plan, desc = plan_for(cfg, train, world, local, device.type, pg)
     digest = plan_hash(plan, layout.describe() if layout.groups > 1 else None)

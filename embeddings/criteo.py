@@ -254,8 +254,8 @@ def load_criteo(path: str, skip_bad_lines: bool = False, cache_dir: str | None =
     n = int(meta["rows"])
     if n == 0:
         raise DataFormatError(path, f"no data lines ({meta['lines']} lines, {meta['bad_lines']} bad)")
-    dense = np.load(os.path.join(out, "dense.npy"), mmap_mode="r")[:n]
-    sparse = np.load(os.path.join(out, "sparse.npy"), mmap_mode="r")[:n]
-    labels = np.load(os.path.join(out, "labels.npy"), mmap_mode="r")[:n]
+    dense = np.load(os.path.join(out, "dense.npy"), mmap_mode="r", allow_pickle=False)[:n]
+    sparse = np.load(os.path.join(out, "sparse.npy"), mmap_mode="r", allow_pickle=False)[:n]
+    labels = np.load(os.path.join(out, "labels.npy"), mmap_mode="r", allow_pickle=False)[:n]
     return ClickData(dense=dense, cat=sparse[:, :, None], labels=labels,
                      num_embeddings=[num_embeddings_cap] * NUM_SPARSE, bad_lines=int(meta["bad_lines"]))

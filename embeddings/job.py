@@ -55,7 +55,8 @@ def train_rank(cfg: DLRMTrainConfig) -> dict:
     """This rank's part of the job: join the process group from the environment, train, return
     the report (every rank)."""
     from embeddings.trainer import train
-    from graphdist.runtime import env_world, init_distributed
+    from graphdist.proc import env_world
+    from graphdist.procgroup import init_distributed
     quiet_torchrec()
     if env_world()[0] == 0:  # under torchrun nobody checked the outputs before the workers started
         cfg.check_outputs()
@@ -87,7 +88,7 @@ def run(cfg: DLRMTrainConfig) -> dict | None:
     """Check ``cfg``, then train here or on ``cfg.nproc`` local workers; returns the report (the
     dict the ``--report`` JSON holds); errors raise, as :func:`graphdist.gnn.run`'s."""
     from graphdist.launch import run_job, under_launcher
-    from graphdist.runtime import pick_backend
+    from graphdist.procgroup import pick_backend
     require_torchrec()
     quiet_torchrec()
     cfg.validate()

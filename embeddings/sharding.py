@@ -31,7 +31,7 @@ import torch
 
 from graphdist.errors import ConfigError
 from graphdist.fmt import fmt_bytes
-from graphdist.runtime import host_memory_bytes
+from graphdist.memory import host_memory_bytes
 
 SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel")
 EBC_PATH = "model.sparse_arch.embedding_bag_collection"
@@ -87,6 +87,10 @@ def _planner_plan(module, names, world_size, local_size, device_type, local_batc
         kw["hbm_cap"] = torch.cuda.get_device_properties(0).total_memory
     else:
         kw["ddr_cap"] = host_memory_bytes() // max(local_size, 1)
+    if pg is not None:  # every rank plans alone, so every rank plans from the smallest memory of any
+        from graphdist import comm
+        cap = next(iter(kw))
+        kw[cap] = min(int(c) for c in comm.all_gather_json(int(kw[cap]), pg))
     topo = Topology(world_size=world_size, local_world_size=local_size,
                     compute_device=device_type, **kw)
     constraints = {n: ParameterConstraints(pooling_factors=[max(float(p), 1e-3)])
@@ -95,10 +99,8 @@ def _planner_plan(module, names, world_size, local_size, device_type, local_batc
                                        constraints=constraints)
     from torchrec.distributed.sharding_plan import get_default_sharders
     sharders = get_default_sharders()
-    try:
-        if pg is not None:
-            return planner.collective_plan(module, sharders, pg)
-        return planner.plan(module, sharders)
+    try:  # on every rank, from the same inputs (not torchrec's collective_plan, which pickles rank
+        return planner.plan(module, sharders)  # 0's plan to the others); the plans' digests are compared
     except PlannerError as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"torchrec's planner found no plan that fits {world_size} rank(s) of "

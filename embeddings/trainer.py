@@ -18,11 +18,11 @@ checkpoint, so a snapshot and the evaluated model are one model. The report's
 ``comm/replica_sync_bytes_per_step`` is what the syncs moved per step (the largest rank),
 ``comm/replica_sync_whole_bytes_per_step`` what whole-shard syncs would have moved.
 
-SIGINT / SIGTERM (:class:`graphdist.runtime.GracefulStop`) are polled every
+SIGINT / SIGTERM (:class:`graphdist.proc.GracefulStop`) are polled every
 :data:`STOP_POLL_STEPS` steps with one tiny all-reduce, so every rank stops after the same
 step; SIGTERM writes a checkpoint first (with ``--checkpoint-dir``); then
 :class:`~graphdist.errors.Interrupted` says where to resume. A failed collective names the peer
-(:func:`graphdist.comm.raise_peer_failure`); a local error is raised as itself.
+(:func:`graphdist.failures.raise_peer_failure`); a local error is raised as itself.
 
 The loss reported per step is the global-batch mean (local means averaged over ranks once per
 segment, not per step, so logging costs no collective).
@@ -41,7 +41,8 @@ from embeddings.sharding import format_plan
 from graphdist import comm
 from graphdist.checkpoint import resuming
 from graphdist.loop import LoopConfig, Task, run_loop
-from graphdist.runtime import get_logger, peak_memory_bytes
+from graphdist.log import get_logger
+from graphdist.memory import peak_memory_bytes
 
 STOP_POLL_STEPS = 10
 """Steps between two checks (one all-reduce of one number) whether some rank got a signal."""
@@ -230,7 +231,7 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
     tput = task.steps_run * cfg.batch_size / task.t_train if task.t_train > 0 else 0.0
     metrics = evaluate(sm.dmp, eval_data, cfg, device)
     per_step = max(task.steps_run, 1)
-    per_rank = comm.all_gather_object((peak_memory_bytes(device), *(b / per_step for b in task.sync_bytes(rank))))
+    per_rank = comm.all_gather_json((peak_memory_bytes(device), *(b / per_step for b in task.sync_bytes(rank))))
     peaks = [p for p, _, _ in per_rank]
     desc = sm.desc
     for row in desc["ranks"]:

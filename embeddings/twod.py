@@ -140,8 +140,9 @@ def remap_plan(plan, rank: int, layout: Layout):
     as ``DMPCollection._remap_sharding_plan`` does (``p -> p + g*S`` with ``hosts``, its
     ``use_inter_host_allreduce``; ``p -> p*G + g`` with ``torchrec``); placements stay
     ``rank:N/cpu`` on CPU (ShardedTensor rejects ``cpu:K``)."""
-    from torch.distributed import _remote_device
-    from torch.distributed._shard.sharding_spec import EnumerableShardingSpec
+    from torchrec.distributed.types import EnumerableShardingSpec
+
+    from graphdist.torch_internals import remote_device
     plan = copy.deepcopy(plan)
     g = layout.position(rank)[0]
     for mp in plan.plan.values():
@@ -152,7 +153,7 @@ def remap_plan(plan, rank: int, layout: Layout):
                     new = layout.global_rank(g, sh.placement.rank())
                     dev = sh.placement.device()
                     where = "cpu" if dev.type == "cpu" else f"{dev.type}:{new % max(layout.local_size, 1)}"
-                    sh.placement = _remote_device(f"rank:{new}/{where}")
+                    sh.placement = remote_device(f"rank:{new}/{where}")
     return plan
 
 
@@ -181,18 +182,19 @@ class ReplicaSync:
     def __init__(self, dmp, replica_pg):
         from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
             SplitTableBatchedEmbeddingBagsCodegen as TBE)
+
+        from graphdist.torch_internals import sharded_lookups
         self.replica_pg = replica_pg
         found: list = []
 
         def walk(m):  # DMPCollection._group_sharded_modules, default context
             if isinstance(m, TBE):
                 found.append(m)
-            if hasattr(m, "_lookups"):
-                for lookup in m._lookups:
-                    walk(lookup)
+            for lookup in sharded_lookups(m):  # (not registered submodules: graphdist.torch_internals)
+                walk(lookup)
             for _, child in m.named_children():
                 walk(child)
-        walk(dmp._dmp_wrapped_module)
+        walk(dmp.module)  # (the sharded model without DMP's and DDP's wrappers)
         self.weights_by_dtype: dict = {}
         self.optimizer_tensors_by_dtype: dict = {}
         self.tables: list[tuple[torch.Tensor, list[torch.Tensor]]] = []

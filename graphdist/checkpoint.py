@@ -98,7 +98,7 @@ class Checkpointer:
         name = None
         if rank == 0:
             name = self._publish(step, tmp, meta).name
-        name = comm.all_gather_object(name, self.pg)[0]
+        name = comm.all_gather_json(name, self.pg)[0]
         self._last = self.root / name
         comm.barrier(self.pg)
         return self._last
@@ -230,10 +230,8 @@ def check_settings(snap, saved: dict | None, cfg, free=RESUME_FREE) -> None:
 def state_layout(state: dict) -> dict:
     """``{key: global shape}`` of the tensors of a DCP state dict (ShardedTensor and DTensor by
     their whole size), keyed as DCP stores them."""
-    import torch
-    from torch.distributed.checkpoint._nested_dict import flatten_state_dict
-    flat, _ = flatten_state_dict(state)
-    return {k: tuple(v.size()) for k, v in flat.items() if isinstance(v, torch.Tensor)}
+    from graphdist.torch_internals import dcp_flat_shapes
+    return dcp_flat_shapes(state)
 
 
 def layout_diff(saved: dict, want: dict, most: int = 3) -> str:
@@ -257,7 +255,7 @@ def partition_id(owned) -> str:
     state by rank position (table rows, stale halo rows) only fits the same partition."""
     import hashlib
     mine = hashlib.blake2b(owned.cpu().numpy().tobytes(), digest_size=8).hexdigest()
-    return hashlib.blake2b("/".join(comm.all_gather_object(mine)).encode(), digest_size=8).hexdigest()
+    return hashlib.blake2b("/".join(comm.all_gather_json(mine)).encode(), digest_size=8).hexdigest()
 
 
 def resuming(cfg) -> bool:

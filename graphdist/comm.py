@@ -12,20 +12,22 @@ their destinations, :mod:`graphdist.halo.build`), :func:`all_reduce_mean_coalesc
 :func:`all_gather_rows` (replica synchronisation of sharded tables: the touched row ids, then
 those rows).
 
-Failures: :func:`is_collective_failure`, :func:`raise_peer_failure` and the published-error
-store keys that let a rank name what happened on a peer.
+Small values between ranks (a count, a digest, a host's identity): :func:`all_gather_json`, as
+JSON text in a byte tensor, parsed on arrival. Nothing a peer sends is unpickled: a process that
+reaches the job's network can send wrong numbers, not code (what torch's own store and
+checkpointing still trust the network for: the multi-node guide, "What the network is trusted
+with").
+
+What a rank says when a collective fails (naming a failed peer): :mod:`graphdist.failures`.
 """
 from __future__ import annotations
 
-import os
-import re
-import time
+import json
 
 import torch
 import torch.distributed as dist
 
 from graphdist.errors import DistributedError
-from graphdist.runtime import restart_round
 
 
 def world(group=None) -> tuple[int, int]:
@@ -207,13 +209,42 @@ def broadcast_module(module: torch.nn.Module, src: int = 0) -> None:
             dist.broadcast(t.data, src)
 
 
-def all_gather_object(obj, group=None) -> list:
+def all_gather_json(value, group=None) -> list:
+    """Every rank's ``value`` in rank order: anything :mod:`json` writes (numbers, strings, None,
+    booleans, lists, dicts with string keys; tuples come back as lists, also at world size 1),
+    sent as UTF-8 JSON text in a byte tensor and parsed with :func:`json.loads` (never
+    unpickled). ``rank0_value if rank == 0 else None`` and ``[0]`` make a broadcast."""
+    data = json.dumps(value, separators=(",", ":"), default=_plain).encode()
+    if world(group)[1] == 1:
+        return [json.loads(data)]
+    return [json.loads(b) for b in all_gather_bytes(data, group)]
+
+
+def _plain(o):
+    """A numpy scalar as the Python number it holds (JSON's encoder takes no numpy types)."""
+    import numpy as np
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"{type(o).__name__} is not JSON: send numbers, strings, lists or dicts")
+
+
+def all_gather_bytes(data: bytes, group=None) -> list[bytes]:
+    """Every rank's ``data`` in rank order (lengths first, then one padded all-gather)."""
     ws = world(group)[1]
     if ws == 1:
-        return [obj]
-    out = [None] * ws
-    dist.all_gather_object(out, obj, group=group)
-    return out
+        return [bytes(data)]
+    dev = collective_device(group)
+    n = torch.tensor([len(data)], dtype=torch.int64, device=dev)
+    sizes = [torch.zeros_like(n) for _ in range(ws)]
+    dist.all_gather(sizes, n, group=group)
+    sizes = [int(s) for s in sizes]
+    padded = torch.zeros(max(max(sizes), 1), dtype=torch.uint8)
+    if data:
+        padded[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+    padded = padded.to(dev)
+    bufs = [torch.empty_like(padded) for _ in range(ws)]
+    dist.all_gather(bufs, padded, group=group)
+    return [b[:s].cpu().numpy().tobytes() for b, s in zip(bufs, sizes)]
 
 
 def barrier(group=None) -> None:
@@ -221,178 +252,10 @@ def barrier(group=None) -> None:
         dist.barrier(group)
 
 
-_FAILURE_MARKS = ("gloo", "NCCL", "nccl", "Connection closed by peer", "Connection reset by peer",
-                  "Broken pipe", "timed out", "Timed out", "Socket Timeout", "TCPStore", "DistStore",
-                  "ProcessGroup")
-
-
-_BROKEN = [False]
-
-
-def broken() -> bool:
-    """True once a collective of this process failed (:func:`raise_peer_failure`): its process
-    group may hold threads stuck on a dead peer or a cut link, which tearing it down (or the
-    interpreter's exit) would abort on ("terminate called without an active exception"); the
-    worker leaves without touching it (:mod:`graphdist.worker`)."""
-    return _BROKEN[0]
-
-
-def is_collective_failure(exc: BaseException) -> bool:
-    """True when ``exc`` is a failed collective (a peer died, a network or store error, a
-    timeout), not an error of this rank's own computation (OOM, a bug)."""
-    dist_errors = tuple(getattr(dist, n) for n in ("DistError", "DistBackendError", "DistNetworkError",
-                                                   "DistStoreError") if hasattr(dist, n))
-    if isinstance(exc, dist_errors):
-        return True
-    if isinstance(exc, torch.OutOfMemoryError) or not isinstance(exc, RuntimeError):
-        return False
-    return any(m in str(exc) for m in _FAILURE_MARKS)
-
-
-def first_sentences(text: str, limit: int = 200) -> str:
-    """The first line of ``text``, cut to at most about ``limit`` characters and never mid-word:
-    as many whole sentences as fit; a first sentence longer than ``limit`` whole up to ``2 *
-    limit`` characters; else its words up to ``limit``, then ``...``. Empty text gives ``""``."""
-    line = next((ln.strip() for ln in str(text).splitlines() if ln.strip()), "")
-    if len(line) <= limit:
-        return line
-    ends = [m.end() for m in re.finditer(r"[.!?](?=\s)", line)]
-    fit = [e for e in ends if e <= limit]
-    if fit:
-        return line[:fit[-1]]
-    if ends and ends[0] <= 2 * limit:
-        return line[:ends[0]]
-    cut = line.rfind(" ", 0, limit)
-    return (line[:cut] if cut > 0 else line[:limit]).rstrip(" ,;:") + " ..."
-
-
-def _store():
-    from graphdist.runtime import job_store
-    return job_store()
-
-
-def _key(*parts, round_: int | None = None) -> str:
-    """A store key of one worker group's round: the agent's store outlives a restart, so a key
-    left by the failed group must not speak for the new one."""
-    return "/".join(["graphdist", str(restart_round() if round_ is None else round_), *map(str, parts)])
-
-
-def publish_error(message: str) -> None:
-    """Leave this rank's one-line error in the rendezvous store, so that the rank reporting the
-    resulting collective failure can say what happened here (best effort)."""
-    if world()[1] == 1:
-        return
-    key = _key("error", world()[0])
-
-    def put():
-        try:
-            _store().set(key, message[:500])
-        except Exception:  # noqa: BLE001 - the store may be gone too
-            pass
-    _within(2.0, put, None)
-
-
-def publish_failure(exc: BaseException) -> None:
-    """:func:`publish_error` for an exception about to end this rank (call it before the
-    process group is destroyed): user errors as their message, anything else as type: message."""
-    from graphdist.errors import USER_ERRORS, Interrupted
-    if isinstance(exc, (Interrupted, KeyboardInterrupt)):
-        return
-    text = str(exc) if isinstance(exc, USER_ERRORS) else f"{type(exc).__name__}: {first_sentences(str(exc))}"
-    publish_error(text.strip().splitlines()[0] if text.strip() else type(exc).__name__)
-
-
-def _published_errors(ws: int, round_: int | None = None) -> dict[int, str]:
-    """The one-line errors ranks published in a round of the worker group (this one by default);
-    what could be read within 3 s."""
-    out: dict[int, str] = {}
-    _within(3.0, lambda: _read_errors(ws, round_, out), None)
-    return dict(out)
-
-
-def _read_errors(ws: int, round_: int | None, out: dict) -> None:
-    try:
-        store = _store()
-        for r in range(ws):
-            key = _key("error", r, round_=round_)
-            if store.check([key]):
-                out[r] = store.get(key).decode(errors="replace")
-    except Exception:  # noqa: BLE001
-        pass
-
-
-def restart_cause() -> str:
-    """Why the previous round of this worker group ended, in the words of its failed ranks (what
-    they published), or a default when none said anything (killed, out of memory, a lost link)."""
-    told = _published_errors(world()[1], round_=restart_round() - 1)
-    if not told:
-        return "no rank said why: killed, out of memory, or its peers lost"
-    return "; ".join(f"rank {r} failed: {m}" for r, m in sorted(told.items()))
-
-
-def _within(seconds: float, fn, default):
-    """``fn()``, or ``default`` when it has not returned within ``seconds``: a store behind a cut
-    link does not refuse, it is silent, and each of its operations would wait out the store's own
-    timeout (the thread is left to finish on its own; it holds nothing the caller needs)."""
-    import threading
-    box = [default]
-
-    def run():
-        box[0] = fn()
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(seconds)
-    return box[0] if not t.is_alive() else default
-
-
-def find_dead_ranks(tag: str, wait_s: float = 3.0) -> list[int] | None:
-    """After a failed collective: every surviving rank checks in through the rendezvous store;
-    ranks that have not checked in within ``wait_s`` are dead. ``None`` if the store itself is
-    unreachable (it lives with rank 0 / the launcher) or silent for ``wait_s`` + 2 s."""
-    return _within(wait_s + 2.0, lambda: _find_dead_ranks(tag, wait_s), None)
-
-
-def _find_dead_ranks(tag: str, wait_s: float) -> list[int] | None:
-    rank, ws = world()
-    try:
-        store = _store()
-        store.set(_key("alive", tag, rank), "1")
-        keys = [_key("alive", tag, r) for r in range(ws)]
-        deadline = time.monotonic() + wait_s
-        while True:
-            missing = [r for r, k in enumerate(keys) if not store.check([k])]
-            if not missing or time.monotonic() > deadline:
-                return missing
-            time.sleep(0.1)
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def raise_peer_failure(exc: BaseException, where: str) -> None:
-    """Turn a failed collective into a :class:`DistributedError` naming the failed rank(s) and,
-    when a rank published its own error (:func:`publish_error`), what it was."""
-    _BROKEN[0] = True
-    rank, ws = world()
-    dead = find_dead_ranks(where)
-    told = {r: m for r, m in _published_errors(ws).items() if r != rank}
-    if told:
-        r, m = min(told.items())
-        who = f"rank {r} failed: {m}"
-    elif dead is None:
-        at = f" ({os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']})" if "MASTER_PORT" in os.environ else ""
-        who = f"the node hosting the job's store{at} is gone"
-    elif dead:
-        who = "rank" + ("s " if len(dead) > 1 else " ") + ", ".join(map(str, dead)) + " stopped responding"
-    else:
-        who = "all ranks are alive"
-    first = first_sentences(str(exc)) or type(exc).__name__
-    raise DistributedError(f"rank {rank}: collective failed during {where}: {who} ({first})") from exc
-
-
 def check_same(value, what: str, group=None) -> None:
     """Raise :class:`DistributedError` unless every rank passes an equal ``value`` (a plan hash,
     a fingerprint); the message names the ranks that differ and their values."""
-    vals = all_gather_object(value, group)
+    vals = all_gather_json(value, group)
     if any(v != vals[0] for v in vals):
         diff = ", ".join(f"rank {r}: {v}" for r, v in enumerate(vals) if v != vals[0])
         raise DistributedError(f"{what} differs between ranks (rank 0: {vals[0]}; {diff}); every rank "

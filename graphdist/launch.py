@@ -23,8 +23,7 @@ import torch
 
 from graphdist import config as config_mod
 from graphdist.errors import USER_ERRORS, DistributedError, Interrupted
-from graphdist.proc import kept_signal_handlers
-from graphdist.runtime import env_world
+from graphdist.proc import env_world, kept_signal_handlers
 
 __all__ = ["Nodes", "under_launcher", "started_by_graphdist", "start_hint", "launch", "run_job", "rank_main",
            "guarded", "leave", "print_error"]
@@ -165,9 +164,10 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
     if net is not None and net.ifname:
         env_set.update({"GLOO_SOCKET_IFNAME": net.ifname, "NCCL_SOCKET_IFNAME": net.ifname})
     if nodes.max_nodes > 1:
-        # each round of the worker group gets a fresh store (its rank 0's), not the agent's shared
-        # one: each node's agent counts only its own workers' failures, so the nodes' restart
-        # counts differ and cannot key a shared store's rounds apart
+        # each round of the worker group meets at a fresh store (its rank 0's, as torch's env://),
+        # not the agent's shared one, which holds the keys of every earlier round: nothing a failed
+        # round left can be read (a user's own torchrun shares the agent's store; the workers then
+        # agree on their round's keys through it, graphdist/restarts.py)
         env_set["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     env_set = {k: v for k, v in env_set.items() if k not in os.environ}
     os.environ.update(env_set)
@@ -176,10 +176,11 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
             elastic_launch(lc, sys.executable)("-m", "graphdist.worker", _path(fn), _path(type(cfg)),
                                                config_mod.to_json(cfg))
     except SignalException as e:  # Ctrl-C / SIGTERM: the agent forwarded it to the workers, which
-        _stop_keep_alive_timers()  # stopped at a step boundary and printed where (rank 0)
+        from graphdist.torch_internals import stop_keep_alive_timers  # stopped at a step boundary and
+        stop_keep_alive_timers()  # printed where (rank 0); torch left the rendezvous open (item 2 there)
         return 128 + int(e.sigval)
     except RendezvousError as e:  # the node hosting the rendezvous store is gone, or never came
-        from graphdist.comm import first_sentences
+        from graphdist.failures import first_sentences
         first = first_sentences(str(e)) or type(e).__name__
         raise DistributedError(f"lost the job's rendezvous at {endpoint} (node of the store host gone, or "
                                f"not all {nodes.nnodes} nodes joined): {type(e).__name__}: {first}") from None
@@ -189,21 +190,6 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
         for k in env_set:
             os.environ.pop(k, None)
     return 0
-
-
-def _stop_keep_alive_timers() -> None:
-    """Stop the rendezvous keep-alive timers, here on the main thread. On a signal torch's launcher
-    leaves its rendezvous open (so that a restarted agent could rejoin) and with it the handler's
-    keep-alive thread. When that thread is inside a heartbeat while the main thread lets go of
-    the handler, the thread drops the last reference itself, and the timer's finalizer then
-    joins the thread it runs on: a 'cannot join current thread' traceback printed while the
-    process exits. Cancelling the timers first makes that impossible."""
-    import gc
-
-    from torch.distributed.elastic.rendezvous.utils import _PeriodicTimer
-    for o in gc.get_objects():
-        if type(o) is _PeriodicTimer:  # (isinstance would touch deprecated torch objects, warning)
-            o.cancel()
 
 
 RESULT_ENV = "GRAPHDIST_RESULT_FILE"
@@ -251,17 +237,21 @@ def rank_main(train, cfg, summary) -> dict:
     ``cfg.report``: a report that cannot be written does not lose the result. Returns the report."""
     from pathlib import Path
 
-    from graphdist import comm
+    from graphdist import failures
     from graphdist.fileio import atomic_write_json, write_report
-    from graphdist.runtime import group_restarts, shutdown
+    from graphdist.hosts import placement
+    from graphdist.procgroup import shutdown
+    from graphdist.restarts import group_restarts
     try:
         rep = train(cfg)
+        where = placement().report()  # (agreed as the group formed: read before it goes)
     except BaseException as e:
-        comm.publish_failure(e)
+        failures.publish_failure(e)
         raise
     finally:
-        if not comm.broken():  # (a broken group is left alone: the worker exits around it)
+        if not failures.broken():  # (a broken group is left alone: the worker exits around it)
             shutdown()
+    rep.update(where)
     rep["run/restarts"] = group_restarts()
     rep["run/threads"] = torch.get_num_threads()
     if env_world()[0] == 0:
@@ -329,11 +319,11 @@ def print_error(e: BaseException, prefix: str = "error") -> bool:
 
 def leave(rc: int) -> int:
     """The exit code for a process that ran a job: ``rc`` as it is, or, after a failed collective
-    (:func:`graphdist.comm.broken`), an immediate exit with it (output flushed) that never tears
+    (:func:`graphdist.failures.broken`), an immediate exit with it (output flushed) that never tears
     down a process group whose threads may wait on a dead peer or a cut link; both entry points
     of a worker (``python -m graphdist`` under torchrun, :mod:`graphdist.worker`) end through it."""
-    from graphdist import comm
-    if comm.broken():
+    from graphdist import failures
+    if failures.broken():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(rc)
@@ -349,7 +339,7 @@ def guarded(fn, *args) -> int:
       code 128 + signal; a Ctrl-C outside training: one line, exit 130;
     * running out of memory: one line naming the rank, exit 1;
     * anything else is a bug: its traceback, then one line naming the rank, exit 1."""
-    from graphdist import comm
+    from graphdist import failures
     from graphdist.errors import JobFailed
     rank, world, _ = env_world()
     try:
@@ -361,7 +351,7 @@ def guarded(fn, *args) -> int:
         print_error(e, "interrupted")
         return e.exit_code
     except USER_ERRORS as e:
-        comm.publish_error(str(e))
+        failures.publish_error(str(e))
         _leave_error_file(str(e), print_error(e))
         return 2
     except KeyboardInterrupt:
@@ -369,20 +359,20 @@ def guarded(fn, *args) -> int:
             sys.stderr.write("graphdist: interrupted (Ctrl-C)\n")
         return 130
     except (torch.OutOfMemoryError, MemoryError) as e:
-        first = comm.first_sentences(str(e), 300) or type(e).__name__
-        comm.publish_error(f"out of memory: {first}")
+        first = failures.first_sentences(str(e), 300) or type(e).__name__
+        failures.publish_error(f"out of memory: {first}")
         sys.stderr.write(f"graphdist: error: rank {rank} of {world} ran out of memory: {first}\n")
         return 1
     except Exception as e:  # noqa: BLE001 - a bug: keep the traceback, then say where
-        if comm.is_collective_failure(e):  # a peer or the network failed outside a training loop
+        if failures.is_collective_failure(e):  # a peer or the network failed outside a training loop
             try:
-                comm.raise_peer_failure(e, "the job")
+                failures.raise_peer_failure(e, "the job")
             except DistributedError as de:
                 _leave_error_file(str(de), print_error(de))
                 return 2
         import traceback
         traceback.print_exc()
-        comm.publish_error(f"{type(e).__name__}: {comm.first_sentences(str(e))}")
+        failures.publish_error(f"{type(e).__name__}: {failures.first_sentences(str(e))}")
         sys.stderr.write(f"graphdist: error: rank {rank} of {world} failed with {type(e).__name__} "
                          "(traceback above)\n")
         return 1

@@ -24,11 +24,13 @@ from typing import Callable, Iterator
 
 import torch
 
-from graphdist import comm
+from graphdist import comm, failures
 from graphdist.checkpoint import (RESUME_FREE, Checkpointer, check_settings, interrupted, layout_diff, run_settings,
                                   state_layout)
 from graphdist.errors import USER_ERRORS, ArtifactError, MissingFileError
-from graphdist.runtime import GracefulStop, get_logger, group_restarts
+from graphdist.log import get_logger
+from graphdist.proc import GracefulStop
+from graphdist.restarts import group_restarts
 
 __all__ = ["Task", "LoopConfig", "LoopResult", "run_loop", "facts"]
 
@@ -166,7 +168,7 @@ class _Board:
         self.seen = {k: len(v) for k, v in task.history.items() if isinstance(v, list)}
 
     def write(self, done: int) -> None:
-        import resource
+        from graphdist.memory import peak_rss_bytes
         for k, v in self.task.history.items():
             if not isinstance(v, list) or len(v) != done or len(v) <= self.seen.get(k, 0):
                 continue
@@ -176,7 +178,7 @@ class _Board:
             self.seen[k] = len(v)
         for tag, val in self.task.scalars().items():
             self.w.add_scalar(tag, val, done)
-        self.w.add_scalar("mem/peak_rss_bytes", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, done)
+        self.w.add_scalar("mem/peak_rss_bytes", peak_rss_bytes(), done)
 
     def close(self) -> None:
         self.w.close()
@@ -242,7 +244,7 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
     ckpt = Checkpointer(lc.checkpoint_dir, lc.keep_checkpoints) if lc.checkpoint_dir else None
     if group_restarts() > 0 and comm.world()[0] == 0:  # the agent restarted the group (--max-restarts)
         where = f"from the latest checkpoint in {lc.checkpoint_dir}" if lc.resume else "from the start (no checkpoint)"
-        get_logger().warning(f"restart {group_restarts()} of the worker group ({comm.restart_cause()}); "
+        get_logger().warning(f"restart {group_restarts()} of the worker group ({failures.restart_cause()}); "
                              f"continuing {where}")
     start, was = _resume(ckpt, lc, task) if lc.resume else (0, None)
     meta_base = {**lc.identity, **lc.recorded, "settings": run_settings(lc.settings, lc.free) if lc.settings is not None else None}
@@ -289,8 +291,8 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
     except USER_ERRORS:
         raise
     except Exception as e:  # noqa: BLE001 - a failed collective names the peer; anything else is itself
-        if comm.is_collective_failure(e):
-            comm.raise_peer_failure(e, f"{lc.unit} {min(done + 1, lc.total)} of {lc.total}")
+        if failures.is_collective_failure(e):
+            failures.raise_peer_failure(e, f"{lc.unit} {min(done + 1, lc.total)} of {lc.total}")
         raise
     finally:
         bar.close()

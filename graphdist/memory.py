@@ -1,12 +1,18 @@
-"""What a process holds and may still take: the one process footprint every memory check adds
-(:data:`PROCESS_BYTES`), and this process's resident set, the memory it may grow into on this
-machine and under its own limits. Read by the three checks before a run: ``graphdist partition``
+"""Process memory, in one place: the one process footprint every memory check adds
+(:data:`PROCESS_BYTES`); this process's resident set, its peak, the memory it may grow into on
+this machine and under its own limits; the machine's memory; glibc's mmap threshold
+(``--malloc-mmap-mb``). Read by the three checks before a run: ``graphdist partition``
 (:mod:`graphdist.partition.budget`), ``train-gcn`` and ``graphdist plan``
-(:mod:`graphdist.gnn.plan`) and ``train-rec`` (:mod:`graphdist.rec.memory`).
+(:mod:`graphdist.gnn.plan`) and ``train-rec`` (:mod:`graphdist.rec.memory`), and by the reports'
+``mem/`` keys.
 """
 from __future__ import annotations
 
-__all__ = ["PROCESS_BYTES", "resident_bytes", "available_bytes", "process_ceiling"]
+import os
+import sys
+
+__all__ = ["PROCESS_BYTES", "resident_bytes", "available_bytes", "process_ceiling", "host_memory_bytes",
+           "peak_rss_bytes", "peak_memory_bytes", "set_mmap_threshold"]
 
 PROCESS_BYTES = 340 * 2 ** 20
 """Resident bytes of a graphdist process before its data counts: Python, torch, graphdist with its
@@ -34,7 +40,6 @@ def available_bytes() -> int:
     avail = mem_available()
     rss = resident_bytes()
     if avail is None or rss is None:
-        from graphdist.runtime import host_memory_bytes
         return host_memory_bytes()
     return avail + rss
 
@@ -46,3 +51,51 @@ def process_ceiling() -> int | None:
     from partitioners.sysmem import process_headroom
     room, rss = process_headroom(), resident_bytes()
     return None if room is None or rss is None else room + rss
+
+
+def host_memory_bytes() -> int:
+    """Memory this machine gives the job: its physical memory, or its memory cgroup's limit where
+    that is smaller (a container; :func:`partitioners.sysmem.cgroup_limit`); 16 GiB if the OS
+    does not say."""
+    from partitioners.sysmem import cgroup_limit, smallest
+    try:
+        phys = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # pragma: no cover
+        phys = 16 * 2**30
+    return smallest(phys, cgroup_limit())
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory. On Linux the high-water mark of its own address space
+    (``VmHWM``): ``getrusage``'s ``ru_maxrss`` also counts the RSS of the process that started it
+    (the kernel carries it over fork and exec), so a job started from a large Python process
+    would report that process's size. Elsewhere ``ru_maxrss``."""
+    from partitioners.sysmem import proc_status_bytes
+    hwm = proc_status_bytes("VmHWM").get("VmHWM")
+    if hwm is not None:
+        return hwm
+    import resource
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss * (1 if sys.platform == "darwin" else 1024))
+
+
+def peak_memory_bytes(device=None) -> int:
+    """Peak memory of this process on ``device`` (a ``torch.device``): CUDA max-allocated on a
+    GPU, peak RSS on the CPU."""
+    if device is not None and device.type == "cuda":
+        import torch
+        return int(torch.cuda.max_memory_allocated(device))
+    return peak_rss_bytes()
+
+
+def set_mmap_threshold(mb: int) -> None:
+    """A fixed glibc mmap threshold of ``mb`` MiB (``--malloc-mmap-mb``). glibc raises its
+    threshold after each free of a large block (up to 32 MiB), so a rank's 1-32 MiB tensors land
+    on the heap and, interleaved with longer-lived small ones, fragment it. No-op off glibc."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, int(mb) << 20)  # M_MMAP_THRESHOLD
+    except (OSError, AttributeError):
+        pass

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from graphdist.errors import ConfigError, DistributedError
 
 __all__ = ["NodeNet", "node_network", "resolve", "local_route", "is_own_address", "interface_of",
-           "choose_ifname"]
+           "choose_ifname", "pick_worker_interface", "free_port"]
 
 _SIOCGIFADDR = 0x8915
 
@@ -164,3 +164,33 @@ def node_network(endpoint: str, wait_s: float = 60.0) -> NodeNet:
                                    f"({me}, {src}) for {wait_s:.0f} s: {why}; is the command running on the "
                                    "first node, and is the address right?")
     return NodeNet(endpoint, ip, port, src, interface_of(src), own)
+
+
+def pick_worker_interface(rank: int) -> None:
+    """A worker's gloo (and NCCL's bootstrap) interface: they listen on the address this node's
+    hostname resolves to, which on many clusters is 127.0.0.1, where the other nodes cannot reach
+    it. Unless the user named both, set ``GLOO_SOCKET_IFNAME`` / ``NCCL_SOCKET_IFNAME`` to the
+    interface that routes to the job's store (``MASTER_ADDR``); nothing when the store is on this
+    machine's loopback (a rehearsal of nodes on one machine)."""
+    master = os.environ.get("MASTER_ADDR")
+    if not master or ("GLOO_SOCKET_IFNAME" in os.environ and "NCCL_SOCKET_IFNAME" in os.environ):
+        return
+    try:
+        ip = socket.getaddrinfo(master, None, socket.AF_INET)[0][4][0]
+    except (socket.gaierror, UnicodeError):
+        raise DistributedError(f"rank {rank}: the job's store host MASTER_ADDR={master!r} does not resolve on "
+                               f"this node ({socket.gethostname()})") from None
+    if ipaddress.ip_address(ip).is_loopback:
+        return
+    name = choose_ifname(ip)
+    if name:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", name)
+        os.environ.setdefault("NCCL_SOCKET_IFNAME", name)
+
+
+def free_port() -> int:
+    """A TCP port on loopback that was free a moment ago."""
+    import contextlib
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

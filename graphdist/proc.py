@@ -1,5 +1,7 @@
-"""A process's lifetime: workers that end with the agent that started them, and a launch that
-leaves the caller's signal handlers as it found them.
+"""A process's lifetime: where it sits in the job by its launcher's word (:func:`env_world`),
+workers that end with the agent that started them, a launch that leaves the caller's signal
+handlers as it found them, and SIGINT / SIGTERM turned into a stop at a step boundary
+(:class:`GracefulStop`).
 
 Light on purpose (no torch): a worker calls :func:`end_with_parent` before its first heavy
 import, so that an agent lost at any moment of the worker's start takes the worker with it.
@@ -11,9 +13,10 @@ import functools
 import os
 import signal
 import sys
+import time
 
-__all__ = ["started_by_an_agent", "end_with_parent", "parent_death_signal", "can_end_with_parent",
-           "kept_signal_handlers", "HANDLED_SIGNALS"]
+__all__ = ["env_world", "started_by_an_agent", "end_with_parent", "parent_death_signal", "can_end_with_parent",
+           "kept_signal_handlers", "HANDLED_SIGNALS", "GracefulStop"]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -23,6 +26,13 @@ HANDLED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHU
 ``TORCHELASTIC_SIGNALS_TO_HANDLE`` default)."""
 
 _armed = False
+
+
+def env_world() -> tuple[int, int, int]:
+    """``(rank, world_size, local_rank)`` from the launcher's environment (``RANK``,
+    ``WORLD_SIZE``, ``LOCAL_RANK``; one process when unset)."""
+    return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+            int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0))))
 
 
 def started_by_an_agent() -> bool:
@@ -96,3 +106,46 @@ def kept_signal_handlers(signals=HANDLED_SIGNALS):
         for s, h in saved.items():
             if h is not None:  # None: installed outside Python, cannot be restored from here
                 signal.signal(s, h)
+
+
+class GracefulStop:
+    """SIGINT / SIGTERM that arrive inside ``with GracefulStop() as stop:`` only set
+    ``stop.signum``; the training loop polls it at a step boundary (agreeing across ranks), saves
+    what it must and raises :class:`~graphdist.errors.Interrupted`. A second signal more than a
+    second after the first (a user pressing Ctrl-C again) interrupts at once; one that follows
+    within the second is the launcher forwarding the same Ctrl-C and is absorbed. Outside the
+    block the previous handlers apply. Only the main thread can install handlers; elsewhere this
+    is a no-op."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._t = 0.0
+        self._old: dict = {}
+
+    def _handle(self, signum, frame):
+        if self.signum is None:
+            self.signum, self._t = signum, time.monotonic()
+            return
+        if time.monotonic() - self._t > 1.0:
+            self.__exit__()
+            raise KeyboardInterrupt
+
+    def __enter__(self) -> "GracefulStop":
+        try:
+            for s in self.SIGNALS:
+                self._old[s] = signal.signal(s, self._handle)
+        except ValueError:  # not the main thread
+            self._old.clear()
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        self._old.clear()
+        return False
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""

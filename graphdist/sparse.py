@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from graphdist.torch_internals import csr_pointer
+
 __all__ = ["index2ptr", "ptr2index", "coo_to_csr", "lex_order", "index_dtype"]
 
 
@@ -26,7 +28,7 @@ def index2ptr(index: torch.Tensor, size: int | None = None) -> torch.Tensor:
     if size is None:
         size = int(index.max()) + 1 if index.numel() else 0
     narrow = index.dtype != torch.int64 and index_dtype(index.numel()) == torch.int32
-    return torch._convert_indices_from_coo_to_csr(index, size, out_int32=narrow)
+    return csr_pointer(index, size, out_int32=narrow)
 
 
 def ptr2index(ptr: torch.Tensor, output_size: int | None = None) -> torch.Tensor:

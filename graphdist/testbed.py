@@ -24,7 +24,7 @@ the first non-zero code, and removes everything it made. From Python (tests)::
 Every namespace, interface and hosts file is named with a per-run id and removed on exit, also
 when the body raises; a test bed left by a killed process is removed by the next one (its
 owner's pid is in the name). Hosts share the machine's cores: each worker should take its share
-of threads (graphdist's workers do: :func:`graphdist.runtime.init_distributed`). Needs root and
+of threads (graphdist's workers do: :func:`graphdist.procgroup.init_distributed`). Needs root and
 ``ip``/``tc`` (iproute2); :class:`TestbedError` says in one line why a test bed cannot be made.
 """
 from __future__ import annotations

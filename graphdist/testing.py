@@ -39,7 +39,7 @@ class RankTimeout(RuntimeError):
     """The job did not finish in time; the message names the ranks still running."""
 
 
-PRELOAD = ("torch", "torch.distributed", "numpy", "scipy.sparse", "graphdist.runtime", "graphdist.comm",
+PRELOAD = ("torch", "torch.distributed", "numpy", "scipy.sparse", "graphdist.procgroup", "graphdist.comm",
            "graphdist.loop", "torch_geometric", "torchrec", "embeddings.trainer")
 """Modules the rank server imports before it forks ranks (one that is not installed is skipped)."""
 
@@ -67,7 +67,7 @@ def _child(fn, rank, world_size, store_path, backend, args, env, q):
             out = fn(rank, world_size, *args)
         finally:
             try:
-                from graphdist.runtime import shutdown
+                from graphdist.procgroup import shutdown
                 shutdown()  # its threads joined here, not at interpreter teardown
             except Exception:  # noqa: BLE001
                 pass

@@ -4,9 +4,9 @@
 
 rebuilds the config from JSON and calls ``FUNCTION(config)`` under the CLI's error policy, then
 leaves as any Python program does (the job's function destroyed its process groups,
-:func:`graphdist.runtime.shutdown`, so nothing of them is left for interpreter teardown), except
+:func:`graphdist.procgroup.shutdown`, so nothing of them is left for interpreter teardown), except
 after a failed collective: then it leaves at once (``os._exit``, its output flushed), never
-tearing down a group whose threads may wait on a dead peer (:func:`graphdist.comm.broken`).
+tearing down a group whose threads may wait on a dead peer (:func:`graphdist.failures.broken`).
 
 Nothing heavy is imported before the worker is bound to its agent's life
 (:func:`graphdist.proc.end_with_parent`) and a Ctrl-C is caught: a signal forwarded by the agent

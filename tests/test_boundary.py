@@ -26,7 +26,7 @@ def test_kept_is_keyed_and_has_the_rate():
 def _job(rank, ws, graph, a, runs, root=None):
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.halo import build_layout
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cpu")
     lg = build_layout(graph, a, rank, ws)
     out = []

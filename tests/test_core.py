@@ -174,7 +174,7 @@ def test_peak_rss_is_this_process_not_the_one_that_started_it():
     import sys
     big = bytearray(400 * 2**20)
     big[::4096] = b"\1" * len(big[::4096])  # 400 MiB resident in this process
-    code = ("import json, resource; from graphdist.runtime import peak_rss_bytes; "
+    code = ("import json, resource; from graphdist.memory import peak_rss_bytes; "
             "print(json.dumps([peak_rss_bytes(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]))")
     mine, inherited = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                                 check=True).stdout)

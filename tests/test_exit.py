@@ -33,7 +33,7 @@ def _bound_default_then_shutdown(rank, world):
     import torch.distributed as dist
     import torch.distributed.nn.functional as fn
 
-    from graphdist.runtime import shutdown
+    from graphdist.procgroup import shutdown
     fn = importlib.reload(fn)  # imported now, after the group exists (a forked rank may have had it before)
     bound = fn.all_reduce.__defaults__[-1] is not None
     out = [None] * world
@@ -102,7 +102,7 @@ GLOO_PEER = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:
 
 
 def test_first_sentences_cuts_at_a_boundary():
-    from graphdist.comm import first_sentences
+    from graphdist.failures import first_sentences
     got = first_sentences(GLOO_PEER)
     assert got.endswith("This is typically caused by a remote worker crashing."), got
     assert len(got) <= 200 and GLOO_PEER.startswith(got)
@@ -116,22 +116,22 @@ def test_first_sentences_cuts_at_a_boundary():
 
 
 def test_peer_failure_line_keeps_whole_sentences():
-    from graphdist import comm
+    from graphdist import failures
     from graphdist.errors import DistributedError
     with pytest.raises(DistributedError) as ei:
-        comm.raise_peer_failure(RuntimeError(GLOO_PEER), "epoch 3")
+        failures.raise_peer_failure(RuntimeError(GLOO_PEER), "epoch 3")
     msg = str(ei.value)
     assert msg.startswith("rank 0: collective failed during epoch 3: ")
-    assert msg.endswith("(" + comm.first_sentences(GLOO_PEER) + ")"), msg
+    assert msg.endswith("(" + failures.first_sentences(GLOO_PEER) + ")"), msg
     assert "remote w)" not in msg and "Check the logs" not in msg
 
 
 def test_failure_publishing_keeps_whole_sentences(monkeypatch):
-    from graphdist import comm
+    from graphdist import failures
     seen = []
-    monkeypatch.setattr(comm, "publish_error", seen.append)
-    comm.publish_failure(RuntimeError(GLOO_PEER))
-    assert seen == ["RuntimeError: " + comm.first_sentences(GLOO_PEER)]
+    monkeypatch.setattr(failures, "publish_error", seen.append)
+    failures.publish_failure(RuntimeError(GLOO_PEER))
+    assert seen == ["RuntimeError: " + failures.first_sentences(GLOO_PEER)]
 
 
 @pytest.fixture

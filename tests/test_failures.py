@@ -13,19 +13,19 @@ def _peer_error(rank, world):
 
     import torch.distributed as dist
 
-    from graphdist import comm
+    from graphdist import failures
     from graphdist.errors import ConfigError, DistributedError
     if rank == 1:  # fails on its own input, tells the store, leaves the group
-        comm.publish_failure(ConfigError("runs/parts/part_00001.pt: part file for rank 1 not found"))
+        failures.publish_failure(ConfigError("runs/parts/part_00001.pt: part file for rank 1 not found"))
         dist.destroy_process_group()
         return "left"
     time.sleep(1.0)
     try:
         dist.all_reduce(torch.ones(1))
     except Exception as e:  # noqa: BLE001
-        assert comm.is_collective_failure(e), repr(e)
+        assert failures.is_collective_failure(e), repr(e)
         try:
-            comm.raise_peer_failure(e, "epoch 3")
+            failures.raise_peer_failure(e, "epoch 3")
         except DistributedError as de:
             return str(de)
     return "no failure seen"
@@ -39,11 +39,11 @@ def test_a_peers_own_error_is_named():
 
 
 def test_local_errors_are_not_collective_failures():
-    from graphdist import comm
-    assert not comm.is_collective_failure(torch.OutOfMemoryError("CUDA out of memory"))
-    assert not comm.is_collective_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
-    assert not comm.is_collective_failure(ValueError("gloo"))
-    assert comm.is_collective_failure(RuntimeError("[../gloo/transport/tcp/pair.cc:537] Connection reset by peer"))
+    from graphdist import failures
+    assert not failures.is_collective_failure(torch.OutOfMemoryError("CUDA out of memory"))
+    assert not failures.is_collective_failure(RuntimeError("mat1 and mat2 shapes cannot be multiplied"))
+    assert not failures.is_collective_failure(ValueError("gloo"))
+    assert failures.is_collective_failure(RuntimeError("[../gloo/transport/tcp/pair.cc:537] Connection reset by peer"))
 
 
 def _plans(rank, world, same):

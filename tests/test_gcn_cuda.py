@@ -89,7 +89,7 @@ def test_two_gpus_equal_pyg():
 
 def _train_job(rank, ws, graph, a):
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cuda")
     lg = build_layout(graph, a, rank, ws)
     reps = {}

@@ -150,7 +150,7 @@ def _dist_case(rank, ws, graph, a, kind, state, halo):
 def _dist_train(rank, ws, graph, a, kind, batch_norm=False, dropout=0.0, halo="mvc", label_rate=0.0, **extra):
     import torch.distributed as dist
 
-    from graphdist.runtime import DistContext, init_distributed
+    from graphdist.procgroup import DistContext, init_distributed
     from graphdist.gnn.trainer import GCNConfig, fit
     lg = build_layout(graph, a, rank, ws)
     cfg = GCNConfig(spec="test", model=kind, layers=2, hidden=HID, dropout=dropout, epochs=20, seed=5,

@@ -42,7 +42,7 @@ def _snapshot_weights(root, model_like):
 def _resume_job(rank, ws, graph, a, root):
     from graphdist.gnn.models import GNN
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cpu")
     lg = build_layout(graph, a, rank, ws)
     base = dict(spec="t", model="sage", layers=3, hidden=8, dropout=0.5, epochs=8, seed=3,
@@ -197,7 +197,7 @@ def test_launcher_runs_two_workers_and_writes_report(tmp_path):
 
 @requires_cuda
 def test_cuda_smoke():
-    from graphdist.runtime import DistContext
+    from graphdist.procgroup import DistContext
     from graphdist.gnn.trainer import GCNConfig, fit
     g, _ = _graph_and_assignment()
     lg = build_layout(g, torch.zeros(g.num_nodes, dtype=torch.long), 0, 1)
@@ -226,7 +226,7 @@ def test_best_epoch_and_early_stopping_rule():
 
 def _halo_modes_job(rank, ws, graph, a):
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cpu")
     lg = build_layout(graph, a, rank, ws)
     reps = {}
@@ -309,7 +309,7 @@ def _plan_job(rank, ws):
 
     from graphdist.gnn.config import GCNConfig
     from graphdist.halo import setup
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     init_distributed("cpu")
 
     def per_rank(graph, k, method, seed):

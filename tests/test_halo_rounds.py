@@ -157,7 +157,7 @@ def _resume_job(rank, ws, graph, a, root):
     from graphdist.checkpoint import Checkpointer
     from graphdist.errors import ConfigError
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cpu")
     lg = build_layout(graph, a, rank, ws)
     base = dict(spec="t", layers=2, hidden=HID, dropout=0.5, epochs=6, seed=3, progress=False, checkpoint_every=3)

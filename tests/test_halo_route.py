@@ -160,10 +160,13 @@ def test_plan_moves_what_the_direct_exchange_moves(hosts):
 
 
 def _as_hosts(rank, per_host):
-    """This forked rank placed as torchrun places rank ``rank`` on a node of ``per_host`` ranks."""
-    import os
-    os.environ.update({"LOCAL_WORLD_SIZE": str(per_host), "GROUP_RANK": str(rank // per_host),
-                       "LOCAL_RANK": str(rank % per_host)})
+    """The forked ranks' job placed on hosts of ``per_host`` ranks, host-major: what the ranks of a
+    job on real hosts agree on as their group forms (:mod:`graphdist.hosts`; these share one)."""
+    import torch.distributed as dist
+
+    from graphdist import hosts
+    ws = dist.get_world_size()
+    hosts.set_placement(hosts.Placement.host_major(ws, ws // per_host), dist.group.WORLD)
 
 
 def _exchange_case(rank, ws, graph, a, state, halo):
@@ -199,7 +202,7 @@ def _train_case(rank, ws, graph, a, halo, route, input_halo):
 
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.halo import build_layout
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     from tests.test_gcn_parity import HID
     cfg = GCNConfig(spec="test", layers=3, hidden=HID, epochs=4, seed=5, progress=False, halo=halo,
                     halo_route=route, input_halo=input_halo)
@@ -219,7 +222,7 @@ def _rank_job(rank, ws, graph, a, state):
 
 
 def test_hosts_route_equals_direct_on_4_ranks():
-    """4 gloo ranks as 2 hosts x 2 (torchrun's LOCAL_WORLD_SIZE / GROUP_RANK), random parts:
+    """4 gloo ranks placed as 2 hosts x 2 (:func:`_as_hosts`), random parts:
     the routed exchanger gives the direct one's logits bit for bit and its gradients to 1e-6,
     with fewer bytes between hosts; training plain and mvc (4 epochs, dropout) gives the direct
     route's losses (the first bit for bit: forward only), and the report says which route ran."""

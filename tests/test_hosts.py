@@ -144,6 +144,9 @@ def test_gcn_across_two_hosts_equals_one_host(case, tmp_path):
     assert a["comm/halo_bytes_per_epoch"] == b["comm/halo_bytes_per_epoch"]
     assert "Traceback" not in res[0][1] + res[1][1]
     assert a["run/threads"] == 1  # 2 ranks on this machine's cores, one per host: 2 cores / 2
+    # two hosts (network namespaces) of one machine, as every rank agreed: graphdist/hosts.py
+    assert (a["run/hosts"], a["run/host_of_rank"], a["run/machines"]) == (2, [0, 1], 1)
+    assert (b["run/hosts"], b["run/host_of_rank"], b["run/machines"]) == (1, [0, 0], 1)
 
 
 @pytest.mark.skipif(not CORA.exists(), reason="Cora is not in ../shared/datasets")
@@ -269,6 +272,34 @@ def test_gcn_survives_a_killed_worker_on_another_host(tmp_path, unbroken):
     assert "restart 1 of the worker group" in res[0][1] and "resumed from epoch" in res[0][1]
     a = json.loads((tmp_path / "r0.json").read_text())
     assert a["run/restarts"] == 1
+    assert a["losses"] == pytest.approx(unbroken["losses"], rel=1e-6, abs=1e-7)
+
+
+def test_gcn_survives_a_killed_worker_under_two_external_torchrun_agents(tmp_path, unbroken):
+    """The user's own `torchrun --nnodes 2 --max-restarts 1` on each host (torch's default: the
+    workers share the agent's store, which keeps every round's keys): host 1's worker killed after
+    the first checkpoint. Host 1's agent counts a restart, host 0's does not, so the nodes' counters
+    differ; the group still re-forms (its round agreed through the store, graphdist/restarts.py)
+    and finishes with the unbroken run's final loss."""
+    import signal
+    ck = tmp_path / "ck"
+    argv = FAULT + ["--checkpoint-dir", str(ck), "--resume", "auto", "--timeout", "60"]
+    run = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1", "--max-restarts",
+           "1", "--rdzv-backend", "c10d", "--rdzv-endpoint", ENDPOINT, "-m", "graphdist"]
+    with Testbed(2) as tb:
+        procs = [tb.popen(i, run + argv + ["--report", str(tmp_path / f"r{i}.json")], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, env=_env()) for i in range(2)]
+        _wait_for(ck / "latest", procs)
+        workers = _workers_of(procs[1].pid)
+        assert len(workers) == 1, workers
+        os.kill(workers[0], signal.SIGKILL)
+        res = finish(procs, timeout=300)
+    _ok(res)
+    [report] = [p for p in (tmp_path / "r0.json", tmp_path / "r1.json") if p.exists()]  # (rank 0's host writes it)
+    a = json.loads(report.read_text())
+    assert a["run/restarts"] == 1 and a["run/hosts"] == 2 and a["run/machines"] == 1
+    assert "restart 1 of the worker group" in res[0][1] + res[1][1]
+    assert a["losses"][-1] == pytest.approx(unbroken["losses"][-1], rel=1e-6, abs=1e-7)
     assert a["losses"] == pytest.approx(unbroken["losses"], rel=1e-6, abs=1e-7)
 
 

@@ -31,7 +31,7 @@ def _cfg(**kw):
 
 def _job(rank, ws, graph, a):
     from graphdist.gnn.trainer import fit
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cpu")
     lg = build_layout(graph, a, rank, ws)
     out = {}
@@ -67,7 +67,7 @@ def test_held_input_rows_give_the_exchanged_losses_bit_for_bit(k):
 
 def test_one_rank_has_nothing_to_hold():
     from graphdist.gnn.trainer import fit
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     g = _graph()
     ctx = init_distributed("cpu")
     lg = build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1)
@@ -91,7 +91,7 @@ def test_plan_counts_held_rows_and_their_saving():
 def _fallback_job(rank, ws, graph, a):
     from graphdist.errors import ConfigError
     from graphdist.gnn import trainer
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cpu")
     lg = build_layout(graph, a, rank, ws)
     held = trainer.fit(_cfg(), lg, {}, ctx)

@@ -230,7 +230,7 @@ def _node(port: int, ck: Path):
 @pytest.mark.parametrize("lost", ["worker node", "store host"])
 def test_lost_node_ends_with_one_line(tmp_path, lost):
     """Two nodes (two launchers on this machine); one is killed outright mid-training."""
-    from graphdist.runtime import free_port
+    from graphdist.netif import free_port
     ck, port = tmp_path / "ck", free_port()
     host = _node(port, ck)
     _wait_for_port(port, host)  # the first launcher hosts the rendezvous store (a fixed sleep lost that race
@@ -258,7 +258,7 @@ def test_with_nnodes_min_max_a_lost_node_leaves_a_job_that_continues_on_the_node
     takes the k = 1 artifact next to the k = 2 one, reshards the checkpoint onto it and finishes:
     the losses of a run that was never broken (k ranks compute what one process does)."""
     from graphdist.cli import main
-    from graphdist.runtime import free_port
+    from graphdist.netif import free_port
     parts = {k: tmp_path / "parts" / f"k{k}" for k in (2, 1)}
     for k, d in parts.items():
         assert main(["partition", SPEC, "--parts", str(k), "--method", "random", "--out", str(d)]) == 0

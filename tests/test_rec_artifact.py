@@ -77,7 +77,7 @@ def test_partition_of_a_generated_spec(tmp_path, spec):
 def _mapped_job(rank, ws, art):
     from graphdist.rec.config import RecConfig
     from graphdist.rec.trainer import fit, load_local
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cpu")
     out = []
     for halo in ("mvc", "plain"):

@@ -16,7 +16,7 @@ def _eval_job(rank, ws, cases):
     from graphdist import comm
     from graphdist.rec.metrics import RankingEval
     from graphdist.rec.setup import rank_data
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     init_distributed("cpu")
     gather = comm.all_gather_rows
 

@@ -51,7 +51,7 @@ def _job(rank, ws, ratings, assignments, table, epochs):
     from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, lightgcn_adjacency, schedule_epoch
     from graphdist.rec.sampling import sample_epoch
     from graphdist.rec.setup import rank_data
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     init_distributed("cpu")
     out = {}
     for (method, mode), a in assignments.items():
@@ -133,7 +133,7 @@ def test_lightgcn_matches_pyg(k):
 
 def _paper_job(rank, ws, ratings, a, table):
     from graphdist.rec.model import LightGCNShard, halo_exchanger, lightgcn_adjacency
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     init_distributed("cpu")
     lg = build_layout(ratings.graph, a, rank, ws)
     m = LightGCNShard(table[lg.owned], 1)

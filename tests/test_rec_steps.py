@@ -72,7 +72,7 @@ def _fits_job(rank, ws):
     from graphdist.rec.config import RecConfig
     from graphdist.rec.memory import check_rank_fits, estimate_rank_bytes
     from graphdist.rec.setup import rank_data
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     init_distributed("cpu")
     g = np.random.default_rng(1)
     r = make_ratings(np.stack([g.integers(0, 40, 400), g.integers(0, 30, 400)], 1), np.zeros((0, 2), np.int64),
@@ -104,7 +104,7 @@ def test_a_rank_that_does_not_fit_stops_with_one_line_naming_the_memory():
         assert "\n" not in capped and "GiB per rank but a rank may hold only 0.10 GiB" in capped, capped
         assert 300 << 20 < small < big  # interpreter and torch at least; grows with batch and dim
         assert "\n" not in msg and msg.startswith("train-rec needs about 0.") and "GiB per rank" in msg, msg
-        assert "for the 2 rank(s) on this node" in msg and "0.10 GiB is available" in msg
+        assert "for the 2 rank(s) on this machine" in msg and "0.10 GiB is available" in msg
 
 
 def test_table_adam_is_torch_adam_bit_for_bit_without_torch_dynamo():

@@ -85,7 +85,7 @@ def test_learned_model_beats_popularity():
 def _modes_job(rank, ws):
     from graphdist.rec.config import RecConfig
     from graphdist.rec.trainer import fit, load_local
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cpu")
     base = dict(spec=SPEC, method="metis", epochs=2, progress=False, lr=0.01, batch_size=512, dim=16)
     ratings, lg, info = load_local(RecConfig(**base), rank, ws)
@@ -116,7 +116,7 @@ def test_halo_modes_mvc_is_exact_and_bits_cut_bytes():
 def _resume_job(rank, ws, root):
     from graphdist.rec.config import RecConfig
     from graphdist.rec.trainer import fit, load_local
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cpu")
     base = dict(spec=SPEC, method="random", epochs=6, checkpoint_every=2, progress=False, lr=0.01,
                 batch_size=256, dim=16)

@@ -95,7 +95,7 @@ REPEATS = [REPEAT, REPEAT, dict(REPEAT, staleness_smoothing=0.5), dict(REPEAT, s
 def _fit_job(rank, ws, graph, a, runs, root=None):
     """``runs`` (lists of config fields) fitted in turn; with ``root`` also the resume case."""
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cpu")
     lg = build_layout(graph, a, rank, ws)
     out = [fit(GCNConfig(spec="t", progress=False, **kw), lg, {}, ctx)["losses"] for kw in runs]

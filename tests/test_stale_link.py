@@ -50,7 +50,7 @@ def test_exchange_waits_for_the_simulated_arrival():
 
 def _train_job(rank, ws, graph, a):
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     ctx = init_distributed("cpu")
     lg = build_layout(graph, a, rank, ws)
     base = dict(spec="t", hidden=8, epochs=3, seed=1, progress=False)

@@ -27,7 +27,7 @@ def dataset_info(spec: str, skip_bad_lines: bool = False) -> tuple[dict, list[tu
     """``(summary dict, printable rows)`` of any dataset spec, by its domain;
     ``skip_bad_lines`` (``criteo:`` only) skips and counts malformed lines."""
     from graphdist.errors import ConfigError
-    from graphdist.runtime import Timer
+    from graphdist.timer import Timer
     from graphdist.specs import parse_spec
     kind = parse_spec(spec).kind
     if skip_bad_lines and kind.name != "criteo":

@@ -73,7 +73,7 @@ def _build(cfg) -> int:
     from graphdist.halo.build import build_worker, check_build_request
     from graphdist.partition.tools import check_request
     from graphdist.launch import run_job
-    from graphdist.runtime import env_world
+    from graphdist.proc import env_world
     check_build_request(cfg)  # first: its --assignment hint is the one a --nproc user needs
     check_request(cfg)
     cfg.nodes.validate()

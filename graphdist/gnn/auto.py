@@ -63,7 +63,7 @@ def measure_link(group=None) -> tuple[float, float]:
             t0 = time.perf_counter()
             comm.all_to_all_rows(out, send, [n] * world, [n] * world, group)
             best = min(best, time.perf_counter() - t0)
-        times.append((per_peer * (world - 1), max(comm.all_gather_object(best, group))))
+        times.append((per_peer * (world - 1), max(comm.all_gather_json(best, group))))
     (b1, t1), (b2, t2) = times
     bw = 2 * (b2 - b1) / max(t2 - t1, 1e-9)  # sent + received per second
     lat = max(t1 - 2 * b1 / bw, 0.0)
@@ -84,7 +84,8 @@ def choose_halo(cfg, lg, n_classes: int) -> tuple[str, dict]:
     if not active:
         return "plain", {"chosen": "plain", "why": "one rank: nothing to exchange", "modes": {}}
     from graphdist.gnn.plan_time import codec_rates
-    rates, codec = comm.all_gather_object((measured_rates(), codec_rates()) if comm.world()[0] == 0 else None)[0]
+    rates, codec = comm.all_gather_json((measured_rates(), codec_rates()) if comm.world()[0] == 0 else None)[0]
+    codec = {int(b): float(v) for b, v in codec.items()}  # (JSON's keys are strings)
     if cfg.link_gbps > 0:
         bw, lat, link = cfg.link_gbps * 1e9 / 8, cfg.link_latency_us * 1e-6, "given (--link-gbps)"
     else:
@@ -96,7 +97,7 @@ def choose_halo(cfg, lg, n_classes: int) -> tuple[str, dict]:
         c = dataclasses.replace(cfg, halo=m, link_gbps=bw * 8 / 1e9, link_latency_us=lat * 1e6)
         sent = halo_bytes_per_epoch(ps.send[m], layers, c)
         mine[m] = (sent, epoch_seconds(ps, layers, c, m, True, rates))
-    every = comm.all_gather_object(mine)
+    every = comm.all_gather_json(mine)
     per_mode = {m: {"comm/halo_bytes_per_epoch": int(sum(r[m][0] for r in every)),
                     "time/epoch_s": max(r[m][1] for r in every)} for m in modes}
     chosen = min(modes, key=lambda m: (per_mode[m]["time/epoch_s"], m != "mvc"))
@@ -188,11 +189,12 @@ class AutoBits:
             for k, v in ex.end_calibration().items():
                 mine[k] = [a + b for a, b in zip(mine[k], v)] if k in mine else list(v)
                 mine[k][2] = v[2]
-        every = comm.all_gather_object(mine)
+        every = [{(d, t): v for d, t, v in r}  # (JSON has no tuple keys: sent as rows)
+                 for r in comm.all_gather_json([[d, t, v] for (d, t), v in mine.items()])]
         if self.link is None:
             from graphdist.gnn.plan_time import codec_rates
             bw, _ = measure_link()
-            self.link = (bw, comm.all_gather_object(codec_rates() if comm.world()[0] == 0 else None)[0])
+            self.link = (bw, comm.all_gather_json(codec_rates() if comm.world()[0] == 0 else None)[0])
         bw, codec = self.link
         choice = choose_bits(every, self.budget, bw, codec, self.layers)
         hist[self.KEY] = choice

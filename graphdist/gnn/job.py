@@ -30,7 +30,7 @@ def run(cfg: GCNConfig) -> dict | None:
     launched workers, which printed theirs, :class:`~graphdist.errors.JobFailed`)."""
     from graphdist.halo.job import workers_for
     from graphdist.launch import run_job
-    from graphdist.runtime import pick_backend
+    from graphdist.procgroup import pick_backend
     cfg.validate()
     cfg.check_outputs()
     _, dev_type = pick_backend(cfg.device)  # CUDA requested without GPUs: one line, before any worker

@@ -55,7 +55,8 @@ class PlanConfig(GCNConfig):
     """``graphdist plan``: the model and exchange fields of :class:`GCNConfig` and what to plan."""
 
     mem_per_rank: float = 0.0
-    """memory of one rank in GiB for the fits check (0 = this machine's physical memory)"""
+    """memory of one rank in GiB for the fits check (0 = this machine's memory shared by the ranks on
+    it: all K, or with --hosts the K/H of one host)"""
     link_gbps: float = 10.0
     """bandwidth of the link between ranks in Gbit/s, for the epoch-time estimate (with --hosts:
     each host's link to the others, shared by its ranks)"""
@@ -286,7 +287,8 @@ def halo_bytes_per_epoch(total_rows: int, layers: list[dict], cfg) -> int:
 
 def plan(cfg: PlanConfig) -> dict:
     """The prediction as a ``train-gcn`` report's keys plus ``fits`` and a per-rank breakdown."""
-    from graphdist.runtime import host_memory_bytes
+    from graphdist.hosts import Placement
+    from graphdist.memory import host_memory_bytes
     cfg.validate()
     if cfg.num_nodes > 0:
         parts, f_in, n_classes, k, source = stats_parts(cfg), cfg.features, cfg.classes, int(cfg.parts), "stats"
@@ -304,7 +306,10 @@ def plan(cfg: PlanConfig) -> dict:
         return plan_pyg(cfg, parts, f_in, n_classes, k, source)
     active = k > 1
     layers = layer_plan(cfg, f_in, n_classes, active)
-    mem = cfg.mem_per_rank * GiB if cfg.mem_per_rank else host_memory_bytes() / k
+    # a rank's share of its machine: with --hosts, the K/H ranks of its host (graphdist.hosts, the job's
+    # own definition of a host, host-major as torchrun numbers ranks); else all K ranks on this machine
+    where = Placement.host_major(k, cfg.hosts) if cfg.hosts else Placement.host_major(k, 1)
+    mem = cfg.mem_per_rank * GiB if cfg.mem_per_rank else host_memory_bytes() / where.ranks_on_machine_of(0)
     from graphdist.gnn.plan_time import codec_rates, epoch_seconds, exchange_choices, link_seconds, measured_rates
     if cfg.compute_s:  # a measured epoch stands in for the estimate: nothing to time here
         rates, codec = (0.0, 0.0), None
@@ -376,20 +381,20 @@ def check_fits(cfg, lg, world_size: int) -> int:
     the owned block taken as unsymmetric (an upper bound). Every rank decides from the same
     gathered figures."""
     import dataclasses
-    import os
 
     from graphdist import comm
+    from graphdist.hosts import placement
     from graphdist.memory import available_bytes, process_ceiling, resident_bytes
     cands = round_choices(cfg, world_size)
     if lg.x is None:
         return cands[0]
     ps = part_stats(lg, check_symmetry=False)
-    local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    local = placement().ranks_on_machine_of(comm.world()[0])  # (they share its memory)
     f_in, n_cls = int(lg.x.shape[1]), max(int(lg.num_classes), 1)
     needs = [rank_memory(ps, dataclasses.replace(cfg, halo_rounds=r), f_in, n_cls, world_size, cfg.halo)["peak_bytes"]
              for r in cands]
     rss = resident_bytes() or 0  # the machine's free memory is shared by its ranks
-    seen = comm.all_gather_object([needs, available_bytes() + (local - 1) * rss, process_ceiling()])
+    seen = comm.all_gather_json([needs, available_bytes() + (local - 1) * rss, process_ceiling()])
     have = min(s[1] for s in seen)
     caps = [s[2] for s in seen if s[2] is not None]
     cap = min(caps) if caps else None

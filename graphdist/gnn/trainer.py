@@ -47,7 +47,10 @@ from graphdist.halo.stale import STALE_RESHARD, Staleness
 from graphdist.halo.setup import check_layout, load_local
 from graphdist.halo.spmm import SparseAdj
 from graphdist.loop import LoopConfig, Task, run_loop
-from graphdist.runtime import Timer, get_logger, peak_memory_bytes, start_rank
+from graphdist.log import get_logger
+from graphdist.memory import peak_memory_bytes
+from graphdist.procgroup import start_rank
+from graphdist.timer import Timer
 
 
 def train(cfg: GCNConfig) -> dict:
@@ -181,7 +184,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     if "halo_rows_bytes_sum" in hist:  # sampled boundaries: the traffic differs per epoch, the mean
         rows, nbytes, n = hist["halo_rows_bytes_sum"]
         stats = [rows / max(n, 1), nbytes / max(n, 1)]
-    peaks = comm.all_gather_object(peak_memory_bytes(dev))
+    peaks = comm.all_gather_json(peak_memory_bytes(dev))
     best = _best(hist["val_acc"])
     chosen = hist.get("halo_auto_bits")
     if chosen is not None:

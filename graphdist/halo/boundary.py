@@ -125,4 +125,4 @@ class BoundarySampler:
 
 def _coo(a: torch.Tensor):
     """``(rows, cols, values)`` of a CSR tensor, int64 indices, sorted by (row, col)."""
-    return ptr2index(a.crow_indices().to(torch.int64), a._nnz()), a.col_indices().to(torch.int64), a.values()
+    return ptr2index(a.crow_indices().to(torch.int64), a.col_indices().numel()), a.col_indices().to(torch.int64), a.values()

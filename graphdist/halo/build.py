@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphdist import comm
+from graphdist import comm, failures
 from graphdist.errors import ConfigError, DataFormatError, GraphdistError
 
 __all__ = ["build_worker", "build_artifact", "check_build_request", "BLOCK_EDGES"]
@@ -76,12 +76,12 @@ def build_worker(cfg) -> dict:
 
     from graphdist.launch import RESULT_ENV
     from graphdist.fileio import atomic_write_json
-    from graphdist.runtime import init_distributed, shutdown
+    from graphdist.procgroup import init_distributed, shutdown
     try:
         init_distributed("cpu")
         out = build_artifact(cfg)
     except BaseException as e:
-        comm.publish_failure(e)
+        failures.publish_failure(e)
         raise
     finally:
         shutdown()
@@ -92,7 +92,7 @@ def build_worker(cfg) -> dict:
 
 def _log(rank: int, msg: str) -> None:
     if rank == 0:
-        from graphdist.runtime import get_logger
+        from graphdist.log import get_logger
         get_logger().info(msg)
 
 
@@ -130,7 +130,7 @@ def _read_edges(path: Path, rank: int, k: int):
     from graphdist.data.graph import np_ids
     from graphdist.data.table import read_table, shard
     start, end, lines = shard(path, rank, k)
-    first = 1 + sum(comm.all_gather_object(lines)[:rank])
+    first = 1 + sum(comm.all_gather_json(int(lines))[:rank])
     tab, err, neg = None, None, None
     try:
         tab = read_table(path, 2, byte_range=(start, end), first_line=first)
@@ -140,7 +140,7 @@ def _read_edges(path: Path, rank: int, k: int):
     if arr.size and arr.min() < 0:
         row = int(np.flatnonzero((arr < 0).any(axis=1))[0])
         neg = str(DataFormatError(path, f"negative node id {int(arr[row].min())}", tab.line_of(row)))
-    every = comm.all_gather_object((int(arr.shape[0]), err or neg))
+    every = comm.all_gather_json((int(arr.shape[0]), err or neg))
     first_error = next((e for _, e in every if e is not None), None)
     if first_error is not None:  # the earliest line's error, raised alike on every rank
         raise GraphdistError(first_error)
@@ -273,7 +273,7 @@ def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg) -> str:
             for i in range(0, n, step):
                 blk = np.asarray(flat[i:i + step], dtype=np.float32 if name == "x" else np.int64)
                 h.update(name, blk.reshape(-1))
-    return comm.all_gather_object(h.hexdigest() if h is not None else None)[0]
+    return comm.all_gather_json(h.hexdigest() if h is not None else None)[0]
 
 
 def _quality(a, k: int, n: int, indeg, stats: list) -> dict:
@@ -309,17 +309,17 @@ def _write(cfg, lg, stats, quality, a, n: int, fp: str, spec, seconds: float) ->
     rank, k = comm.world()
     out = Path(cfg.out)
     tmp = begin_artifact(out) if rank == 0 else None
-    tmp = Path(comm.all_gather_object(str(tmp) if tmp else None)[0])
+    tmp = Path(comm.all_gather_json(str(tmp) if tmp else None)[0])
     try:
         if not tmp.is_dir():
             raise ConfigError(f"--out {out}: rank {rank} on {socket.gethostname()} cannot see {tmp}, which rank 0 "
                               "made; a build on several nodes needs --out on a file system every node mounts")
         path = part_path(tmp, rank)
         save_part(lg, path)
-        from graphdist.runtime import peak_rss_bytes
+        from graphdist.memory import peak_rss_bytes
         mine = {"bytes": path.stat().st_size, "sha256": file_sha256(path), **stats[rank],
                 "peak_rss_bytes": peak_rss_bytes()}  # the build's peak: its part is written
-        every = comm.all_gather_object(mine)
+        every = comm.all_gather_json(mine)
         result = {"rank": rank, "out": str(out), "k": k, "nodes": n, "edges": sum(s["local_edges"] for s in every),
                   "quality": quality, "seconds": 0.0, "build_s": seconds,
                   "mem/peak_rss_bytes_per_rank": [s["peak_rss_bytes"] for s in every]}

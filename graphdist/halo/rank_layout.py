@@ -106,4 +106,4 @@ def local_part(rank: int, k: int, n: int, a: np.ndarray, owned: np.ndarray, indp
     mine = {"owned_nodes": int(n_own), "halo_rows": int(halo.size), "local_edges": int(lidx.numel()),
             "moved_rows": int(raw_u.sum()) + int(pre_v.size), "cut_edges": int(cu.size),
             "sent_rows": int(send_idx.size)}
-    return lg, comm.all_gather_object(mine)
+    return lg, comm.all_gather_json(mine)

@@ -31,6 +31,7 @@ import weakref
 import torch
 
 from graphdist import comm
+from graphdist.torch_internals import tensor_version
 
 __all__ = ["ResidentHalo", "HeldRows"]
 
@@ -96,7 +97,7 @@ class HeldRows:
         if h.requires_grad and torch.is_grad_enabled():
             raise ValueError("held halo rows carry no gradient: the first layer's input must not need one")
         kept = self._kept
-        if reuse and self.keep and kept is not None and kept[0]() is h and kept[1] == h._version \
+        if reuse and self.keep and kept is not None and kept[0]() is h and kept[1] == tensor_version(h) \
                 and kept[2] is adj:
             return kept[3]
         with torch.no_grad():
@@ -109,7 +110,7 @@ class HeldRows:
                 if halo is not None and recv.shape[0]:
                     halo.mm_add(recv, out)
         if reuse and self.keep:
-            self._kept = (weakref.ref(h), h._version, adj, out)
+            self._kept = (weakref.ref(h), tensor_version(h), adj, out)
         return out
 
 

@@ -31,7 +31,6 @@ job. The wire calls are :mod:`graphdist.comm`'s.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 
 import torch
@@ -39,7 +38,7 @@ import torch
 from graphdist import comm
 from graphdist.errors import ConfigError
 
-__all__ = ["RankRoute", "build_routes", "send_keys", "host_of_rank", "gather_route", "RoutedPending"]
+__all__ = ["RankRoute", "build_routes", "send_keys", "gather_route", "RoutedPending"]
 
 
 @dataclass
@@ -253,34 +252,28 @@ def send_keys(lg, halo: str) -> tuple[torch.Tensor, list[int]]:
     return keys, list(lay.send_counts)
 
 
-def host_of_rank(rank: int) -> int:
-    """This rank's host from the launcher's placement: torchrun's ``GROUP_RANK`` (the node's
-    rank), else ``rank // LOCAL_WORLD_SIZE`` (ranks of a node are contiguous)."""
-    if os.environ.get("GROUP_RANK", "") != "":
-        return int(os.environ["GROUP_RANK"])
-    return rank // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "") or 1))
-
-
-def gather_route(lg, halo: str, routed: bool, group=None) -> tuple[RankRoute, dict]:
-    """This rank's plan on a running job (collective: every rank calls it): the send lists and
-    hosts of all ranks gathered, then :func:`build_routes`. Also ``{"hosts", "ranks_per_host",
-    "rows_between_hosts", "rows_between_hosts_direct"}`` (rows per forward exchange, all ranks).
-    With one host or one rank per host the route is the direct one (``routed`` False)."""
-    rank = comm.world(group)[0]
-    counts = list(lg.exchange_layout(halo).send_counts)
-    seen = comm.all_gather_object([host_of_rank(rank), counts], group)
-    hosts = [s[0] for s in seen]
+def gather_route(lg, halo: str, routed: bool) -> tuple[RankRoute, dict]:
+    """This rank's plan on a running job (collective: every rank calls it): the send lists of all
+    ranks gathered, their hosts as the job agreed on them (:func:`graphdist.hosts.placement`), then
+    :func:`build_routes`. Also ``{"hosts", "ranks_per_host", "rows_between_hosts",
+    "rows_between_hosts_direct"}`` (rows per forward exchange, all ranks). With one host or one
+    rank per host the route is the direct one (``routed`` False)."""
+    from graphdist.hosts import placement
+    rank = comm.world()[0]
+    counts = [int(c) for c in lg.exchange_layout(halo).send_counts]
+    seen = [[None, c] for c in comm.all_gather_json(counts)]
+    hosts = list(placement().host_of_rank)
     per_host = {h: hosts.count(h) for h in hosts}
     routed = routed and len(per_host) > 1 and max(per_host.values()) > 1
     if routed:
-        every = comm.all_gather_rows(send_keys(lg, halo)[0], group)
+        every = comm.all_gather_rows(send_keys(lg, halo)[0])
         all_keys = list(torch.split(every, [sum(s[1]) for s in seen]))
         route = build_routes(all_keys, [s[1] for s in seen], hosts, ranks=[rank])[0]
     else:  # the direct route: the counts say it all
         cnt = torch.tensor([s[1] for s in seen], dtype=torch.int64)
         route = _direct(rank, cnt, torch.tensor(hosts, dtype=torch.int64))
     direct = sum(int(c) for s, sc in enumerate(seen) for p, c in enumerate(sc[1]) if hosts[p] != hosts[s])
-    moved = int(comm.all_reduce_sum(torch.tensor([route.cross_send], dtype=torch.float64), group)[0])
+    moved = int(comm.all_reduce_sum(torch.tensor([route.cross_send], dtype=torch.float64))[0])
     info = {"hosts": len(per_host), "ranks_per_host": sorted(set(per_host.values())),
             "rows_between_hosts": moved, "rows_between_hosts_direct": direct}
     return route, info

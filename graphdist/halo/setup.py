@@ -81,7 +81,7 @@ def check_layout(lg: LocalGraph, halo: str = "plain") -> None:
     rank s sends to r in ``halo`` mode is what r expects from s (one small all-gather of the counts)."""
     comm.check_same(lg.fingerprint, "graph fingerprint")
     lay = lg.exchange_layout(halo)
-    sends = comm.all_gather_object(list(lay.send_counts))
+    sends = comm.all_gather_json([int(c) for c in lay.send_counts])
     bad = [(s, lg.rank) for s in range(lg.world_size) if sends[s][lg.rank] != lay.recv_counts[s]]
     if bad:
         s, r = bad[0]

@@ -21,15 +21,15 @@ workload that propagates over a partitioned graph (GCN/SAGE, LightGCN).
 from __future__ import annotations
 
 import copy
-import warnings
 import weakref
 from typing import NamedTuple
 
 import torch
 
 from graphdist.sparse import index2ptr, lex_order, ptr2index
+from graphdist.torch_internals import quiet_sparse_csr_warning, tensor_version
 
-warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+quiet_sparse_csr_warning()
 
 __all__ = ["CSRPair", "SparseAdj"]
 
@@ -103,12 +103,12 @@ class CSRPair:
 
 
 def _product_add(a: torch.Tensor, x: torch.Tensor, out: torch.Tensor) -> None:
-    if a._nnz() and x.shape[1]:
+    if a.col_indices().numel() and x.shape[1]:
         torch.addmm(out, a, x.contiguous(), out=out)
 
 
 def _product(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    if a._nnz() == 0 or x.shape[1] == 0:
+    if a.col_indices().numel() == 0 or x.shape[1] == 0:
         return x.new_zeros((a.shape[0], x.shape[1]))
     out = x.new_empty((a.shape[0], x.shape[1]))
     return torch.addmm(out, a, x.contiguous(), beta=0, out=out)
@@ -255,14 +255,14 @@ class SparseAdj:
     def _kept_product(self, h: torch.Tensor) -> torch.Tensor:
         kept = self.__dict__.setdefault("_kept", {})
         hit = kept.get(id(h))
-        if hit is not None and hit[0]() is h and hit[1] == h._version:
+        if hit is not None and hit[0]() is h and hit[1] == tensor_version(h):
             return hit[2]
         if self.halo is not None and self.halo.nnz:
             raise ValueError("this adjacency has halo columns but no active halo exchanger was given")
         out = self.own.mm(h)
         key = id(h)
         ref = weakref.ref(h, lambda _, k=key, d=kept: d.pop(k, None))  # dies with h
-        kept[key] = (ref, h._version, out)
+        kept[key] = (ref, tensor_version(h), out)
         return out
 
     def __getstate__(self):

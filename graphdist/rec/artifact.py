@@ -152,7 +152,7 @@ def load_rec_part(cfg, rank: int, world_size: int):
     # every rank learns of a bad file before the first collective of training (one line, not a
     # peer's "collective failed")
     from graphdist import comm
-    bad = [p for p in comm.all_gather_object(problem) if p]
+    bad = [p for p in comm.all_gather_json(problem) if p]
     if bad:
         raise ArtifactError(bad[0])
     part = RecPart(t["train"].numpy(), t["test"].numpy(), int(rec["users"]), int(rec["items"]), int(rec["train"]),

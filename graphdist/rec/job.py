@@ -28,7 +28,7 @@ def run(cfg: RecConfig) -> dict | None:
     ``--report`` JSON holds); errors raise, as :func:`graphdist.gnn.run`'s."""
     from graphdist.halo.job import workers_for
     from graphdist.launch import run_job
-    from graphdist.runtime import pick_backend
+    from graphdist.procgroup import pick_backend
     from graphdist.specs import parse_spec
     cfg.validate()
     if cfg.spec:

@@ -68,36 +68,34 @@ def estimate_rank_bytes(lg, rd, cfg, n_eval_users: int) -> int:
         s = min(s, cfg.steps * m)
     s = min(s, nb * m)
     items_own = int(rd.item_rows().size)
-    shard = max((x.size for x in getattr(rd, "_shards", [])), default=items_own)
+    shard = items_own  # (the ring's item shard in flight taken as large as this rank's own)
     need = (PROCESS_BYTES + lg.nbytes() + 4 * D * (TABLE_COPIES * n + 2 * (L + 1) * (n + h)) + PER_TRIPLE_DIM * m * D
             + PER_SAMPLE * s + 4 * D * (items_own + shard) + 16 * n_eval_users * cfg.topk)
     return int(need)
 
 
 def check_rank_fits(lg, rd, cfg, n_eval_users: int) -> int:
-    """Collective: every rank's estimate, summed over the ranks of this node, against the memory
+    """Collective: every rank's estimate, summed over the ranks of its machine, against the memory
     available there, and each rank's against its own process limit (``ulimit -d`` / ``-v``); one
     line naming the memory needed on every rank when it does not fit."""
+    from graphdist.hosts import placement
     from graphdist.memory import available_bytes, process_ceiling
     need = estimate_rank_bytes(lg, rd, cfg, n_eval_users)
     have, ceiling = available_bytes(), process_ceiling()
-    local = comm.all_gather_object((_host(), need, have, ceiling))
-    mine = _host()
-    node = [x for x in local if x[0] == mine]
-    total, avail = sum(x[1] for x in node), max(x[2] for x in node)
-    worst = max(x[1] for x in local)
+    local = comm.all_gather_json((need, have, ceiling))
+    where, me = placement(), comm.world()[0]
+    machine = where.machine_of_host[where.host_of_rank[me]]  # its ranks share its memory
+    node = [x for r, x in enumerate(local) if where.machine_of_host[where.host_of_rank[r]] == machine]
+    total, avail = sum(x[0] for x in node), max(x[1] for x in node)
+    worst = max(x[0] for x in local)
     fix = "use more parts (graphdist partition ... --parts K), a smaller --batch-size or a --steps cap"
     if total > avail:
         raise ConfigError(f"train-rec needs about {worst / GiB:.2f} GiB per rank ({total / GiB:.2f} GiB for the "
-                          f"{len(node)} rank(s) on this node) but {avail / GiB:.2f} GiB is available; {fix}")
-    capped = [x for x in local if x[3] is not None and x[1] > x[3]]
+                          f"{len(node)} rank(s) on this machine) but {avail / GiB:.2f} GiB is available; {fix}")
+    capped = [x for x in local if x[2] is not None and x[0] > x[2]]
     if capped:
-        x = max(capped, key=lambda x: x[1] - x[3])
-        raise ConfigError(f"train-rec needs about {x[1] / GiB:.2f} GiB per rank but a rank may hold only "
-                          f"{x[3] / GiB:.2f} GiB (its process memory limit, ulimit -d / -v); {fix}")
+        x = max(capped, key=lambda x: x[0] - x[2])
+        raise ConfigError(f"train-rec needs about {x[0] / GiB:.2f} GiB per rank but a rank may hold only "
+                          f"{x[2] / GiB:.2f} GiB (its process memory limit, ulimit -d / -v); {fix}")
     return need
 
-
-def _host() -> str:
-    import socket
-    return socket.gethostname()

@@ -74,8 +74,8 @@ def select_eval_users(users: np.ndarray, n: int | None, seed: int) -> np.ndarray
         return np.ones(users.size, dtype=bool)
     h = keyed_unit(users, key32(seed, 0x5E1EC7, 0))
     order = np.lexsort((users, h))[:n]
-    cands = comm.all_gather_object([(float(h[i]), int(users[i])) for i in order])
-    pool = sorted(c for part in cands for c in part)
+    cands = comm.all_gather_json([(float(h[i]), int(users[i])) for i in order])
+    pool = sorted(tuple(c) for part in cands for c in part)
     if not pool or n <= 0:
         return np.zeros(users.size, dtype=bool)
     cut = pool[min(n, len(pool)) - 1]

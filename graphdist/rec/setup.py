@@ -87,7 +87,7 @@ def rank_data_of_part(lg: LocalGraph, num_users: int, num_items: int, own_train:
     owned = lg.owned.cpu().clone()  # not a view of the mapped part file, which then goes with the part
     n_own = owned.numel()
     items = (owned[owned >= U] - U).numpy()
-    counts = comm.all_gather_object(int(items.size))
+    counts = comm.all_gather_json(int(items.size))
     all_items = comm.all_gather_rows(torch.from_numpy(items)).numpy()
     if all_items.size != I or not np.array_equal(np.sort(all_items), np.arange(I)):
         raise ArtifactError("the parts do not cover every item exactly once (parts from different artifacts?)")

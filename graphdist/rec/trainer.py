@@ -41,7 +41,10 @@ from graphdist.rec.model import (LightGCNShard, bpr_step, halo_exchanger, init_e
                                  schedule_epoch)
 from graphdist.rec.sampling import sample_epoch
 from graphdist.rec.setup import load_local, rank_data
-from graphdist.runtime import Timer, get_logger, peak_memory_bytes, start_rank
+from graphdist.log import get_logger
+from graphdist.memory import peak_memory_bytes
+from graphdist.procgroup import start_rank
+from graphdist.timer import Timer
 
 __all__ = ["train", "fit"]
 
@@ -108,7 +111,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         final = _evaluate(model, adj, halo_eval, evaluator)
     if not hist["eval"] or hist["eval"][-1][0] != epoch:
         hist["eval"].append([epoch, final["recall"], final["ndcg"]])
-    peaks = comm.all_gather_object(peak_memory_bytes(dev))
+    peaks = comm.all_gather_json(peak_memory_bytes(dev))
     steps = hist.get("steps") or [nb] * len(hist["losses"])
     K = cfg.topk
     mean = lambda xs: int(sum(xs) / len(xs)) if xs else 0  # noqa: E731
@@ -131,7 +134,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "mem/peak_bytes": max(peaks),
         "mem/peak_bytes_per_rank": peaks,
-        "mem/estimate_bytes_per_rank": comm.all_gather_object(need),
+        "mem/estimate_bytes_per_rank": comm.all_gather_json(need),
         "world_size": ws,
         "partition": pinfo,
         f"popularity/recall@{K}": popular["recall"],
@@ -143,7 +146,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "epochs_run": len(hist["losses"]),
         "run/resharded_from": res.resharded_from,
         "data": {"users": U, "items": int(rd.item_owner.size), "train": rd.index.num_samples,
-                 "test": sum(comm.all_gather_object(int(rd.test.shape[0])))},
+                 "test": sum(comm.all_gather_json(int(rd.test.shape[0])))},
         "device": str(dev),
         "config": asdict(cfg),
     }

@@ -28,7 +28,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm as _pyg_gcn_norm
 from torch_geometric.utils import get_laplacian as _pyg_get_laplacian
 
 from graphdist.errors import ConfigError
-from graphdist.gnn.pyg.traced import untraced
+from graphdist.torch_internals import untraced
 
 __all__ = ["global_norms", "propagating", "aggregating", "gcn_hop", "sum_hop", "laplacian_edges", "out_degrees", "norm_sites",
            "count_propagates", "source_args"]

@@ -19,7 +19,7 @@ import torch
 from torch_geometric.nn.conv.gcn_conv import gcn_norm as _pyg_gcn_norm  # (wrapped layers see another gcn_norm)
 
 from graphdist import comm
-from graphdist.gnn.pyg.traced import untraced
+from graphdist.torch_internals import untraced
 from graphdist.halo.exchange import HaloExchanger
 from graphdist.halo.local import LocalGraph
 
@@ -240,7 +240,7 @@ def load_part(source, *, method: str = "metis", seed: int = 0, device: str = "au
     from graphdist.data import Graph
     from graphdist.gnn.pyg.train import install_excepthook
     from graphdist.halo.setup import check_layout, load_local
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     graph = source if isinstance(source, Graph) else None
     if graph is None and hasattr(source, "edge_index") and hasattr(source, "num_nodes"):  # a PyG Data
         extra = [k for k in ("edge_attr", "edge_weight", "adj_t") if getattr(source, k, None) is not None]

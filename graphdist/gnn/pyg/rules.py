@@ -90,7 +90,7 @@ def _cheb_lambda_max(conv, a, part) -> None:
     x = a.get("x")
     dtype = x.dtype if torch.is_tensor(x) else torch.float32
     _, w = laplacian_edges(part, conv.normalization, dtype)
-    from graphdist.gnn.pyg.traced import untraced
+    from graphdist.torch_internals import untraced
     with untraced():  # a constant of the part (under torch.jit.trace: of the trace)
         m = torch.tensor([float(w.max()) if w.numel() else float("-inf")], dtype=torch.float64, device=part.device)
         a["lambda_max"] = 2.0 * float(comm.all_reduce_max(m)[0])

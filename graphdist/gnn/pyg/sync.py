@@ -140,7 +140,7 @@ def seed(value: int) -> int:
     ``torch.manual_seed`` on every rank would give) and a run repeats them. Returns the seed used.
     Weights drawn afterwards differ per rank until :func:`~graphdist.gnn.pyg.distribute` (or a
     ``reset_parameters`` after it) broadcasts rank 0's."""
-    from graphdist.runtime import env_world
+    from graphdist.proc import env_world
     s = key32(int(value), env_world()[0], 0x5EED) & 0x7FFFFFFF
     torch.manual_seed(s)
     random.seed(s)

@@ -11,14 +11,15 @@ at once, as the model does; it is not a graph to save and load elsewhere. The ex
 gradient in a trace (tracing is for the picture: training runs the model, not the trace).
 
 Collectives that compute constants of the part (the whole graph's out-degrees, ChebConv's
-``lambda_max``) run with the tracer paused (:func:`untraced`): the trace holds their values.
+``lambda_max``) run with the tracer paused (:func:`graphdist.torch_internals.untraced`): the trace holds their values.
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Callable, Hashable
 
 import torch
+
+from graphdist.torch_internals import untraced
 
 _FNS: list[Callable[[torch.Tensor], torch.Tensor]] = []
 _KEYS: dict[Hashable, int] = {}
@@ -39,17 +40,3 @@ def exchange_op(fn: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor, 
         _KEYS[key] = len(_FNS)
         _FNS.append(fn)
     return _halo_exchange(rows, _KEYS[key])
-
-
-@contextlib.contextmanager
-def untraced():
-    """Pause ``torch.jit.trace`` (a no-op when not tracing): what runs inside is a constant of the trace."""
-    state = torch._C._get_tracing_state()
-    if state is None:
-        yield
-        return
-    torch._C._set_tracing_state(None)
-    try:
-        yield
-    finally:
-        torch._C._set_tracing_state(state)

@@ -94,9 +94,9 @@ def _one_line_hook(previous):
         from graphdist.errors import USER_ERRORS
         if not isinstance(value, USER_ERRORS):
             return previous(tp, value, tb)
-        from graphdist import comm
+        from graphdist import failures
         from graphdist.launch import print_error
-        comm.publish_error(str(value))
+        failures.publish_error(str(value))
         print_error(value)  # rank 0 only for an error every rank shares
         logging.shutdown()
         sys.stdout.flush()

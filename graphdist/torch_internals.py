@@ -55,6 +55,10 @@ Items:
 9. :func:`quiet_sparse_csr_warning` -- torch warns "Sparse CSR tensor support is in beta
    state" at the first CSR tensor of a process (ATen, C++: the message is in
    ``torch/lib/libtorch_cpu.so``), which every rank would print; silenced by its message.
+10. :func:`tensor_from_numpy` -- ``torch.from_numpy`` keeps numpy's strides, and numpy gives an
+   empty array stride 0 (``torch/csrc/utils/tensor_numpy.cpp``, C++); ``torch.save`` writes the
+   strides, so a part file built by k ranks would differ from the one-process artifact's bytes.
+   The values are copied into a tensor torch made (torch's own strides).
 """
 from __future__ import annotations
 
@@ -66,7 +70,8 @@ import warnings
 import torch
 
 __all__ = ["release_process_groups", "stop_keep_alive_timers", "dcp_flat_shapes", "untraced", "tensor_version",
-           "csr_pointer", "remote_device", "sharded_lookups", "quiet_sparse_csr_warning", "GROUP_HOLDERS"]
+           "csr_pointer", "remote_device", "sharded_lookups", "quiet_sparse_csr_warning", "tensor_from_numpy",
+           "GROUP_HOLDERS"]
 
 
 # 1. process groups held in torch's function defaults -------------------------------------------
@@ -223,3 +228,12 @@ CSR_BETA = "Sparse CSR tensor support is in beta state"
 def quiet_sparse_csr_warning() -> None:
     """Ignore torch's CSR beta warning in this process (item 9)."""
     warnings.filterwarnings("ignore", message=CSR_BETA)
+
+
+# 10. numpy's strides in a saved tensor -------------------------------------------------------
+
+def tensor_from_numpy(arr) -> torch.Tensor:
+    """A fresh tensor holding numpy array ``arr``'s values, with torch's own strides (item 10)."""
+    t = torch.empty(arr.shape, dtype=torch.from_numpy(arr[:0]).dtype)
+    t.numpy()[...] = arr
+    return t

@@ -331,3 +331,24 @@ def _csr_warnings(rank, world):
 def test_item9_torch_warns_that_sparse_csr_is_beta():
     said = run_ranks(_csr_warnings, 1, timeout=60)[0]  # (a fresh process: torch warns once per process)
     assert any(m.startswith(ti.CSR_BETA) for m in said), f"torch no longer warns: drop the filter ({said})"
+
+
+# 10. numpy's strides in a saved tensor --------------------------------------------------------
+
+def _saved(t) -> bytes:
+    import io
+    f = io.BytesIO()
+    torch.save({"t": t}, f)
+    return f.getvalue()
+
+
+def test_item10_from_numpy_keeps_an_empty_arrays_zero_stride_and_save_writes_it():
+    import numpy as np
+    empty = np.zeros((0,), dtype=np.int64)
+    assert torch.from_numpy(empty).stride() == (0,), "torch normalises numpy's strides now: drop tensor_from_numpy"
+    assert _saved(torch.from_numpy(empty)) != _saved(torch.empty(0, dtype=torch.int64))
+    fresh = ti.tensor_from_numpy(empty)
+    assert fresh.stride() == (1,) and _saved(fresh) == _saved(torch.empty(0, dtype=torch.int64))
+    full = np.arange(6, dtype=np.int64).reshape(2, 3)[:, ::2]  # (a view of a larger array, too)
+    got = ti.tensor_from_numpy(full)
+    assert got.tolist() == [[0, 2], [3, 5]] and got.is_contiguous() and got.dtype == torch.int64

@@ -21,17 +21,15 @@ import scipy.sparse as sp
 import torch
 
 from graphdist import comm
+from graphdist.torch_internals import tensor_from_numpy
 
 __all__ = ["local_part"]
 
 
 def _t(x, dtype=np.int64) -> torch.Tensor:
-    """A fresh tensor (no view of a larger array) with torch's own strides: numpy gives an empty
-    array stride 0, which ``torch.save`` would write and the part file would differ."""
-    arr = np.asarray(x, dtype=dtype)
-    t = torch.empty(arr.shape, dtype=torch.from_numpy(arr[:0]).dtype)
-    t.numpy()[...] = arr
-    return t
+    """A fresh tensor (no view of a larger array) with torch's own strides, so the part file is
+    byte for byte the one-process artifact's (:func:`graphdist.torch_internals.tensor_from_numpy`)."""
+    return tensor_from_numpy(np.asarray(x, dtype=dtype))
 
 
 def local_part(rank: int, k: int, n: int, a: np.ndarray, owned: np.ndarray, indptr: np.ndarray,

@@ -8,10 +8,11 @@ this machine and under its own limits; the machine's memory; glibc's mmap thresh
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
-__all__ = ["PROCESS_BYTES", "resident_bytes", "available_bytes", "process_ceiling", "host_memory_bytes",
+__all__ = ["PROCESS_BYTES", "resident_bytes", "available_bytes", "process_ceiling", "measured", "host_memory_bytes",
            "peak_rss_bytes", "peak_memory_bytes", "set_mmap_threshold"]
 
 PROCESS_BYTES = 340 * 2 ** 20
@@ -99,3 +100,25 @@ def set_mmap_threshold(mb: int) -> None:
         libc.mallopt(-3, int(mb) << 20)  # M_MMAP_THRESHOLD
     except (OSError, AttributeError):
         pass
+
+
+@contextlib.contextmanager
+def measured():
+    """Measure what a block of code adds to this process's resident set: yields a dict that holds,
+    after the block, ``start`` (the resident bytes before it), ``peak`` (the most it added at any
+    moment: Linux's high-water mark ``VmHWM``, reset to the current size first by writing 5 to
+    ``/proc/self/clear_refs``) and ``kept`` (what it still holds after). ``peak`` is None where the
+    high-water mark cannot be reset (not Linux)."""
+    from partitioners.sysmem import proc_status_bytes
+    out = {"start": resident_bytes() or 0, "peak": None, "kept": None}
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        reset = True
+    except OSError:
+        reset = False
+    yield out
+    end = proc_status_bytes("VmRSS", "VmHWM")
+    out["kept"] = (end.get("VmRSS") or out["start"]) - out["start"]
+    if reset and end.get("VmHWM") is not None:
+        out["peak"] = max(end["VmHWM"] - out["start"], out["kept"])

@@ -48,12 +48,12 @@ def test_identity_is_the_machine_and_its_network_namespace():
 
 def test_plan_hosts_gives_a_rank_its_hosts_share_of_the_machine(capsys):
     """plan --hosts H: a rank's memory is its machine's over the K/H ranks of its host (before: over
-    all K ranks, as if every host were this machine)."""
+    all K ranks, as if every host were this machine); without --hosts, one rank per host."""
     from graphdist.cli import main
     from graphdist.memory import host_memory_bytes
     stats = ["--nodes", "4000", "--edges", "20000", "--features", "16", "--classes", "4", "--replication", "1.3",
              "--parts", "4", "--json"]
-    for hosts, share in ((["--hosts", "2"], 2), ([], 4), (["--hosts", "4"], 1)):
+    for hosts, share in ((["--hosts", "2"], 2), (["--hosts", "1"], 4), (["--hosts", "4"], 1), ([], 1)):
         assert main(["plan", *stats, *hosts]) == 0
         got = json.loads(capsys.readouterr().out)
         assert got["mem/per_rank_bytes"] == int(host_memory_bytes() / share), (hosts, got["mem/per_rank_bytes"])

@@ -39,7 +39,8 @@ import numpy as np
 
 from graphdist.errors import ConfigError
 
-__all__ = ["check_out", "PartsWriter", "part_name", "vectors", "id_array", "read_manifest", "MANIFEST",
+__all__ = ["check_out", "PartsWriter", "part_name", "vectors", "id_array", "read_manifest", "begin_dir", "swap_into",
+           "MANIFEST",
            "FORMAT_VERSION", "ROWS_PER_GROUP"]
 
 MANIFEST = "manifest.json"
@@ -184,25 +185,42 @@ class PartsWriter:
         return full
 
     def _publish(self, manifest: dict) -> None:
-        from graphdist.fileio import atomic_write_json, fsync_dir
+        from graphdist.fileio import atomic_write_json
         atomic_write_json(self.tmp / MANIFEST, manifest)
-        fsync_dir(self.tmp)
-        old = None
-        if self.out.exists():  # checked before any work: empty, or --overwrite
-            if any(self.out.iterdir()) and not self.overwrite:
-                raise OSError(f"{self.out} is not empty (written meanwhile by another job?)")
-            old = Path(tempfile.mkdtemp(prefix=f".{self.out.name}.old-", dir=self.out.absolute().parent))
-            os.rmdir(old)
-            os.replace(self.out, old)
-        os.replace(self.tmp, self.out)
-        fsync_dir(self.out.absolute().parent)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        swap_into(self.tmp, self.out, self.overwrite)
 
     def abort(self) -> None:
         """Remove the temporary folder (rank 0; the others' files are in it)."""
         if self.rank == 0:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def begin_dir(out) -> Path:
+    """A hidden temporary sibling of ``out`` to write a whole output folder into (then
+    :func:`swap_into`)."""
+    out = Path(out)
+    out.absolute().parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.absolute().parent))
+
+
+def swap_into(tmp, out, overwrite: bool) -> None:
+    """Make the finished folder ``tmp`` (its files written and fsynced) ``out``: an existing
+    ``out`` (empty, or replaced with ``overwrite``) is moved aside first and removed after the
+    rename; the parent is fsynced, so the rename survives a power loss."""
+    from graphdist.fileio import fsync_dir
+    tmp, out = Path(tmp), Path(out)
+    fsync_dir(tmp)
+    old = None
+    if out.exists():  # checked before any work: empty, or --overwrite
+        if any(out.iterdir()) and not overwrite:
+            raise OSError(f"{out} is not empty (written meanwhile by another job?)")
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.absolute().parent))
+        os.rmdir(old)
+        os.replace(out, old)
+    os.replace(tmp, out)
+    fsync_dir(out.absolute().parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _is_vector(t) -> bool:

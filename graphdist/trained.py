@@ -16,12 +16,15 @@ give the model's shape, so no training flag is repeated.
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from graphdist.errors import ArtifactError, ConfigError, MissingFileError
+from graphdist.launch import Nodes
+from partitioners import METHODS
 
-__all__ = ["Trained", "open_checkpoint", "trainer_of", "exporter", "TRAINERS"]
+__all__ = ["Trained", "open_checkpoint", "trainer_of", "exporter", "TRAINERS", "ExportConfig", "export"]
 
 TRAINERS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "gcn": (("model", "hidden", "layers", "row_normalize"), "train-gcn (GCN / GraphSAGE / PyG model)",
@@ -102,9 +105,26 @@ class Trained:
 
     def load(self, state: dict, group=None) -> None:
         """Fill ``state`` (a DCP state dict: only the tensors wanted) from the snapshot. Collective
-        when a process group exists (every rank reads the replicated tensors it needs)."""
+        when a process group exists (every rank reads the replicated tensors it needs); one
+        process without one reads alone."""
+        import warnings
+
         from graphdist.checkpoint import Checkpointer
-        Checkpointer(self.root, pg=group).load(self.snap, state)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            Checkpointer(self.root, pg=group).load(self.snap, state)
+
+    def tensors(self, prefix: str) -> dict:
+        """Every tensor of the snapshot under ``prefix.`` (e.g. ``model``), read whole into this
+        process: ``{name without the prefix: tensor}``, in the checkpoint's order."""
+        import torch
+        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+        md = FileSystemReader(str(self.snap)).read_metadata().state_dict_metadata
+        want = {k[len(prefix) + 1:]: torch.empty(tuple(v.size), dtype=v.properties.dtype) for k, v in md.items()
+                if k.startswith(prefix + ".") and isinstance(v, TensorStorageMetadata)}
+        self.load({prefix: want})
+        return want
 
 
 def open_checkpoint(checkpoint_dir, flag: str = "--checkpoint-dir") -> Trained:
@@ -119,3 +139,66 @@ def open_checkpoint(checkpoint_dir, flag: str = "--checkpoint-dir") -> Trained:
         raise MissingFileError(f"{flag} {checkpoint_dir}: no checkpoint there (no 'latest' file; train with "
                                f"--checkpoint-dir {checkpoint_dir})")
     return Trained(root, snap, ck.read_meta(snap))
+
+
+@dataclass
+class ExportConfig:
+    """``graphdist export``: a trained model that leaves graphdist (:data:`TRAINERS` says how
+    each trainer's checkpoint is written out)."""
+
+    halo_bits = 32  # (the graph job checks read it: the recommender's vectors move float32 rows)
+
+    spec: str | None = field(default=None, metadata={"positional": True, "metavar": "SPEC"})
+    """a recommender's interaction data (its final vectors propagate over the user-item graph;
+    a GCN checkpoint needs no data)"""
+    partition: str | None = field(default=None, metadata={"metavar": "DIR"})
+    """a recommender's partition artifact instead of SPEC (each rank reads only its part)"""
+    checkpoint_dir: str = field(default="", metadata={"required": True, "metavar": "DIR"})
+    """the training run's --checkpoint-dir (its latest snapshot)"""
+    out: str = field(default="", metadata={"required": True, "metavar": "DIR"})
+    """output folder (GCN: model.py, model.pt, model.json; recommender: users.parquet, items.parquet)"""
+    overwrite: bool = False
+    """replace an existing, non-empty --out"""
+    parts: int | None = None
+    """number of parts K when partitioning SPEC in-process (recommender; default: --nproc)"""
+    method: Literal[METHODS] = "auto"
+    """partition method when partitioning in-process (recommender)"""
+    seed: int = 0
+    """seed of the in-process partition (recommender)"""
+    nproc: int | None = None
+    """start N local workers (recommender; default: the number of parts); ignored under torchrun"""
+    nodes: Nodes = field(default_factory=Nodes)
+    """multi-node jobs"""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """auto (CUDA when available), cpu or cuda"""
+    timeout_s: float = field(default=300.0, metadata={"flag": "--timeout"})
+    """collective timeout in seconds"""
+    malloc_mmap_mb: int = 4
+    """CPU: tensors above N MiB get their own mmap"""
+    report: str | None = field(default=None, metadata={"cli": False})
+    """(the job machinery's report file; export prints what it wrote)"""
+    summary: bool = field(default=True, metadata={"cli": False})
+    """print the one-line summary"""
+
+    def validate(self) -> None:
+        from graphdist.config import check_choices
+        check_choices(self)
+        self.nodes.validate()
+        if not self.checkpoint_dir or not self.out:
+            raise ConfigError("--checkpoint-dir and --out are required")
+
+    def check_outputs(self) -> None:
+        from graphdist.outputs import check_out
+        check_out(self.out, self.overwrite)
+
+
+def export(cfg: ExportConfig) -> dict:
+    """Check ``cfg`` and its output, open the checkpoint and hand it to its trainer's exporter."""
+    cfg.validate()
+    cfg.check_outputs()
+    tr = open_checkpoint(cfg.checkpoint_dir)
+    name = tr.trainer
+    if name is None:
+        raise ConfigError(f"--checkpoint-dir {cfg.checkpoint_dir}: a checkpoint of an unknown trainer (export knows "
+                          f"{', '.join(TRAINERS[t][1] for t in TRAINERS)})")
+    return exporter(name)(tr, cfg)

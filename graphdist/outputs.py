@@ -57,8 +57,8 @@ def part_name(rank: int) -> str:
 
 def check_out(out, overwrite: bool, flag: str = "--out") -> None:
     """Refuse, before any work, an output folder that will not do: a file, a non-empty folder
-    without ``--overwrite``, or one that cannot be written (its parent, where the folder is
-    made). One :class:`~graphdist.errors.ConfigError` line naming ``flag`` and the path."""
+    without ``--overwrite``, or one that cannot be written (a probe file in its nearest existing
+    ancestor; nothing is created). One :class:`~graphdist.errors.ConfigError` line naming ``flag`` and the path."""
     p = Path(out)
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{flag} {out}: exists and is not a directory")
@@ -70,9 +70,8 @@ def check_out(out, overwrite: bool, flag: str = "--out") -> None:
         a = a.parent
     if not a.is_dir():
         raise ConfigError(f"{flag} {out}: cannot write there ({a} is a file, not a directory)")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{p.name}.probe-"):
+    try:  # a probe where the folder would be made (nothing is created before the work)
+        with tempfile.NamedTemporaryFile(dir=a, prefix=f".{p.name}.probe-"):
             pass
     except OSError as e:
         raise ConfigError(f"{flag} {out}: cannot write there ({e.strerror or type(e).__name__})") from None

@@ -148,9 +148,12 @@ def infer(cfg: InferConfig) -> dict:
     with Timer() as t_load:
         lg, ids = _load(gcfg, ctx.rank, ctx.world_size)
         n_classes = int(comm.all_reduce_max(torch.tensor([lg.num_classes])).item())
-        _check(tr, gcfg, lg, n_classes, cfg.spec or cfg.partition)
+        where = cfg.spec or cfg.partition
+        _check(tr, gcfg, lg, n_classes, where)
         lg, ids = _reordered(lg, ids, gcfg)
         net = _net(gcfg, lg, n_classes, ctx.device)
+        _check_shapes(tr, net.model, n_classes, int(lg.x.shape[1]))
+        tr.check_fingerprint(lg.fingerprint, where)
         tr.load({"model": net.model.state_dict()})
     layer = _layer(cfg, gcfg, net)
     with Timer(ctx.device) as t_fwd:
@@ -204,7 +207,22 @@ def _check(tr, gcfg, lg, n_classes: int, where: str) -> None:
         if (out[0], w0[1]) != (n_classes, f_in):
             raise ConfigError(f"--checkpoint-dir {tr.root} was trained for {out[0]} classes and {w0[1]} features, "
                               f"but {where} has {n_classes} classes and {f_in} features")
-    tr.check_fingerprint(lg.fingerprint, where)
+
+
+def _check_shapes(tr, model, n_classes: int, f_in: int) -> None:
+    """Refuse a checkpoint whose weights do not fit the model built for this graph (a PyG model
+    for another class or feature count), naming the first tensor both ways."""
+    from graphdist.checkpoint import state_layout
+    have = tr.layout()
+    want = state_layout({"model": model.state_dict()})
+    missing = [k for k in want if k not in have]
+    if missing:
+        raise ConfigError(f"--checkpoint-dir {tr.root} holds no {missing[0]} (not a checkpoint of this model)")
+    bad = [k for k in want if have[k] != want[k]]
+    if bad:
+        k = bad[0]
+        raise ConfigError(f"--checkpoint-dir {tr.root} holds {k} {list(have[k])}, but {n_classes} classes and {f_in} "
+                          f"features give {list(want[k])} (a checkpoint of another class or feature count)")
 
 
 def _reordered(lg, ids, gcfg):

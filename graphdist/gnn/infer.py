@@ -103,7 +103,7 @@ class InferConfig:
 def run(cfg: InferConfig) -> dict | None:
     """Check ``cfg``, its outputs and its checkpoint, then infer here or on local workers;
     returns the report."""
-    from graphdist.halo.job import workers_for
+    from graphdist.partition.job import workers_for
     from graphdist.launch import run_job
     from graphdist.runtime import pick_backend
     from graphdist.trained import open_checkpoint
@@ -173,11 +173,11 @@ def infer(cfg: InferConfig) -> dict:
 def _load(gcfg, rank: int, world: int):
     """``(LocalGraph of this rank, the input's ids of its owned nodes)``: from the artifact's id
     file of this part (never the whole map), or from the graph loaded in-process."""
-    from graphdist.halo.setup import load_local
+    from graphdist.partition.setup import load_local
     from graphdist.ids import take
     if gcfg.partition:
         from graphdist.errors import ArtifactError
-        from graphdist.halo.artifact import read_part_ids
+        from graphdist.partition.artifact import read_part_ids
         lg, _ = load_local(gcfg, rank, world)
         ids = read_part_ids(gcfg.partition, rank)
         if ids is not None and len(ids) != lg.num_owned:
@@ -238,7 +238,7 @@ def _reordered(lg, ids, gcfg):
 def _net(gcfg, lg, n_classes: int, dev):
     """The trained model's net for this part (the trainer's own classes), in evaluation mode."""
     from graphdist.gnn.config import BUILTIN_MODELS
-    from graphdist.halo.setup import check_layout
+    from graphdist.partition.setup import check_layout
     check_layout(lg, "plain")
     x = lg.x
     if gcfg.row_normalize:

@@ -30,7 +30,7 @@ FILES = ("users.parquet", "items.parquet", "model.json")
 def export_rec(tr, cfg) -> dict:
     """Write ``cfg.out`` (:class:`graphdist.trained.ExportConfig`) from the recommender checkpoint
     ``tr``: here, or on ``--nproc`` local workers; returns what was written."""
-    from graphdist.halo.job import workers_for
+    from graphdist.partition.job import workers_for
     from graphdist.launch import run_job
     from graphdist.runtime import pick_backend
     if not cfg.spec and not cfg.partition:

@@ -85,7 +85,7 @@ def select_eval_users(users: np.ndarray, n: int | None, seed: int) -> np.ndarray
 class RingTopK:
     """The exact top-``k`` items of each of this rank's ``users`` (global user ids, ascending),
     their training items excluded, with the item shards passed around the ring (the module
-    docstring); ``rd``: the rank's :class:`~graphdist.rec.setup.RankData`. :meth:`top` is
+    docstring); ``rd``: the rank's :class:`~graphdist.rec.rank.RankData`. :meth:`top` is
     collective: k - 1 shifts of item rows.
 
     ``stats`` records the item-row buffers held during the last call (measured from the
@@ -179,7 +179,7 @@ class RingTopK:
 
 class RankingEval(RingTopK):
     """Evaluates the users this rank owns that have test items (``rd``: its
-    :class:`~graphdist.rec.setup.RankData`); each call is collective: k - 1 shifts of item
+    :class:`~graphdist.rec.rank.RankData`); each call is collective: k - 1 shifts of item
     rows (:class:`RingTopK`), one all-reduce."""
 
     def __init__(self, rd, k: int, device="cpu", eval_users: int | None = None, seed: int = 0):

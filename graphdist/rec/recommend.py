@@ -101,7 +101,7 @@ class RecommendConfig:
 
 def run(cfg: RecommendConfig) -> dict | None:
     """Check ``cfg``, its outputs and its checkpoint, then recommend here or on local workers."""
-    from graphdist.halo.job import workers_for
+    from graphdist.partition.job import workers_for
     from graphdist.launch import run_job
     from graphdist.runtime import pick_backend
     from graphdist.trained import open_checkpoint
@@ -134,7 +134,7 @@ class TrainedPart:
     """A rank's share of a trained recommender: what ``recommend`` and ``export`` use."""
 
     rd: object
-    """The rank's :class:`~graphdist.rec.setup.RankData`."""
+    """The rank's :class:`~graphdist.rec.rank.RankData`."""
     final: torch.Tensor
     """``[n_own, D]`` LightGCN's final (layer-mean) vectors of the owned nodes (local row order)."""
     user_ids: np.ndarray
@@ -156,7 +156,8 @@ def trained_part(cfg, tr, ctx, where: str) -> TrainedPart:
     from graphdist.ids import id_type, take
     from graphdist.rec.data import Ratings
     from graphdist.rec.model import LightGCNShard, halo_exchanger, lightgcn_adjacency
-    from graphdist.rec.setup import load_local, rank_data
+    from graphdist.rec.rank import rank_data
+    from graphdist.rec.setup import load_local
     rcfg = rec_config(tr.settings, spec=cfg.spec, partition=cfg.partition, parts=cfg.parts, method=cfg.method,
                       seed=cfg.seed, device=cfg.device)
     source, lg, _ = load_local(rcfg, ctx.rank, ctx.world_size)

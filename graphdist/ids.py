@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 __all__ = ["id_type", "take", "canonical_ints", "token_ids", "save_ids", "load_ids", "encode", "decode",
-           "as_requested", "ID_FILE", "INDEX", "INT64", "STRING"]
+           "as_requested", "width", "ID_FILE", "INDEX", "INT64", "STRING"]
 
 INDEX, INT64, STRING = "index", "int64", "string"
 ID_FILE = "ids_{:05d}.npy"

@@ -155,10 +155,12 @@ def infer(cfg: InferConfig) -> dict:
         _check_shapes(tr, net.model, n_classes, int(lg.x.shape[1]))
         tr.check_fingerprint(lg.fingerprint, where)
         tr.load({"model": net.model.state_dict()})
+        labels = _known_labels(gcfg, lg, ctx.device)
+        del lg  # the adjacency and the exchanger hold what the forward pass needs (as in training)
     layer = _layer(cfg, gcfg, net)
     with Timer(ctx.device) as t_fwd:
-        logits, emb = forward(net, layer, _known_labels(gcfg, lg, ctx.device))
-    del net
+        logits, emb = forward(net, layer, labels)
+    del net  # the features and the adjacency go before the rows are written
     with Timer() as t_write:
         man = _write(cfg, tr, gcfg, ids, logits, emb, layer)
     peaks = comm.all_gather_object(peak_memory_bytes(ctx.device))
@@ -228,7 +230,7 @@ def _check_shapes(tr, model, n_classes: int, f_in: int) -> None:
 def _reordered(lg, ids, gcfg):
     """The part in the training's locality order (``--reorder``), and its ids alike (the part's
     owned nodes come in ascending node index)."""
-    before = lg.owned.numpy()
+    before = lg.owned.numpy().copy()  # (not a view: the mapped part file goes with the old part)
     out = lg.reordered(gcfg.reorder, max(lg.x.shape[1], gcfg.hidden))
     if out is lg:
         return lg, ids

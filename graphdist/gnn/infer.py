@@ -5,7 +5,7 @@ own nodes.
 
 On any number of ranks (the weights are replicated, so not necessarily the training's): each
 rank loads its part, builds the trained model from the checkpoint's recorded settings (graphdist's
-own GCN / SAGE, :class:`graphdist.gnn.trainer.BuiltinNet`, or the PyG ``--model``,
+own GCN / SAGE, :class:`graphdist.gnn.net.BuiltinNet`, or the PyG ``--model``,
 :class:`graphdist.gnn.pyg.net.PygNet`), loads the weights only (no optimizer state), and runs
 one forward pass as evaluation runs it: no autograd graph, dropout off, exact 32-bit halo rows in
 the plain exchange, each layer's activations freed when the next is computed. Its owned nodes
@@ -247,7 +247,7 @@ def _net(gcfg, lg, n_classes: int, dev):
         x = x / x.sum(1, keepdim=True).clamp(min=1.0)
     x = x.to(dev)
     if gcfg.model in BUILTIN_MODELS:
-        from graphdist.gnn.trainer import BuiltinNet
+        from graphdist.gnn.net import BuiltinNet
         net = BuiltinNet(gcfg, lg, x, lg.owned.to(dev), n_classes, dev)
     else:
         from graphdist.gnn.pyg.net import PygNet

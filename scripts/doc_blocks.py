@@ -23,9 +23,9 @@ NOT_RUN = {  # commands (by how they begin) that no check runs, and why
     "mkdocs build --strict": "tests/test_docs.py builds the site so",
     "git clone": "reaches the network",
 }
-NOT_COMMANDS = {  # code spans of the README that name a program, a command or a flag in prose
-    "torchrun", "graphdist plan", "graphdist compare", "graphdist train-gcn --model", "graphdist demo",
-}
+NOT_COMMANDS = {"graphdist train-gcn --model"}
+"""code spans of the README that name a flag in prose (a span of one or two words names a program
+or a command: `torchrun`, `graphdist plan`)"""
 PLACEHOLDER = re.compile(r"(?<![A-Za-z])[A-Z][A-Z_]*(?![a-z])")
 SPEC = re.compile(r"(?:^|\s)(?:planetoid|edgelist|ratings|criteo|lightgcn|ogb|npz):([^/\s]\S*)")
 
@@ -204,7 +204,8 @@ def inline_commands(text: str) -> list[tuple[int, str]]:
     text = "\n".join(keep)
     spans = [(text.count("\n", 0, m.start()) + 1, " ".join(m.group(1).split()))
              for m in re.finditer(r"`([^`]+)`", text)]
-    return [(n, s) for n, s in spans if s.split()[0] in PROGRAMS and s not in NOT_COMMANDS and not placeholder(s)]
+    return [(n, s) for n, s in spans if s.split()[0] in PROGRAMS and len(s.split()) > 2 and s not in NOT_COMMANDS
+            and not placeholder(s)]
 
 
 def readme_commands() -> list[Block]:

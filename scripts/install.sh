@@ -2,7 +2,7 @@
 # Install graphdist and everything it needs, on a fresh Linux machine with Python >= 3.10 and pip.
 #
 #   bash scripts/install.sh          # CPU stack (torch 2.13.0 CPU wheel, torchrec on fbgemm-gpu-cpu)
-#   bash scripts/install.sh --test   # ... plus the test extras (pytest) and CiteSeer/PubMed (scripts/fetch_planetoid.py)
+#   bash scripts/install.sh --test   # ... plus the test extras (pytest, MkDocs for the docs site) and CiteSeer/PubMed (scripts/fetch_planetoid.py)
 #   GRAPHDIST_GPU=1 bash scripts/install.sh   # keep an already-installed CUDA torch; fbgemm-gpu (CUDA)
 #
 # torchrec 1.9.2 declares the CUDA-only package fbgemm-gpu as a dependency, so it is installed with

@@ -1,228 +1,311 @@
 """Check (or rewrite) the output blocks of the README and the docs pages against what their
-commands print today.
+commands print today, and run every command of the README as written.
 
-    python scripts/readme_outputs.py            # check every marked block; exit 1 on a drift
+    python scripts/readme_outputs.py            # run and check everything; exit 1 on a drift
     python scripts/readme_outputs.py --write    # run them and write what they print into the pages
-    python scripts/readme_outputs.py --list     # the marked blocks and their commands
+    python scripts/readme_outputs.py --list     # the blocks, their commands, and what is not run (why)
 
-The pages are README.md and every ``docs/**/*.md``. A block is marked by an HTML comment
+The pages are README.md and every ``docs/**/*.md``. An output block is marked by an HTML comment
 (invisible on the rendered page) on the line before its opening fence::
 
-    ```
-    graphdist partition ... --out runs/parts          <- the commands: the fenced block above
-    graphdist train-gcn --partition runs/parts ...
-    ```
-    <!-- output: the commands above -->
-    ```
-    test_acc 0.9306 (best val ...), ...               <- what they print (checked)
-    ```
+    <!-- output: the commands above -->        all that the commands of the fenced block above print
+    <!-- output: the first command above -->   what its first command prints (the others exit 0)
+    <!-- output: the last command above -->    what its last command prints (the others exit 0)
+    <!-- output: the $ lines -->               one block: `$ ` lines are commands, each followed by its output
+    <!-- output: not checked: WHY -->          an output block no command here can reproduce, and why
 
-or ``<!-- output: the $ lines -->`` before a block that holds both: lines starting with ``$ `` are
-commands, the others their output. The commands of one block run in turn in one fresh working
-directory (a later one may read what an earlier one wrote, e.g. ``runs/parts``), with
-``$GRAPHDIST_DATA`` as the caller's (real data in the data homes). Every line of the output block
-must be printed by them, in order, after figures that depend on the machine and its load are
-masked (milliseconds, seconds, MiB of memory, samples per second): accuracies, losses, rows,
-bytes and epochs must match exactly. A block whose real data is not in the data homes is skipped,
-saying which file is missing. Blocks with the same commands (an example the README repeats from
-a guide) run once and are checked each against that one run.
+``; exit N`` before ``-->`` says the last command exits with N (the others, and every command of
+the README, must exit 0); ``; after PATH`` runs first the commands of the last block above on
+the page that writes ``--out PATH``. Every fenced block of a page that is neither commands nor
+code carries one of these marks (``tests/test_readme_outputs.py``). Commands that install
+packages or start the test suite are not run (``doc_blocks.NOT_RUN`` says why, ``--list`` shows them).
+
+Each group of commands runs in its own copy of the repository as a fresh clone holds it (the
+files git tracks or would add, none it ignores: ``datasets/`` is the data home as shipped), in
+its root, under bash, one intra-op thread per process. ``$GRAPHDIST_DATA`` (the caller's) is set
+only for a group whose data the shipped data home lacks; a group whose data no data home has is
+skipped, saying which file is missing. Each command's exit code is checked, and its output
+(stdout, then stderr; progress bars dropped) must be the block's lines one for one: a line that
+appears or disappears is a drift; their order may differ (ranks print concurrently). Within a
+line, measured times and rates (``ms``, ``samples/s``, ``time ... s``, plan's ``(est.)`` and
+``time s`` columns) and the machine's free memory (``fits in ... GiB``) are not compared; the
+memory of a process (``peak mem``, ``peak RSS``, ``needs about``, ``may hold only``) must be
+within ``MEMORY_TOLERANCE`` of the block's; every other figure (accuracies, losses, rows, bytes,
+epochs, plans) must match exactly. A line ``...`` in a block stands for printed lines left out
+there, never a warning or an error. Blocks with the same commands run once; a block whose
+commands begin another group's is checked against that run.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
-import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-README = REPO / "README.md"
-DOCS = REPO / "docs"
-MARK = re.compile(r"^<!-- output: (the commands above|the \$ lines) -->$")
-VOLATILE = [  # (pattern, stands for): what a machine and its load change, masked on both sides
-    (re.compile(r"\d[\d,]*(\.\d+)? ms"), "<t> ms"),
-    (re.compile(r"peak mem(ory)? \d[\d,]* MiB"), r"peak mem\1 <m> MiB"),
-    (re.compile(r"\d[\d,]* samples/s"), "<r> samples/s"),
-    (re.compile(r"^(load time|time)(\s+)\d[\d.]* s$"), r"\1\2<t> s"),
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_blocks import (REPO, Block, all_blocks, blocks, by_commands, not_run, pages)  # noqa: E402
+
+TIMES = [(re.compile(r"\d[\d,]*(?:\.\d+)? ms\b"), "<t> ms"),
+         (re.compile(r"\d[\d,]*(?:\.\d+)? samples/s"), "<r> samples/s"),
+         (re.compile(r"^((?:load time|time|build)\s+)\d[\d.]* s\b"), r"\1<t> s"),
+         (re.compile(r"\bfits in \d[\d.]* GiB"), "fits in <free> GiB")]
+MEASURED_COLUMN = re.compile(r"(epoch s \(est\.\)|time s)\s*$")
+"""a table whose last column is measured: its rows' last figure is not compared"""
+ROW_FIGURE = re.compile(r"^(\s*\S.*?\s)(\d[\d,]*(?:\.\d+)?)(\s*(?:\(inexact\)|<- \S+)?)$")
+MEMORY = re.compile(r"(peak mem(?:ory)?|peak RSS|needs about|may hold only) (\d[\d,]*(?:\.\d+)?) (MiB|GiB)")
+MEMORY_TOLERANCE = 0.15
+"""a process's memory differs between runs by a few percent and between machines (allocator,
+libraries, thread pools) by up to about 10%: 15% passes that and fails a 25% change"""
+WARNING = re.compile(r"(?i)\bwarn(ing)?\b|\berror\b:|traceback")
+PROGRESS = re.compile(r"^[^|\n]*\d+%\|[^|]*\|[^\]]*\]")
 
 
 @dataclass
-class Block:
-    line: int
-    """1-based line of the output block's opening fence in the README"""
-    commands: list[str]
-    """shell words of each command, joined across backslash continuations"""
-    expected: list[str]
-    """the block's lines (without the `$ ` command lines)"""
-    start: int = 0
-    end: int = 0
-    """0-based indices of the first and one past the last line of the block's body"""
-    data: list[str] = field(default_factory=list)
-    """relative data paths the commands read (``KIND:PATH`` specs), looked up in the data homes"""
-    doc: Path = README
-    """the page the block is on"""
-
-    @property
-    def where(self) -> str:
-        """``page:line`` relative to the repository, for messages and test ids"""
-        return f"{self.doc.relative_to(REPO)}:{self.line}"
+class Ran:
+    command: str
+    rc: int | None
+    """None: killed at the timeout"""
+    lines: list[str]
 
 
-def _fences(lines: list[str]) -> list[tuple[int, int]]:
-    """``(opening fence, closing fence)`` indices of every fenced block."""
-    out, open_at = [], None
-    for i, ln in enumerate(lines):
-        if ln.startswith("```"):
-            if open_at is None:
-                open_at = i
-            else:
-                out.append((open_at, i))
-                open_at = None
+def shapes(lines: list[str]) -> list[tuple[str, list[float]]]:
+    """Each line with what a machine and its load change masked, and its process memory cut out
+    (MiB): the ``(skeleton, memory)`` that two lines must share (memory within the tolerance)."""
+    out, measured = [], False
+    for line in lines:
+        if measured and line[:1] in " 0123456789" and ROW_FIGURE.match(line):
+            line = ROW_FIGURE.sub(r"\1<est>\3", line)
+        elif line.strip() != "..." and not re.fullmatch(r"[-\s]+", line):  # `...` and a rule keep the table
+            measured = bool(MEASURED_COLUMN.search(line))
+        for pat, rep in TIMES:
+            line = pat.sub(rep, line)
+        mems = [float(m.group(2).replace(",", "")) * (1024 if m.group(3) == "GiB" else 1)
+                for m in MEMORY.finditer(line)]
+        out.append((MEMORY.sub(r"\1 <m> \3", line).rstrip(), mems))
     return out
 
 
-def _commands(text_lines: list[str]) -> list[str]:
-    joined, cur = [], ""
-    for ln in text_lines:
-        cur += ln.rstrip("\\").strip() + " " if ln.rstrip().endswith("\\") else ln.strip()
-        if not ln.rstrip().endswith("\\"):
-            if cur.strip():
-                joined.append(cur.strip())
-            cur = ""
-    return [c for c in joined if c.startswith("graphdist ")]
+def same(want: tuple[str, list[float]], got: tuple[str, list[float]]) -> bool:
+    return want[0] == got[0] and all(abs(g - w) <= MEMORY_TOLERANCE * w for w, g in zip(want[1], got[1]))
 
 
-def pages() -> list[Path]:
-    """README.md and every Markdown page of the docs site, in a fixed order."""
-    return [README, *sorted(p for p in DOCS.rglob("*.md") if "hooks" not in p.relative_to(DOCS).parts)]
+def align(want: list[str], got: list[str]) -> list[tuple[int | None, int | None]]:
+    """The fewest unmatched lines: ``(i, j)`` for matched lines, ``(i, None)`` for a line of the
+    block not printed, ``(None, j)`` for a printed line not in the block. A ``...`` of the block
+    absorbs the printed lines that are not warnings or errors (``(i, j)`` with ``want[i] == '...'``):
+    those in its place, and, since ranks and stderr print in another order, any others."""
+    n, m = len(want), len(got)
+    ws, gs = shapes(want), shapes(got)
+    wild = [w.strip() == "..." for w in want]
+    quiet = [not WARNING.search(g) for g in got]
+    cost = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n + 1):
+        for j in range(m + 1):
+            opts = [cost[i - 1][j] + (0 if wild[i - 1] else 1)] if i else []
+            if j:
+                opts.append(cost[i][j - 1] + (0 if i and wild[i - 1] and quiet[j - 1] else 1))
+            if i and j and not wild[i - 1] and same(ws[i - 1], gs[j - 1]):
+                opts.append(cost[i - 1][j - 1])
+            cost[i][j] = min(opts) if opts else 0
+    path, i, j = [], n, m
+    while i or j:
+        if i and j and not wild[i - 1] and same(ws[i - 1], gs[j - 1]) and cost[i][j] == cost[i - 1][j - 1]:
+            path.append((i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif i and wild[i - 1] and j and quiet[j - 1] and cost[i][j] == cost[i][j - 1]:
+            path.append((i - 1, j - 1))
+            j -= 1
+        elif i and cost[i][j] == cost[i - 1][j] + (0 if wild[i - 1] else 1):
+            if not wild[i - 1]:
+                path.append((i - 1, None))
+            i -= 1
+        else:
+            path.append((None, j - 1))
+            j -= 1
+    return _moved(path[::-1], ws, gs, wild, quiet)
 
 
-def blocks(lines: list[str], doc: Path = README) -> list[Block]:
-    fences = _fences(lines)
+def _moved(path, ws, gs, wild, quiet):
+    """Lines in another order: a line of the block printed elsewhere (by another rank, on stderr
+    after stdout, or where a ``...`` stood) matches; with a ``...`` in the block, quiet printed
+    lines anywhere are left out."""
+    for x, (i, j) in enumerate(path):
+        if i is not None and j is None and not wild[i]:
+            y = next((y for y, (i2, j2) in enumerate(path) if j2 is not None and (i2 is None or wild[i2])
+                      and same(ws[i], gs[j2])), None)
+            if y is not None:
+                path[x], path[y] = (i, path[y][1]), (None, None)
+    path = [p for p in path if p != (None, None)]
+    first = wild.index(True) if any(wild) else None
+    return [(first, j) if i is None and first is not None and quiet[j] else (i, j) for i, j in path]
+
+
+def drift(block: Block, ran: list[Ran]) -> list[str]:
+    """What the commands did that the block does not say; empty when none."""
     out = []
-    for n, (a, b) in enumerate(fences):
-        m = MARK.match(lines[a - 1]) if a else None
-        if not m:
-            continue
-        body = lines[a + 1:b]
-        if m.group(1) == "the $ lines":
-            cmds = _commands([ln[2:] for ln in body if ln.startswith("$ ")])
-            expected = [ln for ln in body if not ln.startswith("$ ")]
-        else:
-            pa, pb = fences[n - 1]
-            cmds, expected = _commands(lines[pa + 1:pb]), body
-        if not cmds:
-            raise SystemExit(f"readme_outputs: {doc.relative_to(REPO)}:{a + 1}: a marked block without commands above it")
-        data = [w.split(":", 1)[1].split(",")[0] for c in cmds for w in shlex.split(c)
-                if re.match(r"^(planetoid|edgelist|ratings|criteo|lightgcn|ogb|npz):[^/]", w)]
-        out.append(Block(a + 1, cmds, expected, a + 1, b, data, doc))
+    for k, r in enumerate(ran):
+        want = block.exit if k == len(ran) - 1 else 0
+        if r.rc != want:
+            said = "was stopped at the timeout" if r.rc is None else f"exited {r.rc}"
+            out.append(f"`{r.command}` {said}, the page says {want}" + "".join(f"\n    | {ln}" for ln in r.lines[-15:]))
+    for (a, b), want in zip(block.segments, block.expected or []):
+        got = [ln for r in ran[a:b] for ln in r.lines]
+        want = [ln for ln in want if ln.strip()]
+        path = align(want, got)
+        out += [f"- {want[i]}   (not printed)" for i, j in path if j is None]
+        out += [f"+ {got[j]}   (printed, not in the block)" for i, j in path if i is None]
     return out
 
 
-def all_blocks() -> list[Block]:
-    """The marked blocks of every page (README.md first)."""
-    return [b for p in pages() for b in blocks(p.read_text().splitlines(), p)]
+def checkout(dest: Path) -> Path:
+    """``dest`` made a copy of the repository as a fresh clone holds it (the files git tracks or
+    would add, none that it ignores), with the byte code of its sources so no process compiles them."""
+    names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    names += [str(p.relative_to(REPO)) for p in REPO.glob("*/**/__pycache__/*.pyc")]
+    for name in filter(None, names):
+        if (REPO / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, dest / name)
+    return dest
 
 
-def by_commands(found: list[Block]) -> dict[tuple[str, ...], list[Block]]:
-    """The blocks grouped by their commands, in order of first appearance: each group runs once."""
-    out: dict[tuple[str, ...], list[Block]] = {}
-    for b in found:
-        out.setdefault(tuple(b.commands), []).append(b)
+def missing_data(block: Block, homes: list[Path]) -> list[str]:
+    """The block's data paths found in none of ``homes``."""
+    return [d for d in block.data if not any((h / d).exists() for h in homes)]
+
+
+def run(block: Block, cwd: Path, timeout: float = 600) -> list[Ran] | str:
+    """The block's commands run in turn in ``cwd`` (a checkout); or why they cannot run there."""
+    env = {**os.environ, "PYTHONPATH": str(cwd), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    caller = [Path(d) for d in env.pop("GRAPHDIST_DATA", "").split(os.pathsep) if d]
+    if missing_data(block, [cwd / "datasets"]):
+        miss = missing_data(block, caller)
+        if miss:
+            return f"not in the data homes: {', '.join(miss)}"
+        env["GRAPHDIST_DATA"] = os.pathsep.join(map(str, caller))
+    shims = Path(tempfile.mkdtemp(prefix="bin-", dir=cwd.parent))
+    for name, argv in [("graphdist", "-m graphdist"), ("python", ""), ("python3", ""),
+                       ("torchrun", "-m torch.distributed.run")]:
+        (shims / name).write_text(f'#!/bin/sh\nexec "{sys.executable}" {argv} "$@"\n')
+        (shims / name).chmod(0o755)
+    env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
+    return [_one(cmd, cwd, env, timeout) for cmd in block.commands]
+
+
+def _one(cmd: str, cwd: Path, env: dict, timeout: float) -> Ran:
+    """One command line under bash: its exit code, stdout's lines, then stderr's without progress
+    bars; at the timeout its whole process group is killed."""
+    p = subprocess.Popen(["bash", "-c", cmd], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, 9)
+        out, err = p.communicate()
+        rc = None
+    return Ran(cmd, rc, [ln for ln in out.splitlines() + _no_bars(err) if ln.strip()])
+
+
+def _no_bars(text: str) -> list[str]:
+    """stderr's lines without progress bars (redrawn in place with carriage returns)."""
+    out = []
+    for ln in text.split("\n"):
+        if "\r" in ln or PROGRESS.match(ln):
+            out += [p for p in (PROGRESS.sub("", part) for part in ln.split("\r")) if p.strip()]
+        else:
+            out.append(ln)
     return out
 
 
-def mask(line: str) -> str:
-    for pat, rep in VOLATILE:
-        line = pat.sub(rep, line)
-    return line.rstrip()
+def run_in_checkout(block: Block, folder: Path, timeout: float = 600) -> list[Ran] | str:
+    """:func:`run` in a fresh checkout made under ``folder``."""
+    (folder / "repo").mkdir(parents=True, exist_ok=True)
+    return run(block, checkout(folder / "repo"), timeout)
 
 
-def missing_data(block: Block) -> list[str]:
-    """The block's data paths found in no data home (they are relative to one)."""
-    sys.path.insert(0, str(REPO))
-    from graphdist.specs import data_homes
-    return [d for d in block.data if not any((h / d).exists() for h in data_homes())]
-
-
-def run(block: Block, timeout: float = 600) -> list[str]:
-    """The lines the block's commands print (stdout and stderr, in turn), run in a fresh folder."""
-    got = []
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    with tempfile.TemporaryDirectory(prefix="graphdist-readme-") as cwd:
-        for cmd in block.commands:
-            r = subprocess.run([sys.executable, "-m", "graphdist", *shlex.split(cmd)[1:]],
-                               cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-            got += r.stdout.splitlines() + r.stderr.splitlines()
-    return got
-
-
-def drift(block: Block, got: list[str]) -> list[str]:
-    """Lines of the block that the commands did not print (in order), masked; empty when none."""
-    want = [mask(ln) for ln in block.expected if ln.strip()]
-    have = [mask(ln) for ln in got]
-    missing, i = [], 0
-    for w in want:
-        j = next((k for k in range(i, len(have)) if have[k] == w), None)
-        if j is None:
-            missing.append(w)
-        else:
-            i = j + 1
-    return missing
-
-
-def rewrite(lines: list[str], block: Block, got: list[str]) -> None:
-    """Put into the block the printed lines that correspond to its lines (same masked shape: the
-    first printed line whose words before the first figure match), keeping the `$ ` lines."""
-    def key(s: str) -> str:
-        return re.split(r"\d", mask(s), maxsplit=1)[0]
-    body, i, new = lines[block.start:block.end], 0, []
-    for ln in body:
-        if ln.startswith("$ ") or not ln.strip():
-            new.append(ln)
-            continue
-        j = next((k for k in range(i, len(got)) if key(got[k]) == key(ln)), None)
-        new.append(got[j] if j is not None else ln)
-        i = j + 1 if j is not None else i
+def rewrite(lines: list[str], block: Block, ran: list[Ran]) -> None:
+    """Put into a block that drifted what its commands print now (one run's lines, figures and
+    times alike): each line printed with the same words in its place, a line no longer printed
+    gone, a new one after the line printed before it; `$ ` lines, blank lines and ``...`` stay.
+    A block that has not drifted is left as it is."""
+    if not drift(block, ran):
+        return
+    new = []
+    for (a, b), body, pre in zip(block.segments, block.expected, block.prefixes):
+        got = [ln for r in ran[a:b] for ln in r.lines]
+        want = [ln for ln in body if ln.strip()]
+        path = align(want, got)
+        matched = {i: j for i, j in path if i is not None and j is not None and want[i].strip() != "..."}
+        keep = {i: got[j] for i, j in matched.items()}
+        loose = [j for i, j in path if j is not None and (i is None or want[i].strip() == "...")]
+        for i, j in path:  # a line printed with other figures: the same words
+            if i is not None and j is None:
+                k = next((k for k in loose if _words(got[k]) == _words(want[i])), None)
+                if k is not None:
+                    keep[i], matched[i] = got[k], k
+                    loose.remove(k)
+        after: dict[int, list[str]] = {}
+        for j in (j for i, j in path if i is None and j in loose):
+            after.setdefault(max((i for i, jj in matched.items() if jj < j), default=-1), []).append(got[j])
+        new += pre + after.get(-1, [])
+        i = 0
+        for ln in body:
+            if not ln.strip():
+                new.append(ln)
+                continue
+            new += ([keep[i]] if i in keep else [ln] if ln.strip() == "..." else []) + after.get(i, [])
+            i += 1
     lines[block.start:block.end] = new
+
+
+def _words(line: str) -> str:
+    return " ".join(re.sub(r"\d[\d,.]*", "#", line).split())
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--write", action="store_true", help="write what the commands print into the pages")
-    ap.add_argument("--list", action="store_true", help="list the marked blocks and their commands")
+    ap.add_argument("--list", action="store_true", help="list the blocks, their commands, and what is not run")
+    ap.add_argument("where", nargs="*", help="only the groups with a block on these pages (PAGE or PAGE:LINE)")
     args = ap.parse_args(argv)
     found, bad = all_blocks(), 0
+    groups = {k: g for k, g in by_commands(found).items()
+              if not args.where or any(b.where == w or b.where.split(":")[0] == w for b in g for w in args.where)}
     if args.list:
         for b in found:
-            print(f"{b.where}: " + " && ".join(b.commands))
+            print(f"{b.where}: " + (f"not checked: {b.why}" if b.why else " && ".join(b.commands)))
+        for cmd, why in not_run():
+            print(f"README.md: not run: {cmd}: {why}")
         return 0
-    printed: dict[tuple[str, ...], list[str]] = {}
-    for cmds, group in by_commands(found).items():
-        miss = missing_data(group[0])
-        if miss:
-            print(f"{group[0].where}: skipped, not in the data homes: {', '.join(miss)}")
+    printed: dict[tuple[str, ...], list[Ran]] = {}
+    for cmds, group in groups.items():
+        with tempfile.TemporaryDirectory(prefix="graphdist-readme-") as tmp:
+            got = run_in_checkout(Block(0, list(cmds)), Path(tmp))
+        if isinstance(got, str):
+            print(f"{group[0].where}: skipped, {got}")
             continue
-        printed[cmds] = run(group[0])
+        printed[cmds] = got
         for b in group:
-            if not args.write:
-                d = drift(b, printed[cmds])
-                bad += bool(d)
-                print(f"{b.where}: " + ("ok" if not d else "drifted; not printed now:\n  " + "\n  ".join(d)))
+            d = drift(b, got[:len(b.commands)])
+            bad += bool(d)
+            print(f"{b.where}: " + ("ok" if not d else "drifted:\n  " + "\n  ".join(d)), flush=True)
     if args.write:
         for page in pages():
             lines = page.read_text().splitlines()
-            mine = [b for b in blocks(lines, page) if tuple(b.commands) in printed]
-            for b in reversed(mine):  # bottom up: a rewritten block may change the lines below it
-                rewrite(lines, b, printed[tuple(b.commands)])
+            mine = [(b, k) for b in blocks(lines, page) for k, g in groups.items() if b in g and k in printed]
+            for b, k in reversed(mine):  # bottom up: a rewritten block may change the lines below it
+                rewrite(lines, b, printed[k][:len(b.commands)])
                 print(f"{b.where}: written")
             if mine:
                 page.write_text("\n".join(lines) + "\n")
+        return 0
     return 1 if bad else 0
 
 

@@ -1,9 +1,11 @@
 """Every real-data spec in the README, the docs pages and the dataset cards resolves as written:
 its path is relative to the data home (never ``../shared`` or an absolute path of this machine)
-and starts with the folder of a dataset card, which says where the file comes from; and the ones
-whose files this machine has resolve through ``$GRAPHDIST_DATA``."""
+and starts with the folder of a dataset card, which says where the file comes from; the ones
+whose files this machine has resolve through ``$GRAPHDIST_DATA``; and Cora, which the README's
+commands read, ships in the repository's own data home with its pinned digests."""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -52,6 +54,27 @@ def test_readme_specs_resolve_through_the_data_home(spec, monkeypatch):
     monkeypatch.chdir(REPO.parent)  # not the repository: only the data home can resolve it
     s = parse_spec(spec)
     assert s.path is not None and s.path.exists() and str(s.path).startswith(str(SHARED_DATA))
+
+
+def test_cora_ships_in_the_data_home_with_its_pinned_digests(monkeypatch):
+    """The 8 raw files of Cora are in ``datasets/planetoid/Cora/raw/``, not git-ignored (so a fresh
+    clone has them), each equal to the sha256 that ``SHA256SUMS`` pins (those of
+    ``kimiyoung/planetoid``'s ``data/``), and ``planetoid:planetoid/Cora`` resolves there with no
+    ``$GRAPHDIST_DATA`` from any working directory."""
+    home = REPO / "datasets" / "planetoid"
+    pinned = dict(reversed(ln.split(maxsplit=1)) for ln in (home / "SHA256SUMS").read_text().splitlines()
+                  if ln.strip() and not ln.startswith("#"))
+    names = [f"Cora/raw/ind.cora.{x}" for x in ("allx", "ally", "graph", "test.index", "tx", "ty", "x", "y")]
+    assert sorted(n for n in pinned if n.startswith("Cora/")) == sorted(names)
+    for n in names:
+        assert hashlib.sha256((home / n).read_bytes()).hexdigest() == pinned[n], n
+    r = subprocess.run(["git", "check-ignore", "--no-index", *names], cwd=home, capture_output=True, text=True)
+    assert r.returncode == 1 and r.stdout == "", f"git ignores {r.stdout.split()}: a fresh clone would lack them"
+    assert "MIT License" in (home / "Cora" / "LICENSE").read_text()
+    from graphdist.specs import parse_spec
+    monkeypatch.delenv("GRAPHDIST_DATA", raising=False)
+    monkeypatch.chdir(REPO.parent)
+    assert parse_spec("planetoid:planetoid/Cora").path == REPO / "datasets" / "planetoid" / "Cora"
 
 
 def test_gpu_install_without_cuda_says_one_line():

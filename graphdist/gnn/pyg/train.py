@@ -57,11 +57,11 @@ def nll_loss(log_probs: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None
 
 
 def _global_mean(fn, logits, y, mask, **kwargs) -> torch.Tensor:
+    rows = logits.shape[0]
     if mask is not None:
         logits, y = logits[mask], y[mask]
     local = fn(logits, y, reduction="sum", **kwargs)
-    tot = all_sum(torch.stack([local.detach().double(), torch.tensor(float(y.shape[0]), dtype=torch.float64,
-                                                                     device=local.device)]))
+    tot = _summed(local.detach().double(), y.shape[0], rows, mask)
     n = max(float(tot[1]), 1.0)
     rest = (tot[0] - local.detach().double()).to(local.dtype)  # the other ranks' terms: value only
     return (local + rest) / n
@@ -70,10 +70,25 @@ def _global_mean(fn, logits, y, mask, **kwargs) -> torch.Tensor:
 def accuracy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None) -> float:
     """Share of the ``mask`` nodes of the whole graph whose arg-max class is their label."""
     ok = logits.argmax(-1) == y
+    rows = ok.shape[0]
     if mask is not None:
         ok = ok[mask]
-    t = all_sum(torch.tensor([float(ok.sum()), float(ok.numel())], dtype=torch.float64, device=logits.device))
+    t = _summed(ok.sum().double(), ok.numel(), rows, mask)
     return float(t[0] / t[1]) if t[1] > 0 else float("nan")
+
+
+def _summed(value: torch.Tensor, count: int, rows: int, mask) -> torch.Tensor:
+    """``[sum of value, sum of count]`` over the ranks, in one all-reduce that also carries each
+    rank's count and rows, for the per-rank split check (:func:`~graphdist.gnn.pyg.idioms.check_split`)."""
+    rank, ws = comm.world()
+    t = torch.zeros(2 + 2 * ws, dtype=torch.float64, device=value.device)
+    t[0], t[1] = value, float(count)
+    t[2 + rank], t[2 + ws + rank] = float(count), float(rows)
+    t = all_sum(t)
+    if ws > 1 and mask is not None:
+        from graphdist.gnn.pyg.idioms import check_split
+        check_split(mask, t[2:2 + ws].cpu(), t[2 + ws:].cpu())
+    return t[:2]
 
 
 def main(fn, *args) -> None:

@@ -139,12 +139,6 @@ def _said():
     return h
 
 
-def _forget():
-    from graphdist.gnn.pyg import idioms, sync
-    sync._SAID.clear()
-    idioms._ALIKE.clear()
-
-
 def _seed_job(rank, ws, how, p):
     h = _said()
     if how == "alike":
@@ -177,11 +171,20 @@ def _split_job(rank, ws, how):
     h = _said()
     part = _part(rank, ws)
     gd.seed(1)
-    if how == "per rank":  # as T.RandomNodeSplit / random_planetoid_splits on a part: its numbers on each
-        perm = torch.randperm(part.num_owned)
-        masks = [torch.zeros(part.num_owned, dtype=torch.bool) for _ in range(3)]
-        for m, ids in zip(masks, (perm[:6], perm[6:26], perm[26:56])):
-            m[ids] = True
+    n = part.num_owned
+    if how == "per class":  # PyG's random_planetoid_splits on a part: 2 per class, then 20 and 30 of the rest
+        per = [(part.y == c).nonzero().view(-1) for c in range(3)]
+        per = [i[torch.randperm(i.numel())] for i in per]
+        rest = torch.cat([i[2:] for i in per])
+        rest = rest[torch.randperm(rest.numel())]
+        ids = (torch.cat([i[:2] for i in per]), rest[:20], rest[20:50])
+    elif how == "fixed sizes":  # T.RandomNodeSplit(split="train_rest", num_val=20, num_test=30) on a part
+        perm = torch.randperm(n)
+        ids = (perm[50:], perm[:20], perm[20:50])
+    if how in ("per class", "fixed sizes"):
+        masks = [torch.zeros(n, dtype=torch.bool) for _ in range(3)]
+        for m, i in zip(masks, ids):
+            m[i] = True
     elif how == "gd.random_split":
         masks = gd.random_split(part, 2, 20, 30, seed=1)
     else:  # the dataset's own split
@@ -194,16 +197,32 @@ def _split_job(rank, ws, how):
     return h.lines, counts, accs
 
 
-@pytest.mark.parametrize("how", ["per rank", "gd.random_split", "dataset"])
+@pytest.mark.parametrize("how", ["per class", "fixed sizes", "gd.random_split", "dataset"])
 def test_a_split_drawn_on_each_part_is_told_once(how):
     res = run_ranks(_split_job, 2, args=(how,), timeout=120)
     lines = res[0][0]
     assert res[1][0] == []
-    if how == "per rank":
-        assert res[0][1] == [12, 40, 60]  # k = 2 times the split's 6 / 20 / 30
-        assert len(lines) == 1 and lines[0].startswith("warning: the masks given to gd.cross_entropy / gd.accuracy "
-                                                       "select as many nodes on each of the 2 ranks (6 on each, 20 "
-                                                       "on each"), lines
-        assert "gd.random_split(part, ...)" in lines[0]
+    start = "warning: a mask given to gd.cross_entropy / gd.accuracy selects "
+    if how == "per class":
+        assert res[0][1] == [12, 40, 60]  # k = 2 times the split's 2 x 3 classes / 20 / 30
+        assert lines == [start + "2 of each class on each of the 2 ranks: a split drawn on each part "
+                         "(T.RandomNodeSplit, PyG's random_planetoid_splits) draws per rank, 2 times the nodes; "
+                         "draw it once over the whole graph with gd.random_split(part, ...)"], lines
+    elif how == "fixed sizes":
+        assert res[0][1][1:] == [40, 60]
+        assert len(lines) == 1 and lines[0].startswith(start + "as many nodes on each of the 2 ranks, in two masks "
+                                                        "(50 and 20 on each): "), lines  # train (the rest), val
     else:
         assert lines == [], lines
+
+
+def test_a_mask_of_the_whole_graphs_size_is_refused_in_one_line(part):
+    """PyG's random_planetoid_splits on a part makes masks of size data.num_nodes, the graph's."""
+    out = gd.distribute(GCNConv(6, 3), part)(part.x, part.edge_index)
+    big = torch.zeros(part.num_owned + 7, dtype=torch.bool)
+    for fn in (gd.cross_entropy, gd.nll_loss, gd.accuracy):
+        with pytest.raises(ConfigError) as e:
+            fn(out, part.y, big)
+        msg = str(e.value)
+        assert f"the mask has {part.num_owned + 7} entries, this rank's part {part.num_owned} owned rows" in msg
+        assert msg.startswith(f"gd.{fn.__name__}: ") and "gd.random_split" in msg and "\n" not in msg

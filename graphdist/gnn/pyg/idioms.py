@@ -7,61 +7,16 @@
                                                minimum is the whole graph's, not the part's)
 
 A split drawn per rank anyway is said once, in one line, by the losses and ``gd.accuracy``
-(:func:`check_split`).
+(:mod:`graphdist.gnn.pyg.splits`).
 """
 from __future__ import annotations
-
-import weakref
 
 import torch
 
 from graphdist import comm
 from graphdist.errors import ConfigError
 
-__all__ = ["random_split", "normalize_features", "graph_wide", "is_graph_wide", "check_split"]
-
-_GRAPH_WIDE: dict[int, "weakref.ref"] = {}
-"""Masks graphdist made over the whole graph (a dataset's own split, :func:`random_split`), by id."""
-
-
-def graph_wide(*masks) -> None:
-    """Record ``masks`` as split over the whole graph (not drawn per rank)."""
-    for m in masks:
-        if torch.is_tensor(m):
-            _GRAPH_WIDE[id(m)] = weakref.ref(m, lambda _, k=id(m): _GRAPH_WIDE.pop(k, None))
-
-
-def is_graph_wide(mask) -> bool:
-    ref = _GRAPH_WIDE.get(id(mask))
-    return ref is not None and ref() is mask
-
-
-_ALIKE: dict[int, tuple] = {}
-"""Masks seen selecting as many nodes on every rank: id -> (weak reference, nodes per rank)."""
-
-
-def check_split(mask, per_rank: torch.Tensor, rows: torch.Tensor) -> None:
-    """``per_rank[r]``: the nodes ``mask`` selects on rank r; ``rows[r]``: rank r's owned rows. A
-    split drawn on each part (``T.RandomNodeSplit``, PyG's ``random_planetoid_splits``) takes its
-    numbers on every rank: each rank's mask selects as many nodes as the others', and k times the
-    split's nodes in all. Once two masks not made graph-wide have selected equally many nodes on
-    every rank (at k = 2 a split over the whole graph does so by chance for a mask about one time
-    in 20-40; for two masks, about one in 10^3), say so once, in one line."""
-    from graphdist.gnn.pyg.sync import say_once
-    if mask is None or len(per_rank) < 2 or is_graph_wide(mask):
-        return
-    n = int(per_rank[0])
-    if n == 0 or not bool((per_rank == n).all()) or bool((per_rank == rows).all()):
-        return
-    _ALIKE[id(mask)] = (weakref.ref(mask, lambda _, k=id(mask): _ALIKE.pop(k, None)), n)
-    if len(_ALIKE) >= 2:
-        counts = ", ".join(sorted({f"{c} on each" for _, c in _ALIKE.values()}, key=lambda t: int(t.split()[0])))
-        k = len(per_rank)
-        say_once("split", f"the masks given to gd.cross_entropy / gd.accuracy select as many nodes on each of the {k} "
-                 f"ranks ({counts}): a split drawn on each part (T.RandomNodeSplit, PyG's random_planetoid_splits) "
-                 f"draws per rank, {k} times the nodes; draw it once over the whole graph with "
-                 "gd.random_split(part, ...)")
-
+__all__ = ["random_split", "normalize_features"]
 
 def random_split(part, num_train_per_class: int = 20, num_val: int = 500, num_test: int = 1000,
                  seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -95,6 +50,7 @@ def random_split(part, num_train_per_class: int = 20, num_val: int = 500, num_te
         m[ids] = True
         masks.append(m[part.node_ids.cpu()].to(part.device))
     part.train_mask, part.val_mask, part.test_mask = masks
+    from graphdist.gnn.pyg.splits import graph_wide
     graph_wide(*masks)
     return tuple(masks)
 

@@ -91,7 +91,7 @@ class Part:
         part = cls(graph=lg, device=dev, x=put(lg.x), y=put(lg.y), train_mask=put(lg.train_mask),
                    val_mask=put(lg.val_mask), test_mask=put(lg.test_mask), node_ids=lg.owned.to(dev),
                    edge_index=edge_index, exchanger=ex, col_self_loop=col_loop, info=dict(info or {}))
-        from graphdist.gnn.pyg.idioms import graph_wide
+        from graphdist.gnn.pyg.splits import graph_wide
         graph_wide(part.train_mask, part.val_mask, part.test_mask)  # the dataset's own split
         return part
 

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphdist import comm
+from graphdist.gnn.pyg.splits import check_split
 
 __all__ = ["sync_grads", "all_sum", "cross_entropy", "nll_loss", "accuracy", "main", "install_excepthook"]
 
@@ -56,12 +57,27 @@ def nll_loss(log_probs: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None
     return _global_mean(F.nll_loss, log_probs, y, mask, **kwargs)
 
 
+def _check_mask(mask, rows: int, what: str) -> None:
+    """A boolean mask has one entry per owned row; one over the whole graph's nodes (PyG's
+    ``index_to_mask(idx, size=data.num_nodes)`` on a part, whose ``num_nodes`` is the graph's) is
+    refused in one line, not by torch's IndexError on every rank."""
+    if mask is None or not torch.is_tensor(mask) or mask.dtype != torch.bool or mask.shape[0] == rows:
+        return
+    from graphdist.errors import ConfigError
+    raise ConfigError(f"{what}: the mask has {mask.shape[0]} entries, this rank's part {rows} owned rows; a mask is "
+                      "per owned row: a whole-graph mask is mask[part.node_ids], and a split drawn on the part "
+                      "(index_to_mask(..., size=data.num_nodes)) would be drawn per rank anyway: draw it once "
+                      "with gd.random_split(part, ...)")
+
+
 def _global_mean(fn, logits, y, mask, **kwargs) -> torch.Tensor:
-    rows = logits.shape[0]
+    _check_mask(mask, logits.shape[0], f"gd.{'nll_loss' if fn is F.nll_loss else 'cross_entropy'}")
+    check_split(mask, y)
     if mask is not None:
         logits, y = logits[mask], y[mask]
     local = fn(logits, y, reduction="sum", **kwargs)
-    tot = _summed(local.detach().double(), y.shape[0], rows, mask)
+    tot = all_sum(torch.stack([local.detach().double(), torch.tensor(float(y.shape[0]), dtype=torch.float64,
+                                                                     device=local.device)]))
     n = max(float(tot[1]), 1.0)
     rest = (tot[0] - local.detach().double()).to(local.dtype)  # the other ranks' terms: value only
     return (local + rest) / n
@@ -69,26 +85,13 @@ def _global_mean(fn, logits, y, mask, **kwargs) -> torch.Tensor:
 
 def accuracy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None) -> float:
     """Share of the ``mask`` nodes of the whole graph whose arg-max class is their label."""
+    _check_mask(mask, logits.shape[0], "gd.accuracy")
+    check_split(mask, y)
     ok = logits.argmax(-1) == y
-    rows = ok.shape[0]
     if mask is not None:
         ok = ok[mask]
-    t = _summed(ok.sum().double(), ok.numel(), rows, mask)
+    t = all_sum(torch.tensor([float(ok.sum()), float(ok.numel())], dtype=torch.float64, device=logits.device))
     return float(t[0] / t[1]) if t[1] > 0 else float("nan")
-
-
-def _summed(value: torch.Tensor, count: int, rows: int, mask) -> torch.Tensor:
-    """``[sum of value, sum of count]`` over the ranks, in one all-reduce that also carries each
-    rank's count and rows, for the per-rank split check (:func:`~graphdist.gnn.pyg.idioms.check_split`)."""
-    rank, ws = comm.world()
-    t = torch.zeros(2 + 2 * ws, dtype=torch.float64, device=value.device)
-    t[0], t[1] = value, float(count)
-    t[2 + rank], t[2 + ws + rank] = float(count), float(rows)
-    t = all_sum(t)
-    if ws > 1 and mask is not None:
-        from graphdist.gnn.pyg.idioms import check_split
-        check_split(mask, t[2:2 + ws].cpu(), t[2 + ws:].cpu())
-    return t[:2]
 
 
 def main(fn, *args) -> None:

@@ -253,4 +253,4 @@ class RunConfig:
     """continue from the latest checkpoint in --checkpoint-dir; auto: if there is one, else start
     (what a worker group restarted by --max-restarts needs)"""
     progress: bool = True
-    """tqdm progress bar on rank 0"""
+    """progress on rank 0: tqdm's bar on a terminal, whole lines in a log (graphdist.progress)"""

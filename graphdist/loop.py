@@ -118,7 +118,8 @@ class LoopConfig:
     resume: bool = False
     """continue from the latest snapshot"""
     progress: bool = True
-    """tqdm bar on rank 0"""
+    """progress on rank 0: tqdm's bar on a terminal, a line per tenth of the run in a log
+    (:mod:`graphdist.progress`)"""
     poll_every: int = 1
     """units between two checks (one tiny all-reduce) whether some rank got a signal"""
     settings: object = None
@@ -240,7 +241,7 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
     """Run ``task`` up to ``lc.total`` units (see the module docstring). ``callbacks``:
     ``cb(unit, history) -> bool`` on every rank after each unit; True stops there (checkpointed
     when checkpointing). Raises :class:`~graphdist.errors.Interrupted` on a signal."""
-    from tqdm import tqdm
+    from graphdist.progress import progress
     ckpt = Checkpointer(lc.checkpoint_dir, lc.keep_checkpoints) if lc.checkpoint_dir else None
     if group_restarts() > 0 and comm.world()[0] == 0:  # the agent restarted the group (--max-restarts)
         where = f"from the latest checkpoint in {lc.checkpoint_dir}" if lc.resume else "from the start (no checkpoint)"
@@ -253,8 +254,7 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
         task.before_save()
         ckpt.save(t, task.state(), {**meta_base, "history": task.history})
 
-    bar = tqdm(total=lc.total, initial=start, desc=lc.desc, unit=lc.unit, dynamic_ncols=True,
-               disable=not (comm.world()[0] == 0 and lc.progress))
+    bar = progress(lc.total, desc=lc.desc, unit=lc.unit, initial=start, enabled=comm.world()[0] == 0 and lc.progress)
     board = _Board(lc.tensorboard, task) if lc.tensorboard and comm.world()[0] == 0 else None
     done, saved, stopped, signum = start, start if lc.resume else 0, False, None
     try:

@@ -72,7 +72,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("sbm", "graph", "graphdist.data.synthetic:sbm_graph", _SBM),
     Kind("rmat", "graph", "graphdist.data.synthetic:rmat_graph", _RMAT),
     Kind("planetoid", "graph", "graphdist.data.files:load_planetoid", {}, "Planetoid dataset folder",
-         "copy the raw files of the Planetoid repository (kimiyoung/planetoid, data/) into ROOT/NAME/raw/"),
+         "Cora: copy the raw files of kimiyoung/planetoid (data/ind.cora.*) into ROOT/Cora/raw/; CiteSeer, "
+         "PubMed: python scripts/fetch_planetoid.py (datasets/planetoid/README.md)"),
     Kind("ogb", "graph", "graphdist.data.files:load_ogb", {"split": "", "directed": False}, "OGB directory",
          "unpack the dataset zip from the OGB site so that raw/ and split/ sit in one folder"),
     Kind("edgelist", "graph", "graphdist.data.files:load_edgelist",

@@ -14,8 +14,10 @@ From the shell (root)::
     python -m graphdist.testbed --hosts 2 --gbps 1 -- \\
         graphdist train-gcn planetoid:datasets/cora --parts 2 --nnodes 2 --nproc 1 --rdzv-endpoint h0:29500
 
-runs the command on every host at once (each line of output prefixed with its host), exits with
-the first non-zero code, and removes everything it made. From Python (tests)::
+runs the command on every host at once (each line of output prefixed with its host, and a line
+naming each host whose command failed, as it ends: ``[h1] graphdist.testbed: h1's command was
+killed by SIGKILL``), exits with the first non-zero code (128 + N for a command killed by signal
+N), and removes everything it made. From Python (tests)::
 
     with Testbed(2, gbps=1.0) as tb:
         procs = [tb.popen(i, ["graphdist", ...]) for i in range(2)]
@@ -235,10 +237,37 @@ def finish(procs: list[subprocess.Popen], timeout: float | None = None) -> list[
     return out
 
 
-def _pump(stream, tag: str, out) -> None:
-    for line in iter(stream.readline, b""):
-        out.write(f"[{tag}] {line.decode(errors='replace')}")
+_OUT = threading.Lock()
+
+
+def _say(out, text: str) -> None:
+    with _OUT:  # (one host's line at a time)
+        out.write(text)
         out.flush()
+
+
+def _pump(proc: subprocess.Popen, tag: str, out) -> None:
+    """Host ``tag``'s output, each line prefixed with the host; then, when its command failed,
+    one line saying how it ended (a process killed on one host otherwise leaves only its peers'
+    lines, which name ranks, not hosts)."""
+    for line in iter(proc.stdout.readline, b""):
+        _say(out, f"[{tag}] {line.decode(errors='replace')}")
+    code = proc.wait()
+    if code != 0:
+        _say(out, f"[{tag}] graphdist.testbed: {ended(tag, code)}\n")
+
+
+def ended(host: str, code: int) -> str:
+    """How host ``host``'s command ended, in words: ``h1's command was killed by SIGKILL`` or
+    ``... exited with code 2``."""
+    import signal
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"{host}'s command was killed by {name}"
+    return f"{host}'s command exited with code {code}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(a.hosts):
                 argv_i = [c.replace("{host}", tb.names[i]).replace("{i}", str(i)) for c in cmd]
                 p = tb.popen(i, argv_i, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-                t = threading.Thread(target=_pump, args=(p.stdout, tb.names[i], sys.stdout), daemon=True)
+                t = threading.Thread(target=_pump, args=(p, tb.names[i], sys.stdout), daemon=True)
                 t.start()
                 procs.append(p)
                 pumps.append(t)
@@ -272,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     except (TestbedError, ConfigError) as e:
         print(f"graphdist: error: {e}", file=sys.stderr)
         return 2
-    return next((c for c in codes if c != 0), 0)
+    code = next((c for c in codes if c != 0), 0)
+    return 128 - code if code < 0 else code  # killed by a signal: 128 + its number, as a shell says
 
 
 if __name__ == "__main__":

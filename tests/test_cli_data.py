@@ -39,3 +39,22 @@ def test_data_info_json(capsys, cora_dir):
     s = json.loads(capsys.readouterr().out)
     assert s["nodes"] == 2708 and s["edges"] == 10556 and s["classes"] == 7 and s["features"] == 1433
     assert s["train"] == 140 and s["degree_max"] == 168 and len(s["fingerprint"]) == 16
+
+
+def test_data_info_says_what_it_writes_and_takes_the_cache_dir_for_criteo(tmp_path, capsys):
+    """``data info --help`` names the one thing it writes (a criteo: spec's binary cache); the cache
+    goes where --cache-dir says, as train-dlrm's; the flag is refused for other kinds."""
+    r = subprocess.run([sys.executable, "-m", "graphdist", "data", "info", "--help"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "--cache-dir DIR" in r.stdout
+    assert "nothing is written" not in r.stdout and "binary cache a criteo: spec is read through" in r.stdout
+    tsv = tmp_path / "day_0.txt"
+    tsv.write_text("".join(f"{i % 2}\t" + "\t".join(["1"] * 13) + "\t" + "\t".join(["68fd1e64"] * 26) + "\n"
+                           for i in range(5)))
+    cache = tmp_path / "cache"
+    assert main(["data", "info", f"criteo:{tsv}", "--cache-dir", str(cache), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"] == 5
+    assert sorted(p.name for p in (cache / "day_0.txt.graphdist-cache").iterdir()) == [
+        "dense.npy", "labels.npy", "meta.json", "sparse.npy"]
+    assert main(["data", "info", "sbm:nodes=50", "--cache-dir", str(cache)]) == 2
+    assert "--cache-dir applies to criteo: specs only, not sbm:" in capsys.readouterr().err

@@ -146,3 +146,19 @@ def test_resume_takes_auto_and_max_restarts_a_count(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert "argument --resume: invalid choice: 'maybe'" in err[0]
     assert err[1] == "graphdist: error: --max-restarts must be >= 0, got -1"
+
+
+def test_a_flag_error_names_its_command_and_where_its_flags_are_listed(capsys):
+    """An unknown flag is reported by argparse's top-level parser; the line names the (sub)command
+    it was given to and the --help that lists that command's flags, in one line."""
+    assert main(["train-gcn", "sbm:nodes=50", "--bogus", "1"]) == 2
+    assert main(["data", "info", "sbm:nodes=50", "--nope"]) == 2
+    assert main(["plan", "sbm:nodes=50", "--parts", "two"]) == 2
+    assert main(["data"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["graphdist: error: train-gcn: unrecognized arguments: --bogus 1 (run graphdist train-gcn --help)",
+                   "graphdist: error: data info: unrecognized arguments: --nope (run graphdist data info --help)",
+                   "graphdist: error: plan: argument --parts: invalid int value: 'two' (run graphdist plan --help)",
+                   "graphdist: error: data: the following arguments are required: SUBCOMMAND (run graphdist data --help)"]
+    for cmd in (["train-gcn"], ["data", "info"], ["plan"], ["data"]):
+        assert main([*cmd, "--help"]) == 0

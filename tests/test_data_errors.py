@@ -116,3 +116,46 @@ def test_cli_subprocess_no_traceback():
     r = subprocess.run([sys.executable, "-m", "graphdist", "data", "info", "--bogus"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
+
+
+def _partial_planetoid(home, name, src=None, skip=("allx",)):
+    """``home/planetoid/NAME/raw`` with every file but ``skip`` (copied from ``src``, else empty)."""
+    from graphdist.data.files import PLANETOID_SUFFIXES
+    raw = home / "planetoid" / name / "raw"
+    raw.mkdir(parents=True)
+    for s in PLANETOID_SUFFIXES:
+        if s not in skip:
+            f = f"ind.{name.lower()}.{s}"
+            (raw / f).write_bytes((src / "raw" / f).read_bytes() if src is not None else b"")
+    return raw.parent
+
+
+def test_a_pubmed_folder_lacking_allx_names_the_fetch_script_not_the_authors_repository(tmp_path, monkeypatch):
+    """kimiyoung/planetoid has no ind.pubmed.allx (datasets/planetoid/README.md): the error names
+    scripts/fetch_planetoid.py, which writes all 8 files, with this data home as --dest."""
+    import graphdist.specs
+    monkeypatch.setattr(graphdist.specs, "data_homes", lambda: [tmp_path])  # no other home with a copy
+    _partial_planetoid(tmp_path, "PubMed")
+    with pytest.raises(MissingFileError) as e:
+        load_graph("planetoid:planetoid/PubMed")
+    msg = str(e.value)
+    assert "lacks ind.pubmed.allx;" in msg and "kimiyoung" not in msg, msg
+    assert f"scripts/fetch_planetoid.py --names PubMed --dest {tmp_path}" in msg, msg
+    (tmp_path / "elsewhere" / "PubMed" / "raw").mkdir(parents=True)
+    with pytest.raises(MissingFileError, match=r"--names PubMed --dest DIR \(it writes DIR/planetoid/PubMed/raw/\)"):
+        load_graph(f"planetoid:{tmp_path / 'elsewhere' / 'PubMed'}")
+
+
+def test_a_folder_lacking_a_file_reads_the_complete_copy_in_another_data_home(tmp_path, monkeypatch, cora_dir, capsys):
+    """$GRAPHDIST_DATA's planetoid/Cora lacks ind.cora.allx; another data home has all 8 files:
+    the graph is read from there (the same fingerprint), saying so in one line."""
+    import graphdist.specs
+    mine, full = tmp_path / "mine", tmp_path / "full"
+    _partial_planetoid(mine, "Cora", src=cora_dir)
+    _partial_planetoid(full, "Cora", src=cora_dir, skip=())
+    monkeypatch.setattr(graphdist.specs, "data_homes", lambda: [mine, full])
+    g = load_graph("planetoid:planetoid/Cora")
+    assert g.fingerprint == load_graph(f"planetoid:{cora_dir}").fingerprint and g.num_nodes == 2708
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err == [f"planetoid: {mine / 'planetoid' / 'Cora' / 'raw'} lacks ind.cora.allx; reading the complete copy "
+                   f"in {full / 'planetoid' / 'Cora'}"], err

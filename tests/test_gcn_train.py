@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -140,19 +139,20 @@ def test_dead_worker_is_named_by_survivor():
                    "--epochs", "500", "--no-progress", "--timeout", "60"]
     procs = [subprocess.Popen(cmd, env=_env(r, store), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for r in range(2)]
-    t0 = time.monotonic()
-    try:
-        out0, err0 = procs[0].communicate(timeout=120)
-        procs[1].communicate(timeout=30)
+    try:  # (timeouts: a hang guard, not a measure; a loaded box starts the workers slowly)
+        out0, err0 = procs[0].communicate(timeout=300)
+        procs[1].communicate(timeout=60)
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
     assert procs[1].returncode == 3
     assert procs[0].returncode == 2, err0
-    assert time.monotonic() - t0 < 120
     lines = [ln for ln in err0.splitlines() if ln.startswith("graphdist: error:")]
     assert len(lines) == 1 and "rank 1 stopped responding" in lines[0], err0
+    # rank 0 stopped at the first collective rank 1 missed (after epoch 2, its last), not after
+    # its own 500 epochs: at any load, the same epoch
+    assert "rank 0: collective failed during epoch 3 of 500: rank 1 stopped responding" in lines[0], lines[0]
 
 
 def _write_artifact(path, k=2, method="metis"):

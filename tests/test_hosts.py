@@ -207,6 +207,19 @@ def _script_rank(rank: int, world_size: int, argv: list[str]) -> tuple[int, str]
     return code, out.getvalue()
 
 
+def test_testbed_cli_names_the_host_whose_command_was_killed_or_failed():
+    """Host 1's command is killed (SIGKILL, as `kill -9` of its launcher): the test bed says so in one
+    line tagged with that host (as it ends); a failing command's code is named too; the bed exits
+    128 + 9, as a shell would."""
+    script = 'if [ {i} = 1 ]; then kill -9 $$; fi; echo {host} done; [ {i} = 0 ] || exit 3'
+    p = subprocess.run([sys.executable, "-m", "graphdist.testbed", "--hosts", "3", "--", "sh", "-c", script],
+                       capture_output=True, text=True, env=_env(), timeout=60)
+    assert p.returncode == 137, (p.returncode, p.stdout, p.stderr)
+    assert sorted(p.stdout.splitlines()) == ["[h0] h0 done", "[h1] graphdist.testbed: h1's command was killed by SIGKILL",
+                                             "[h2] graphdist.testbed: h2's command exited with code 3",
+                                             "[h2] h2 done"], p.stdout
+
+
 def test_rendezvous_failures_end_in_one_line(tmp_path):
     """Hosts whose names resolve to loopback, or not at all, still meet (graphdist decides the store
     host, the address to dial and gloo's interface from the route to the endpoint); an endpoint

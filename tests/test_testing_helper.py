@@ -27,9 +27,12 @@ def _fail_on_1(rank, world):
     return rank
 
 
-def _hang_on_1(rank, world):
+def _hang_on_1(rank, world, pid_file=None):
     if rank == 1:
-        time.sleep(600)
+        if pid_file:
+            with open(pid_file, "w") as f:
+                f.write(str(os.getpid()))
+        time.sleep(3600)
     return rank
 
 
@@ -46,11 +49,24 @@ def test_failure_carries_rank_and_traceback():
         run_ranks(_fail_on_1, 2, timeout=120)
 
 
-def test_hung_rank_fails_within_timeout():
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"  # (a zombie has ended)
+    except FileNotFoundError:
+        return True
+
+
+def test_hung_rank_fails_within_timeout(tmp_path):
+    """The hung rank (asleep for an hour) is killed once the timeout is up: the call raises, having
+    waited the timeout and not the rank, and the rank's process is gone (at any load: no bound on
+    how long the machine took to start the ranks)."""
+    pid_file = tmp_path / "pid"
     t0 = time.monotonic()
-    with pytest.raises(RankTimeout, match=r"ranks \[1\] did not finish within 8s"):
-        run_ranks(_hang_on_1, 2, timeout=8)
-    assert time.monotonic() - t0 < 30
+    with pytest.raises(RankTimeout, match=r"ranks \[1\] did not finish within 15s"):
+        run_ranks(_hang_on_1, 2, args=(str(pid_file),), timeout=15)  # (ample for a loaded box to start it)
+    assert time.monotonic() - t0 >= 15
+    assert _gone(int(pid_file.read_text()))
 
 
 def test_run_cli_runs_each_command_on_the_ranks_and_keeps_what_rank_0_printed(tmp_path):

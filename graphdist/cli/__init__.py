@@ -15,13 +15,23 @@ import pkgutil
 import sys
 
 
-
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors (``graphdist: error: ...``) and exit code 2."""
+    """argparse with one-line errors (``graphdist: error: CMD: ...``) that end with where the flags
+    are listed (``run graphdist CMD --help``), and exit code 2."""
+
+    entered: list = [""]
+    """The prog of the innermost (sub)command parser entered last: a flag no parser took is
+    reported by the top-level parser, but belongs to that command."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        _Parser.entered[0] = self.prog
+        return super().parse_known_args(args, namespace)
 
     def error(self, message):  # noqa: D401
-        sys.stderr.write(f"graphdist: error: {self.prog.removeprefix('graphdist').strip() or 'usage'}: "
-                         f"{message}\n")
+        prog = _Parser.entered[0] if message.startswith("unrecognized arguments") else self.prog
+        cmd = prog.removeprefix("graphdist").strip()
+        sys.stderr.write(f"graphdist: error: {cmd or 'usage'}: {message} (run {' '.join(['graphdist', cmd]).strip()} "
+                         "--help)\n")
         raise SystemExit(2)
 
 

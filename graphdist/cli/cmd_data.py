@@ -1,5 +1,6 @@
-"""``graphdist data info SPEC [--json] [--skip-bad-lines]``: what a dataset spec loads to (graph,
-click log or ratings)."""
+"""``graphdist data info SPEC [--json] [--skip-bad-lines] [--cache-dir DIR]``: what a dataset spec
+loads to (graph, click log or ratings). It writes nothing, except the binary cache a ``criteo:``
+spec is read through (as ``train-dlrm`` writes and reuses it)."""
 from __future__ import annotations
 
 import json
@@ -21,17 +22,23 @@ class DataInfoConfig:
     skip_bad_lines: bool = False
     """criteo: specs only: skip (and count) malformed lines instead of stopping at the first one,
     as train-dlrm --skip-bad-lines"""
+    cache_dir: str | None = field(default=None, metadata={"metavar": "DIR"})
+    """criteo: specs only: where the binary cache the file is read through goes, as train-dlrm
+    --cache-dir (default: $XDG_CACHE_HOME/graphdist/criteo, else ~/.cache/graphdist/criteo)"""
 
 
-def dataset_info(spec: str, skip_bad_lines: bool = False) -> tuple[dict, list[tuple[str, str]]]:
+def dataset_info(spec: str, skip_bad_lines: bool = False,
+                 cache_dir: str | None = None) -> tuple[dict, list[tuple[str, str]]]:
     """``(summary dict, printable rows)`` of any dataset spec, by its domain;
-    ``skip_bad_lines`` (``criteo:`` only) skips and counts malformed lines."""
+    ``skip_bad_lines`` (``criteo:`` only) skips and counts malformed lines, ``cache_dir``
+    (``criteo:`` only) is where its binary cache goes."""
     from graphdist.errors import ConfigError
     from graphdist.timer import Timer
     from graphdist.specs import parse_spec
     kind = parse_spec(spec).kind
-    if skip_bad_lines and kind.name != "criteo":
-        raise ConfigError(f"--skip-bad-lines applies to criteo: specs only, not {kind.name}:")
+    for flag, given in (("--skip-bad-lines", skip_bad_lines), ("--cache-dir", cache_dir)):
+        if given and kind.name != "criteo":
+            raise ConfigError(f"{flag} applies to criteo: specs only, not {kind.name}:")
     with Timer() as t:
         if kind.domain == "graph":
             from graphdist.data import load_graph
@@ -41,7 +48,7 @@ def dataset_info(spec: str, skip_bad_lines: bool = False) -> tuple[dict, list[tu
             s = load_ratings(spec).summary()
         else:
             from embeddings.data import load_click_data
-            s = {"name": spec, **load_click_data(spec, skip_bad_lines=skip_bad_lines).summary()}
+            s = {"name": spec, **load_click_data(spec, skip_bad_lines=skip_bad_lines, cache_dir=cache_dir).summary()}
     s["load_s"] = round(t.seconds, 3)
     if kind.domain == "graph":
         rows = [
@@ -79,7 +86,7 @@ def dataset_info(spec: str, skip_bad_lines: bool = False) -> tuple[dict, list[tu
 
 def _info(args) -> int:
     cfg = config.from_namespace(DataInfoConfig, args)
-    s, rows = dataset_info(cfg.spec, cfg.skip_bad_lines)
+    s, rows = dataset_info(cfg.spec, cfg.skip_bad_lines, cfg.cache_dir)
     if cfg.json:
         json.dump(s, sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -99,7 +106,9 @@ def register(sub) -> None:
     from graphdist.specs import kinds_help
     info = dsub.add_parser("info", help="load a dataset spec and print its size, degrees, splits, fingerprint",
                            description="Load a dataset spec (a graph, a click log or a rating log) and print its "
-                                       "size, degrees, splits and fingerprint; nothing is written.",
+                                       "size, degrees, splits and fingerprint. Nothing is written, except the "
+                                       "binary cache a criteo: spec is read through (in the cache home, or "
+                                       "--cache-dir; train-dlrm reuses it).",
                            epilog=kinds_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     config.add_arguments(info, DataInfoConfig)
     info.set_defaults(func=_info)

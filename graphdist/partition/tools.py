@@ -8,7 +8,6 @@ functions the CLI calls (the CLI only prints).
 from __future__ import annotations
 
 import os
-import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -220,9 +219,8 @@ def artifact_quality(cfg: QualityConfig) -> dict:
 def run_compare(cfg: CompareConfig) -> dict:
     """Every method at every k on one graph: ``{graph, nodes, edges, ..., results: [...]}``;
     writes ``cfg.json`` / ``cfg.plot`` when set."""
-    from tqdm import tqdm
-
     from graphdist.data import load_graph
+    from graphdist.progress import progress
     from partitioners import MissingBackendError, partition, quality
     ks = list(cfg.parts)
     if not ks:
@@ -237,17 +235,18 @@ def run_compare(cfg: CompareConfig) -> dict:
         check_parts(k, g.num_nodes)
     results = []
     jobs = [(k, m) for k in ks for m in methods]
-    bar = tqdm(jobs, desc="compare", unit="run", file=sys.stderr, disable=not cfg.progress or None)
-    for k, m in bar:
-        bar.set_postfix_str(f"k={k} {m}")
+    bar = progress(len(jobs), desc="compare", unit="run", enabled=cfg.progress)
+    for k, m in jobs:
+        bar.set_postfix({"k": k, "method": m})
         t0 = time.perf_counter()
         try:
             a = partition(g, k, method=m, imbalance=cfg.imbalance, seed=cfg.seed)
         except MissingBackendError as e:
             results.append({"k": k, "method": m, "error": str(e)})
-            continue
-        sec = time.perf_counter() - t0
-        results.append({"k": k, "method": m, "time_s": sec, **quality(g, a, cfg.feature_dim, k=k)})
+        else:
+            sec = time.perf_counter() - t0
+            results.append({"k": k, "method": m, "time_s": sec, **quality(g, a, cfg.feature_dim, k=k)})
+        bar.update(1)
     bar.close()
     report = {"graph": cfg.spec, "nodes": g.num_nodes, "edges": g.num_edges,
               "fingerprint": g.fingerprint, "imbalance": cfg.imbalance, "seed": cfg.seed,

@@ -31,6 +31,7 @@ propagation (:mod:`graphdist.gnn.pyg.hops`). Layers that read further in one pro
     sync.py    reset_parameters re-broadcast, the ranks' weights check, seed
     hops.py    multi-hop layers (halo per propagate), gcn_norm / get_laplacian of the whole graph
     idioms.py  random_split (by global id), normalize_features (the whole graph's)
+    splits.py  a split drawn on each part (k times the nodes), said once
     traced.py  the halo exchange under torch.jit.trace (SummaryWriter.add_graph): one opaque op
 """
 from graphdist.gnn.models import keyed_dropout

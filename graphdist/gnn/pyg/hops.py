@@ -66,7 +66,7 @@ def _same(ei, pe) -> bool:
                                                  and (ei.data_ptr() == pe.data_ptr() or torch.equal(ei, pe))))
 
 
-def _check_edges(ei, w, part, where: str, fn: str) -> None:
+def _check_edges(ei, w, part, where: str, fn: str, conv=None) -> None:
     if not torch.is_tensor(ei) or ei.is_sparse or ei.layout != torch.strided:
         raise ConfigError(f"{where} calls {fn} on a sparse adjacency (T.ToSparseTensor, a torch sparse "
                           "tensor); a part takes part.edge_index [2, E]")
@@ -74,8 +74,10 @@ def _check_edges(ei, w, part, where: str, fn: str) -> None:
         raise ConfigError(f"{where} calls {fn} on other edges than part.edge_index (it normalises with the "
                           "whole graph's degrees, which graphdist knows for the part's own edges only)")
     if w is not None:
+        # only a layer with a `normalize` switch (GCNConv's) can take weights normalised by hand
+        own = " (or normalise them yourself and pass normalize=False)" if hasattr(conv, "normalize") else ""
         raise ConfigError(f"{where} calls {fn} with edge weights: the weighted degrees of halo nodes are not "
-                          "in a part yet; pass no edge weights (or normalise them yourself with normalize=False)")
+                          f"in a part yet; pass no edge weights{own}")
 
 
 def out_degrees(part) -> torch.Tensor:
@@ -130,7 +132,7 @@ def _laplacian_edges(part, normalization: str | None, dtype):
 
 
 @contextlib.contextmanager
-def global_norms(sites, part, where: str):
+def global_norms(sites, part, where: str, conv=None):
     """While a wrapped layer runs: its ``gcn_norm`` / ``get_laplacian`` are the whole graph's."""
     if not sites:
         yield
@@ -138,11 +140,11 @@ def global_norms(sites, part, where: str):
 
     def gcn_norm(edge_index, edge_weight=None, num_nodes=None, improved=False, add_self_loops=True,
                  flow="source_to_target", dtype=None):
-        _check_edges(edge_index, edge_weight, part, where, "gcn_norm")
+        _check_edges(edge_index, edge_weight, part, where, "gcn_norm", conv)
         return part.gcn_edges(bool(improved), bool(add_self_loops), dtype=dtype or torch.float32)
 
     def get_laplacian(edge_index, edge_weight=None, normalization=None, dtype=None, num_nodes=None):
-        _check_edges(edge_index, edge_weight, part, where, "get_laplacian")
+        _check_edges(edge_index, edge_weight, part, where, "get_laplacian", conv)
         return laplacian_edges(part, normalization, dtype or torch.float32)
 
     ours = {"gcn_norm": gcn_norm, "get_laplacian": get_laplacian}

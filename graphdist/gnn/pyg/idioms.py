@@ -5,6 +5,9 @@
                                                on any number of ranks)
     normalize_features(part.x)                 ``T.NormalizeFeatures`` of the whole graph (its
                                                minimum is the whole graph's, not the part's)
+
+A split drawn per rank anyway is said once, in one line, by the losses and ``gd.accuracy``
+(:mod:`graphdist.gnn.pyg.splits`).
 """
 from __future__ import annotations
 
@@ -14,7 +17,6 @@ from graphdist import comm
 from graphdist.errors import ConfigError
 
 __all__ = ["random_split", "normalize_features"]
-
 
 def random_split(part, num_train_per_class: int = 20, num_val: int = 500, num_test: int = 1000,
                  seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -48,6 +50,8 @@ def random_split(part, num_train_per_class: int = 20, num_val: int = 500, num_te
         m[ids] = True
         masks.append(m[part.node_ids.cpu()].to(part.device))
     part.train_mask, part.val_mask, part.test_mask = masks
+    from graphdist.gnn.pyg.splits import graph_wide
+    graph_wide(*masks)
     return tuple(masks)
 
 

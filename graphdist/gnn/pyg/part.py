@@ -88,9 +88,12 @@ class Part:
         own_loop = lg.indices[lg.indices == rows]
         loops[own_loop.to(dev)] = 1.0
         col_loop = ex(loops)[:, 0] > 0.5  # halo columns: their owners know
-        return cls(graph=lg, device=dev, x=put(lg.x), y=put(lg.y), train_mask=put(lg.train_mask),
+        part = cls(graph=lg, device=dev, x=put(lg.x), y=put(lg.y), train_mask=put(lg.train_mask),
                    val_mask=put(lg.val_mask), test_mask=put(lg.test_mask), node_ids=lg.owned.to(dev),
                    edge_index=edge_index, exchanger=ex, col_self_loop=col_loop, info=dict(info or {}))
+        from graphdist.gnn.pyg.splits import graph_wide
+        graph_wide(part.train_mask, part.val_mask, part.test_mask)  # the dataset's own split
+        return part
 
     # ------------------------------------------------------------------ sizes
     @property
@@ -134,6 +137,17 @@ class Part:
             from graphdist.errors import ConfigError
             raise ConfigError(f"part.to({dev}): the part is on {self.device}; pass device='{dev}' to gd.load_part")
         return self
+
+    def __copy__(self):
+        """Refused, in one line: a PyG transform (``T.GDC()(part)``, ...) starts by copying the
+        data it is given, and it would treat the part as a whole graph: its node count, degrees
+        and ids are the part's, and its edges may end at any node of the graph."""
+        from graphdist.errors import ConfigError
+        raise ConfigError("a PyG transform applied to a part (T.GDC, T.GCNNorm, T.AddSelfLoops, ...) sees it as a "
+                          "whole graph: its edges, degrees and node ids are the part's; apply transforms to the "
+                          "whole graph before gd.load_part (dataset[0] after them; edge attributes such as GDC's "
+                          "weights are not carried by a part yet), or use the graph-wide versions "
+                          "(gd.normalize_features, gd.random_split, part.gcn_edges())")
 
     def __getitem__(self, key: str):
         """``data['train_mask']``: the attribute of that name (None when absent), as PyG's ``Data``."""

@@ -7,7 +7,8 @@ in-edges, with an aggregation that does not depend on the order of the neighbour
 graphdist knows is listed in :data:`RULES` with how to call it (:class:`LayerRule`); a layer
 that reads further (``K`` hops in one call, global attention) is refused with one line naming
 it, and so is every ``MessagePassing`` class not listed (:func:`register_local` lists a user's
-own layer).
+own layer) and every layer that carries a loss of its own (:func:`own_loss`: on a part that loss
+would be each rank's, summed k times).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from torch_geometric.nn.conv import MessagePassing
 
 from graphdist.errors import ConfigError
 
-__all__ = ["LayerRule", "RULES", "register_local", "rule_for", "check_module", "CALLS"]
+__all__ = ["LayerRule", "RULES", "register_local", "rule_for", "check_module", "own_loss", "CALLS"]
 
 CALLS = ("full", "bipartite", "hops")
 
@@ -191,6 +192,9 @@ def register_local(cls: type, *, call: str | None = None, node_args: tuple[str, 
       for ``halo="mvc"``."""
     if not (isinstance(cls, type) and issubclass(cls, MessagePassing)):
         raise ConfigError(f"register_local: {cls!r} is not a MessagePassing class")
+    loss = own_loss(cls)
+    if loss is not None:
+        raise ConfigError(f"register_local: {cls.__name__} is not local: {_loss_reason(cls.__name__, loss)}")
     if call is None and not node_args and gcn_norm is None and linear is None and cls in RULES:
         return  # already listed: its own rule
     call = "full" if call is None else call
@@ -212,6 +216,8 @@ def rule_for(name: str, conv: MessagePassing) -> LayerRule:
         if cls in _REFUSED:
             raise ConfigError(f"{where} is not local: it {_REFUSED[cls]}; a rank holds its nodes' 1-hop "
                               "in-neighbours only")
+        if own_loss(cls) is not None:
+            raise ConfigError(f"{where} is not local: {_loss_reason(cls.__name__, own_loss(cls))}")
         raise ConfigError(f"{where} is not in graphdist's list of local layers; if its output at a node "
                           "depends only on that node's row and its in-neighbours' rows, declare it with "
                           f"graphdist.gnn.pyg.register_local({cls.__name__})")
@@ -226,7 +232,33 @@ def rule_for(name: str, conv: MessagePassing) -> LayerRule:
     why = rule.check(conv) if rule.check is not None else None
     if why:
         raise ConfigError(f"{where} is not local: {why}")
+    if rule.gcn_norm is not None and not hasattr(conv, "normalize"):
+        raise ConfigError(f"{where} is registered with gcn_norm but has no `normalize` attribute: graphdist passes "
+                          "the whole graph's gcn_norm weights as its edge_weight and sets normalize=False for the "
+                          "call, which this layer would not honour; give it a `normalize` attribute its forward "
+                          "follows, as GCNConv's, or register it without gcn_norm (a layer that calls PyG's "
+                          "gcn_norm itself needs none)")
     return rule
+
+
+def own_loss(cls: type) -> str | None:
+    """The method through which a layer hands a loss of its own to the training script
+    (``SuperGATConv.get_attention_loss``), or None: any method of the class, below
+    ``MessagePassing``, with ``loss`` in its name."""
+    for k in cls.__mro__:
+        if k in (MessagePassing, nn.Module, object):
+            continue
+        for name, v in vars(k).items():
+            if callable(v) and "loss" in name.lower():
+                return name
+    return None
+
+
+def _loss_reason(cls_name: str, method: str) -> str:
+    return (f"it carries a loss of its own ({cls_name}.{method}()), which on a part would be each rank's mean over "
+            "its own nodes and edges (negatives sampled among its owned and halo nodes), summed over the ranks "
+            "by gd.sync_grads: k times its weight, and not the whole graph's loss; graphdist cannot make such a "
+            "loss global, so the layer is refused")
 
 
 def _order_free(agg) -> bool:

@@ -13,6 +13,9 @@ starts from the same weights and applies the same summed gradients. Three things
   ``check_every`` steps.
 * :func:`seed` seeds torch, NumPy and ``random`` per (seed, rank): a model's own ``F.dropout``
   draws other masks on each rank (not the same masks by local row index) and repeats run to run.
+  Where a script seeds every rank alike instead (or not at all), the first step's check finds
+  every rank's generator in one state after drawing, and says so once
+  (:func:`check_generators`).
 """
 from __future__ import annotations
 
@@ -25,7 +28,8 @@ from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.keyed import key32
 
-__all__ = ["Guard", "Resync", "install", "guard_of", "check_weights", "seed", "CHECK_EVERY"]
+__all__ = ["Guard", "Resync", "install", "guard_of", "check_weights", "check_generators", "rng_digest",
+           "say_once", "seed", "CHECK_EVERY"]
 
 CHECK_EVERY = 100
 """Default: :func:`graphdist.gnn.pyg.sync_grads` compares the ranks' weights every this many steps."""
@@ -39,17 +43,28 @@ class Guard:
         self.steps = 0
         self.why: str | None = "distribute"  # the first step checks
         self.depth = 0  # nested reset_parameters calls (one broadcast, at the outermost)
+        self.rng = rng_digest()  # the generators' state before the forward pass of a step due a check
 
     def mark(self, why: str) -> None:
         self.why = why
+        self.rng = rng_digest()
+
+    def forward_starts(self) -> None:
+        """The model's forward pre-hook: remember the generators' state while a check is due, so the
+        check sees whether the step's own forward pass drew random numbers (dropout)."""
+        if self.why is not None:
+            self.rng = rng_digest()
 
     def step(self, model: nn.Module) -> None:
         """Called by ``sync_grads`` once per step: check when due."""
         self.steps += 1
         why = self.why or (f"{self.every} steps" if self.every > 0 and self.steps % self.every == 0 else None)
         if why is not None:
+            first = self.why is not None  # (after distribute, a reset or a load: the generators too)
             self.why = None
             check_weights(model, f"step {self.steps} (check after {why})")
+            if first:
+                check_generators(self.rng, f"step {self.steps}")
 
 
 class Resync:
@@ -85,6 +100,7 @@ def install(model: nn.Module, guard: Guard) -> None:
                                                               "__qualname__": cls.__qualname__})
         model.__class__ = _RESYNC[cls]
     model.register_load_state_dict_post_hook(lambda module, keys: guard.mark("load_state_dict"))
+    model.register_forward_pre_hook(lambda module, args: guard.forward_starts())
 
 
 def guard_of(module: nn.Module) -> Guard | None:
@@ -132,6 +148,49 @@ def check_weights(model: nn.Module, when: str = "now") -> None:
         f"{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} (sum {float(ref[i, 0]):.9g} against "
         f"{float(allsums[ranks[0], i, 0]):.9g}); change weights on every rank alike (reset_parameters, "
         "load_state_dict, the optimiser after gd.sync_grads)")
+
+
+def rng_digest() -> int:
+    """A 48-bit digest of this process's torch generators (CPU, and the current CUDA device's when
+    CUDA is initialised): exact as a float64, so ranks can compare them in one all-reduce."""
+    import hashlib
+    h = hashlib.sha1(torch.get_rng_state().numpy().tobytes())
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        h.update(torch.cuda.get_rng_state().numpy().tobytes())
+    return int.from_bytes(h.digest()[:6], "little")
+
+
+_SAID: set = set()
+"""The one-line warnings this process gave (each once)."""
+
+
+def say_once(key: str, text: str) -> None:
+    """``text`` as one warning line on rank 0, the first time ``key`` is said in this process."""
+    if key in _SAID:
+        return
+    _SAID.add(key)
+    if comm.world()[0] == 0:
+        from graphdist.runtime import get_logger
+        get_logger().warning(f"warning: {text}")
+
+
+def check_generators(before: int, when: str) -> None:
+    """Say once (one line, rank 0) when the step drew random numbers (the generators' digest
+    differs from ``before``, taken as its forward pass began) and every rank's torch generator is
+    now in the same state: the same ``torch.manual_seed`` on every rank (or none: a
+    fresh process starts from torch's one default seed), so dropout drew the same masks at the
+    same local rows on every rank. A collective (one all-reduce of ``2 x world size`` numbers)."""
+    rank, ws = comm.world()
+    if ws == 1:
+        return
+    now = rng_digest()
+    mine = torch.zeros(ws, 2, dtype=torch.float64)
+    mine[rank] = torch.tensor([float(now), float(now != before)], dtype=torch.float64)
+    got = comm.all_reduce_sum(mine.to(comm.collective_device())).cpu()
+    if bool((got[:, 1] > 0).all()) and bool((got[:, 0] == got[0, 0]).all()):
+        say_once("generators", f"every rank's torch generator drew the same numbers up to {when} (the same "
+                 "torch.manual_seed on every rank, or none): dropout drops the same local rows and columns on "
+                 "every rank; seed each rank with gd.seed(s) (a seed per (s, rank)) before distribute")
 
 
 def seed(value: int) -> int:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphdist import comm
+from graphdist.gnn.pyg.splits import check_split
 
 __all__ = ["sync_grads", "all_sum", "cross_entropy", "nll_loss", "accuracy", "main", "install_excepthook"]
 
@@ -56,7 +57,22 @@ def nll_loss(log_probs: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None
     return _global_mean(F.nll_loss, log_probs, y, mask, **kwargs)
 
 
+def _check_mask(mask, rows: int, what: str) -> None:
+    """A boolean mask has one entry per owned row; one over the whole graph's nodes (PyG's
+    ``index_to_mask(idx, size=data.num_nodes)`` on a part, whose ``num_nodes`` is the graph's) is
+    refused in one line, not by torch's IndexError on every rank."""
+    if mask is None or not torch.is_tensor(mask) or mask.dtype != torch.bool or mask.shape[0] == rows:
+        return
+    from graphdist.errors import ConfigError
+    raise ConfigError(f"{what}: the mask has {mask.shape[0]} entries, this rank's part {rows} owned rows; a mask is "
+                      "per owned row: a whole-graph mask is mask[part.node_ids], and a split drawn on the part "
+                      "(index_to_mask(..., size=data.num_nodes)) would be drawn per rank anyway: draw it once "
+                      "with gd.random_split(part, ...)")
+
+
 def _global_mean(fn, logits, y, mask, **kwargs) -> torch.Tensor:
+    _check_mask(mask, logits.shape[0], f"gd.{'nll_loss' if fn is F.nll_loss else 'cross_entropy'}")
+    check_split(mask, y)
     if mask is not None:
         logits, y = logits[mask], y[mask]
     local = fn(logits, y, reduction="sum", **kwargs)
@@ -69,6 +85,8 @@ def _global_mean(fn, logits, y, mask, **kwargs) -> torch.Tensor:
 
 def accuracy(logits: torch.Tensor, y: torch.Tensor, mask: torch.Tensor | None = None) -> float:
     """Share of the ``mask`` nodes of the whole graph whose arg-max class is their label."""
+    _check_mask(mask, logits.shape[0], "gd.accuracy")
+    check_split(mask, y)
     ok = logits.argmax(-1) == y
     if mask is not None:
         ok = ok[mask]

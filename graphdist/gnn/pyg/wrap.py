@@ -179,12 +179,12 @@ class DistConv:
             else:
                 st.used = "plain"
                 hops = propagating(self, part, _tagged(ctx.plain if self.training else ctx.plain_eval, st.index), st)
-            with global_norms(st.sites, part, where), hops:
+            with global_norms(st.sites, part, where, self), hops:
                 if st.rule.prepare is not None:
                     st.rule.prepare(self, a, part)
                 return base(*b.args, **b.kwargs)
         st.exchanges = 1 if part.world_size > 1 else 0  # once, before the layer
-        with global_norms(st.sites, part, where), count_propagates(self, where, st.cls.__name__):
+        with global_norms(st.sites, part, where, self), count_propagates(self, where, st.cls.__name__):
             if st.linear and not edges_given:
                 _require_part_edges(ei, part, where, "halo='mvc' aggregates over the part's own edges")
                 st.used = "mvc"
@@ -245,6 +245,27 @@ def _check_call(x, ei, a, part: Part, where: str) -> None:
                           f"got {type(ei).__name__}{tuple(ei.shape) if torch.is_tensor(ei) else ''}")
     if a.get("size") is not None:
         raise ConfigError(f"{where}: size= is not supported on a part (the part fixes the sizes)")
+    if not same_edges(ei, part):
+        _check_local_ids(ei, part, where)
+
+
+def _check_local_ids(ei, part: Part, where: str) -> None:
+    """Edges other than ``part.edge_index`` (a subset after edge dropout, say) must still be local:
+    sources among the part's columns, destinations among its owned rows. Edges made by a
+    transform that took the part's tensors for a whole graph (T.GDC: diffusion edges between any
+    two nodes) are refused here in one line, not in PyG's indexing on every rank."""
+    with untraced():
+        if ei.numel() == 0:
+            return
+        n_own, n_all = part.num_owned, part.num_owned + part.num_halo
+        lo, src_hi, dst_hi = int(ei.min()), int(ei[0].max()), int(ei[1].max())
+    if lo >= 0 and src_hi < n_all and dst_hi < n_own:
+        return
+    got = (f"node id {lo}" if lo < 0 else f"source {src_hi}" if src_hi >= n_all else f"destination {dst_hi}")
+    raise ConfigError(f"{where}: edge_index has {got}, outside this part's local ids (sources 0..{n_all - 1}: owned "
+                      f"rows, then halo; destinations the owned rows 0..{n_own - 1}); pass part.edge_index or a "
+                      "subset of it. Edges a transform computed from the part's tensors as if they were the "
+                      "whole graph (T.GDC's diffusion, T.AddSelfLoops) are not the graph's edges on a part")
 
 
 def _require_part_edges(ei, part: Part, where: str, why: str) -> None:

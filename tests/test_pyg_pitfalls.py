@@ -133,7 +133,7 @@ class Said(logging.Handler):
 
 
 def _said():
-    from graphdist.runtime import get_logger
+    from graphdist.log import get_logger
     h = Said()
     get_logger().addHandler(h)
     return h

@@ -33,7 +33,7 @@ def load_planetoid(path) -> Graph:
         other = _complete_planetoid(root)
         if other is None:
             raise MissingFileError(f"planetoid: {root / 'raw'} lacks {', '.join(missing)}; {planetoid_hint(root)}")
-        from graphdist.runtime import get_logger
+        from graphdist.log import get_logger
         get_logger().info(f"planetoid: {root / 'raw'} lacks {', '.join(missing)}; reading the complete copy in "
                           f"{other}")
         root = other

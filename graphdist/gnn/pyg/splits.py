@@ -54,7 +54,7 @@ def check_split(mask, y: torch.Tensor) -> None:
     _STATE["calls"] += 1
     skip = mask is None or is_graph_wide(mask) or mask.dtype != torch.bool or mask.shape[0] != y.shape[0]
     mine = None if skip else _counts(mask, y)
-    every = comm.all_gather_object(mine)
+    every = comm.all_gather_json(mine)
     if any(e is None for e in every):
         return
     from graphdist.gnn.pyg.sync import say_once

@@ -170,7 +170,7 @@ def say_once(key: str, text: str) -> None:
         return
     _SAID.add(key)
     if comm.world()[0] == 0:
-        from graphdist.runtime import get_logger
+        from graphdist.log import get_logger
         get_logger().warning(f"warning: {text}")
 
 

@@ -1,0 +1,205 @@
+"""The benchmark scripts and the pages that quote them: every script parses its arguments
+(``build_parser()``, as ``--help`` does), every ``python benchmarks/X.py ...`` command that
+BENCHMARKS.md quotes names a script that exists and parses with that script's parser, the scripts
+have no undefined names (pyflakes), and the shared harness (``benchmarks/harness.py``) times,
+tabulates and writes what its docstrings say. Nothing here runs a benchmark."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+BENCH = REPO / "benchmarks"
+if str(BENCH) not in sys.path:  # the scripts' `import harness`, as `python benchmarks/X.py` finds it
+    sys.path.insert(0, str(BENCH))
+import harness  # noqa: E402
+
+SCRIPTS = sorted(p for p in [*BENCH.glob("*.py"), *(BENCH / "archive").glob("*.py")] if p.name != "harness.py")
+PAGES = [REPO / "BENCHMARKS.md", REPO / "docs" / "benchmarks-history.md"]
+
+
+def _module(path: Path):
+    name = "bench_" + "_".join(path.relative_to(BENCH).with_suffix("").parts)
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod  # (dataclasses look their module up)
+        spec.loader.exec_module(mod)
+    return sys.modules[name]
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: str(p.relative_to(BENCH)))
+def test_every_script_builds_its_parser(path):
+    """Importing a script runs nothing heavy, and its parser is the harness's (description = the
+    module docstring, so ``--help`` shows the usage the docstring gives)."""
+    mod = _module(path)
+    p = mod.build_parser()
+    assert mod.__doc__ and p.description == mod.__doc__, path
+    assert p.format_help().startswith("usage:"), path
+
+
+def _commands(text: str) -> list[str]:
+    """Every ``python benchmarks/...py ...`` command in the page's code blocks and inline code,
+    line continuations joined."""
+    blocks = re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M)
+    inline = re.findall(r"`([^`\n]*python[^`\n]*benchmarks/[^`\n]*)`", re.sub(r"^```.*?^```", "", text,
+                                                                             flags=re.S | re.M))
+    lines = [ln for b in blocks for ln in b.replace("\\\n", " ").splitlines()] + inline
+    return [ln for ln in lines if re.search(r"\bbenchmarks/\S+\.py", ln)]
+
+
+def _invocations(line: str) -> list[tuple[str, list[str]]]:
+    """``(script, args)`` of each ``python benchmarks/X.py ARGS`` in a shell line (environment
+    assignments, ``nice``, ``sudo``, ``/usr/bin/time``, ``for ...; do ...; done`` around it)."""
+    lex = shlex.shlex(line, posix=True, punctuation_chars=";&|")
+    lex.whitespace_split, lex.commenters = True, "#"
+    words, out = list(lex), []
+    for i, w in enumerate(words):
+        if re.fullmatch(r"benchmarks/\S+\.py", w) and i and words[i - 1].startswith("python"):
+            args = []
+            for a in words[i + 1:]:
+                if a in (";", "&&", "||", "|", "done"):
+                    break
+                args.append(a)
+            out.append((w, args))
+    return out
+
+
+def test_the_pages_quote_commands():
+    assert len(_invocations("OMP_NUM_THREADS=1 nice -n 10 python benchmarks/a.py --x 1 'b c' # no")) == 1
+    assert _invocations("for h in a b; do X=1 python benchmarks/a.py --h $h; done")[0] == (
+        "benchmarks/a.py", ["--h", "$h"])
+    assert len(_commands((REPO / "BENCHMARKS.md").read_text())) > 20
+
+
+@pytest.mark.parametrize("page", [PAGES[0]], ids=lambda p: p.name)
+def test_every_quoted_command_parses(page):
+    """What a reader copies from BENCHMARKS.md runs: the script is there and takes those flags."""
+    bad = []
+    for line in _commands(page.read_text()):
+        for script, args in _invocations(line):
+            path = REPO / script
+            if not path.exists():
+                bad.append(f"{script}: no such script ({line.strip()[:80]})")
+                continue
+            try:
+                _module(path).build_parser().parse_args(args)
+            except SystemExit:
+                bad.append(f"{script}: its parser refuses {' '.join(args)!r}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_history_names_scripts_that_exist():
+    """Superseded figures keep their commands; the scripts they name are still here (closed
+    investigations' scripts under benchmarks/archive/)."""
+    for page in PAGES:
+        for script in set(re.findall(r"\bbenchmarks/[\w/]+\.py\b", page.read_text())):
+            assert (REPO / script).exists(), f"{page.name}: {script}"
+
+
+def test_no_undefined_names():
+    pyflakes = pytest.importorskip("pyflakes.api")
+    from pyflakes.reporter import Reporter
+
+    class Collect(Reporter):
+        def __init__(self):
+            self.out = []
+
+        def flake(self, m):
+            self.out.append(str(m))
+
+        def syntaxError(self, filename, msg, lineno, offset, text):
+            self.out.append(f"{filename}:{lineno}: {msg}")
+
+        def unexpectedError(self, filename, msg):
+            self.out.append(f"{filename}: {msg}")
+    r = Collect()
+    for path in [BENCH / "harness.py", *SCRIPTS]:
+        pyflakes.checkPath(str(path), r)
+    assert not r.out, "\n".join(r.out)
+
+
+# --- the harness -------------------------------------------------------------------------------
+
+def test_alternate_takes_turns_and_drops_the_warmup():
+    calls = []
+    t = harness.alternate({"a": lambda r: calls.append(("a", r)), "b": lambda r: calls.append(("b", r)),
+                           "c": lambda r: calls.append(("c", r))}, 3, warmup=1, rotate=True,
+                          sync=lambda: calls.append("sync"))
+    sides = [c for c in calls if c != "sync"]
+    # round 0 is the warm-up; round r starts at side r mod 3
+    assert sides == [("a", 0), ("b", 0), ("c", 0), ("b", 1), ("c", 1), ("a", 1), ("c", 2), ("a", 2), ("b", 2),
+                     ("a", 3), ("b", 3), ("c", 3)]
+    assert calls.count("sync") == 2 * len(sides)  # before and after every call
+    assert [len(t[k].wall) for k in "abc"] == [3, 3, 3] and [len(t[k].cpu) for k in "abc"] == [3, 3, 3]
+
+
+def test_alternate_times_each_side():
+    t = harness.alternate({"fast": lambda r: None, "slow": lambda r: time.sleep(0.02)}, 3)
+    assert min(t["slow"].wall) >= 0.02 > t["fast"].median
+    assert t["slow"].cpu_median < 0.02  # sleeping is wall time, not CPU time
+
+
+def test_ratios_by_hand():
+    r = harness.ratios([2.0, 4.0, 9.0], [1.0, 4.0, 3.0])
+    assert r["median"] == 4.0 / 3.0 and r["median_of_pairs"] == 2.0  # pairs 2, 1, 3
+
+
+def test_median_s_counts_the_calls():
+    n = []
+    assert harness.median_s(lambda: n.append(1), 5, warmup=2) >= 0
+    assert len(n) == 7
+
+
+def test_csv():
+    assert harness.csv("1, 2,,4", int) == [1, 2, 4]
+    assert harness.csv("") == [] and harness.csv(None) == []
+    assert harness.csv("0.1,1", float) == [0.1, 1.0]
+
+
+def test_table():
+    got = harness.table(["k", "method", "rows", "ratio"], [[4, "metis", 24479, 0.7126], [8, "auto", None, 1.5]])
+    assert got.splitlines() == ["| k | method | rows | ratio |", "|---:|---|---:|---:|",
+                                "| 4 | metis | 24,479 | 0.7126 |", "| 8 | auto |  | 1.5 |"]
+    assert harness.table_row(["a", 1234567, 0.5], fmt=lambda v: f"{v:.2f}") == "| a | 1,234,567 | 0.50 |"
+
+
+def test_write_json_is_atomic_and_optional(tmp_path):
+    harness.write_json(None, {"x": 1})  # no --json: nothing
+    p = tmp_path / "sub" / "out.json"
+    harness.write_json(p, {"x": [1, 2]})
+    assert json.loads(p.read_text()) == {"x": [1, 2]}
+    assert [f.name for f in p.parent.iterdir()] == ["out.json"]  # no temporary left
+
+
+def test_child_json_reads_the_last_line_or_the_error(tmp_path):
+    ok = harness.child_json(["-c", "print('noise'); print('{\"a\": 3}')"], 60, cwd=tmp_path)
+    assert ok == {"a": 3}
+    bad = harness.child_json(["-c", "import sys; sys.exit('graphdist: error: no such graph')"], 60, cwd=tmp_path)
+    assert bad == {"error": "graphdist: error: no such graph"}
+    assert harness.child_json(["-c", "import time; time.sleep(5)"], 0.5, cwd=tmp_path) == {"error": "timeout after 0.5 s"}
+
+
+def test_time_v_reports_peak_memory_and_exit_code(tmp_path):
+    if not Path("/usr/bin/time").exists():
+        pytest.skip("no /usr/bin/time")
+    r = harness.time_v([sys.executable, "-c", "b = bytearray(200 << 20); b[::4096] = b'x' * len(b[::4096])"], 60,
+                       cwd=tmp_path)
+    assert r.rc == 0 and r.peak_rss_kib > 200 << 10  # the 200 MiB it touched, in KiB
+    r = harness.time_v([sys.executable, "-c", "import sys; print('graphdist: error: bad', file=sys.stderr); "
+                                              "sys.exit(2)"], 60, cwd=tmp_path)
+    assert r.rc == 2 and r.error_line() == "graphdist: error: bad"
+
+
+def test_checkout_env_puts_the_checkout_first(monkeypatch, tmp_path):
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    e = harness.checkout_env(tmp_path, OMP_NUM_THREADS="1")
+    assert e["PYTHONPATH"].split(":") == [str(tmp_path), "/elsewhere"] and e["OMP_NUM_THREADS"] == "1"

@@ -105,6 +105,48 @@ def test_the_history_names_scripts_that_exist():
             assert (REPO / script).exists(), f"{page.name}: {script}"
 
 
+def _slug(heading: str) -> str:
+    """The anchor of a heading, as GitHub and the docs site (pymdownx's slugify) make it."""
+    return re.sub(r"[^\w\- ]", "", heading.replace("`", "")).strip().lower().replace(" ", "-")
+
+
+def _sections(text: str) -> dict[str, str]:
+    """Each heading's anchor and its text up to the next heading of the same or a higher level."""
+    heads = [(m.start(), len(m.group(1)), _slug(m.group(2))) for m in re.finditer(r"^(#{1,6}) (.+)$", text, re.M)]
+    out = {}
+    for i, (at, level, slug) in enumerate(heads):
+        end = next((a for a, lv, _ in heads[i + 1:] if lv <= level), len(text))
+        out[slug] = text[at:end]
+    return out
+
+
+def test_slug_by_hand():
+    assert _slug("Accuracy: Cora with Kipf & Welling's settings") == "accuracy-cora-with-kipf--wellings-settings"
+    assert _slug("`--halo auto` against the fixed choices (mode and widths per layer)") == (
+        "--halo-auto-against-the-fixed-choices-mode-and-widths-per-layer")
+    assert _slug("Scale: 1M-node SBM, k=4 vs one process") == "scale-1m-node-sbm-k4-vs-one-process"
+
+
+def test_benchmarks_md_is_a_page_a_reader_can_use():
+    """Issue 46: at most ~900 lines, the summary first, every summary row linking to a section of
+    this page that holds the command behind its figure."""
+    text = (REPO / "BENCHMARKS.md").read_text()
+    assert len(text.splitlines()) <= 900, f"BENCHMARKS.md has {len(text.splitlines())} lines (at most 900)"
+    sections = _sections(text)
+    summary = sections["summary"]
+    assert list(sections)[:2] == ["benchmarks", "summary"], "the summary comes first"
+    rows = [r for r in summary.splitlines() if r.startswith("| ") and not r.startswith(("| claim", "| ---"))]
+    assert len(rows) > 20, len(rows)
+    for row in rows:
+        anchors = re.findall(r"\]\(#([^)]+)\)", row.rsplit(" | ", 1)[-1])
+        assert anchors, f"a summary row without a link to its section: {row[:80]}"
+        for a in anchors:
+            assert a in sections, f"the summary links to #{a}, which is no heading of BENCHMARKS.md"
+            body = sections[a]
+            has_command = "```" in body or re.search(r"`(\S+=\S+ )*(python benchmarks/|graphdist )[^`]+`", body)
+            assert has_command, f"section #{a} (linked from the summary) quotes no command"
+
+
 def test_no_undefined_names():
     pyflakes = pytest.importorskip("pyflakes.api")
     from pyflakes.reporter import Reporter

@@ -80,7 +80,7 @@ def test_the_pages_quote_commands():
     assert len(_commands((REPO / "BENCHMARKS.md").read_text())) > 20
 
 
-@pytest.mark.parametrize("page", [PAGES[0]], ids=lambda p: p.name)
+@pytest.mark.parametrize("page", [PAGES[0], REPO / "docs" / "benchmarks-details.md"], ids=lambda p: p.name)
 def test_every_quoted_command_parses(page):
     """What a reader copies from BENCHMARKS.md runs: the script is there and takes those flags."""
     bad = []
@@ -94,6 +94,67 @@ def test_every_quoted_command_parses(page):
                 _module(path).build_parser().parse_args(args)
             except SystemExit:
                 bad.append(f"{script}: its parser refuses {' '.join(args)!r}")
+    assert not bad, "\n".join(bad)
+
+
+FILL = {"SPEC": "sbm:", "K": "2", "N": "2", "L": "2", "H": "16", "R": "1", "G": "1", "RATE": "1", "C": "0.1", "T": "1000",
+        "B": "8", "DIR": "d", "FILE": "f", "MODE": "mvc", "M": "metis", "CK": "ck", "OUT": "o", "R.json": "r.json",
+        "HOST:PORT": "h:1"}
+"""Placeholders the pages write in commands, and a value of the right kind for each."""
+
+
+def _graphdist_commands(text: str) -> list[list[str]]:
+    """The arguments of every ``graphdist ...`` command in the page's code blocks (``$VAR`` filled
+    from a ``VAR="..."`` line of the same block) and in its inline code (4 words or more)."""
+    out = []
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M):
+        env = {m[0]: m[1] or m[2] for m in re.findall(r'^(?:export )?([A-Z]\w*)=(?:"([^"]*)"|(\S+))$', block, flags=re.M)}
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r'"?\$([A-Z]\w*)"?', lambda m: env.get(m.group(1), m.group(0)), line)
+            out += _after("graphdist", line.removeprefix("$ "))
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    for span in re.findall(r"`(graphdist [^`\n]+)`", prose):
+        if len(span.split()) >= 4:
+            out += _after("graphdist", span)
+    return [[FILL.get(w, w) for w in args] for args in out  # a synopsis ([--flag], <flags>, ...) is no command
+            if not any(w == "..." or w.startswith(("[", "<")) for w in args)]
+
+
+def _after(program: str, line: str) -> list[list[str]]:
+    """The arguments after each ``program`` word of a shell line (none for a line that is not
+    shell: output with an apostrophe, say)."""
+    lex = shlex.shlex(line, posix=True, punctuation_chars=";&|()")
+    lex.whitespace_split, lex.commenters = True, "#"
+    try:
+        words, out = list(lex), []
+    except ValueError:
+        return []
+    for i, w in enumerate(words):
+        if w == program and (i == 0 or not words[i - 1].startswith("-")):
+            args = []
+            for a in words[i + 1:]:
+                if a in (";", "&&", "||", "|", ")", "done"):
+                    break
+                args.append(a)
+            out.append(args)
+    return out
+
+
+@pytest.mark.parametrize("page", [REPO / "BENCHMARKS.md", REPO / "docs" / "benchmarks-details.md"],
+                         ids=lambda p: p.name)
+def test_every_graphdist_command_of_the_benchmark_pages_parses(page):
+    """The ``graphdist`` commands behind the current figures still parse with the CLI (the other
+    docs pages' commands are tests/test_cli_help.py's)."""
+    from graphdist.cli import build_parser
+    cmds = _graphdist_commands(page.read_text())
+    assert len(cmds) > 5, page
+    bad, parser = [], build_parser()
+    for args in cmds:
+        try:
+            parser.parse_args(args)
+        except SystemExit as e:
+            if e.code:
+                bad.append("graphdist " + " ".join(args))
     assert not bad, "\n".join(bad)
 
 

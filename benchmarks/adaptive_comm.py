@@ -25,14 +25,9 @@ accuracy is that of the widths it picks there).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout (children too)
+import harness
 
 
 def variant(name: str) -> dict:
@@ -60,20 +55,14 @@ def _bits(r) -> str:
 
 def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs, row_normalize=True, repeats=1,
          acc_link=0.0):
-    from graphdist.data import load_graph
-    from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.partition.layout import build_layout
-    from graphdist.partition.setup import partition_in_process
-    from graphdist.procgroup import init_distributed
-    ctx = init_distributed("cpu")
-    g = load_graph(spec)
-    a = partition_in_process(g, world, method, 0)
-    lg = build_layout(g, a, rank, world)
+    from graphdist.gnn.config import GCNConfig
+    ctx = harness.process_group()
+    _, lg = harness.rank_part(spec, method, rank, world)
 
     def run(v, seed, n, link=0.0):
-        cfg = GCNConfig(spec=spec, model="gcn", layers=2, hidden=16, dropout=0.5, lr=0.01, weight_decay=5e-4,
-                        epochs=n, seed=seed, row_normalize=row_normalize, progress=False, link_gbps=link, **variant(v))
-        return fit(cfg, lg, {}, ctx)
+        cfg = GCNConfig(spec=spec, **harness.KIPF, epochs=n, seed=seed, row_normalize=row_normalize, progress=False,
+                        link_gbps=link, **variant(v))
+        return harness.train_gcn(cfg, lg, ctx=ctx)
 
     acc = {v: [] for v in variants}
     for s in seeds:
@@ -94,8 +83,8 @@ def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs,
     return {"acc": acc, "times": times, "partition": lg.world_size}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--dataset", default="Cora", help="the Planetoid dataset: Cora, CiteSeer or PubMed")
     p.add_argument("--root", help="the folder holding DATASET/raw/ (default: ../shared/datasets/planetoid, "
                                   "else the data home's planetoid/, where scripts/fetch_planetoid.py writes)")
@@ -109,18 +98,17 @@ def main(argv=None) -> int:
     p.add_argument("--links", default="10,1,0.1,0.01", help="simulated link speeds in Gbit/s")
     p.add_argument("--variants", default="plain,mvc,mvc8,stale,bns0.5,bns0.1")
     p.add_argument("--acc-link", type=float, default=0.0, help="simulated link (Gbit/s) of the accuracy runs (0 = none)")
-    p.add_argument("--json", help="write the results here")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     from graphdist.testing import run_ranks
-    repo = Path(__file__).resolve().parents[1]
-    roots = [Path(args.root)] if args.root else [repo.parent / "shared" / "datasets" / "planetoid",
-                                                 repo / "datasets" / "planetoid"]
-    root = next((r for r in roots if (r / args.dataset / "raw").is_dir()), roots[0])
-    spec = args.spec or f"planetoid:{root}/{args.dataset}"
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    spec = args.spec or harness.planetoid(args.dataset, args.root)
+    variants = harness.csv(args.variants)
     for v in variants:
         variant(v)
-    links = [float(x) for x in args.links.split(",") if x.strip()]
+    links = harness.csv(args.links, float)
     t0 = time.perf_counter()
     res = run_ranks(_job, args.k, args=(spec, args.method, list(range(args.seeds)), args.epochs, variants, links,
                                         args.time_epochs, args.spec is None, args.time_repeats, args.acc_link),
@@ -132,21 +120,21 @@ def main(argv=None) -> int:
         return (statistics.mean(accs), statistics.pstdev(accs)) if accs else (None, None)
 
     base = acc_stats(variants[0])[0]
-    head = " | ".join(f"epoch ms @ {x:g} Gbit/s (link wait)" for x in links)
-    print(f"\n| variant | test acc (mean ± std) | vs {variants[0]} | halo bytes/epoch | epoch ms, no link | {head} |")
-    print("|---|---|---|---|---|" + "---|" * len(links))
-    rows = []
+    header = ["variant", "test acc (mean ± std)", f"vs {variants[0]}", "halo bytes/epoch", "epoch ms, no link",
+              *(f"epoch ms @ {x:g} Gbit/s (link wait)" for x in links)]
+    cells, rows = [], []
     for v in variants:
         m, sd = acc_stats(v)
-        acc = "- | -" if m is None else f"{100 * m:.2f} ± {100 * sd:.2f} | {100 * (m - base):+.2f}"
         t = res["times"][v]
-        cells = " | ".join(f"{1e3 * t[str(x)]['epoch_s']:.1f} ({1e3 * t[str(x)]['link_wait_s']:.1f})" for x in links)
-        print(f"| {v} | {acc} | {t['0.0']['bytes']:,.0f} | "
-              f"{1e3 * t['0.0']['epoch_s']:.1f} | {cells} |")
+        cells.append([v, "-" if m is None else f"{100 * m:.2f} ± {100 * sd:.2f}",
+                      "-" if m is None else f"{100 * (m - base):+.2f}", f"{t['0.0']['bytes']:,.0f}",
+                      f"{1e3 * t['0.0']['epoch_s']:.1f}",
+                      *(f"{1e3 * t[str(x)]['epoch_s']:.1f} ({1e3 * t[str(x)]['link_wait_s']:.1f})" for x in links)])
         picked = "; ".join(f"{x:g}: {t[str(x)]['auto']}" for x in [0.0, *links] if t[str(x)].get("auto"))
         if picked:
-            print(f"|   {v} picked | {picked} |")
+            cells.append([f"  {v} picked", picked] + [""] * (len(header) - 2))
         rows.append({"variant": v, "config": variant(v), "mean": m, "std": sd, "runs": res["acc"][v], "times": t})
+    print("\n" + harness.table(header, cells))
     if args.time_repeats > 1:  # how far apart the repeats of one configuration were
         print(f"\nepoch ms per repeat (the table keeps the fastest), no link | {' | '.join(f'{x:g} Gbit/s' for x in links)}")
         for v in variants:
@@ -154,9 +142,7 @@ def main(argv=None) -> int:
             print(f"{v}: " + " | ".join("/".join(f"{1e3 * e:.0f}" for e in t[str(x)]["repeats"]) +
                                         f" (median {1e3 * statistics.median(t[str(x)]['repeats']):.0f})"
                                         for x in [0.0, *links]))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"spec": spec, "k": args.k, "method": args.method, "results": rows},
-                                              indent=2))
+    harness.write_json(args.json, {"spec": spec, "k": args.k, "method": args.method, "results": rows}, indent=2)
     return 0
 
 

@@ -14,13 +14,9 @@ and ``assignment.npy`` of both artifacts are compared byte for byte.
 """
 from __future__ import annotations
 
-import argparse
 import filecmp
-import json
-import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import harness
 
 
 def write_inputs(d: Path, nodes: int, avg_degree: int, homophily: float, ks: list[int], seed: int):
@@ -54,17 +49,11 @@ def write_inputs(d: Path, nodes: int, avg_degree: int, homophily: float, ks: lis
 
 
 def run(cmd: list[str], timeout: int) -> dict:
-    t0 = time.perf_counter()
-    p = subprocess.run(["/usr/bin/time", "-v", sys.executable, "-m", "graphdist", *cmd], capture_output=True,
-                       text=True, timeout=timeout, env=dict(os.environ, PYTHONPATH=str(REPO)))
-    wall = time.perf_counter() - t0
-    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr)
+    p = harness.time_v(harness.graphdist_cmd(*cmd), timeout, cwd=Path.cwd())
+    if p.rc != 0:
+        raise SystemExit(f"{' '.join(cmd)} exited {p.rc}: {p.error_line()}")
     worker = re.search(r"peak RSS (\d+\.\d+) GiB per worker", p.stdout)
-    if p.returncode != 0:
-        tail = [ln for ln in p.stderr.splitlines() if ln.startswith("graphdist:")][-1:]
-        raise SystemExit(f"{' '.join(cmd)} exited {p.returncode}: {tail}")
-    return {"wall_s": round(wall, 1), "peak_rss_gib": round(int(rss.group(1)) / 2**20, 2),
-            "worker_peak_gib": float(worker.group(1)) if worker else None}
+    return {"wall_s": p.wall_s, "peak_rss_gib": p.peak_rss_gib, "worker_peak_gib": float(worker.group(1)) if worker else None}
 
 
 def same(a: Path, b: Path) -> bool:
@@ -72,17 +61,20 @@ def same(a: Path, b: Path) -> bool:
     return all(filecmp.cmp(a / n, b / n, shallow=False) for n in names)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--nodes", type=int, default=1_000_000)
     ap.add_argument("--avg-degree", type=int, default=20)
     ap.add_argument("--homophily", type=float, default=0.9)
     ap.add_argument("--nproc", default="2,4", help="worker counts, comma-separated")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=3600)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args(argv)
-    ks = [int(k) for k in args.nproc.split(",")]
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    ks = harness.csv(args.nproc, int)
     root = Path(tempfile.mkdtemp(prefix="graphdist-build-"))
     results = []
     try:
@@ -106,8 +98,7 @@ def main(argv=None) -> int:
                   f"identical {r['identical']}", flush=True)
             for d in (f"one{k}", f"many{k}"):
                 shutil.rmtree(root / d, ignore_errors=True)
-            if args.json:
-                Path(args.json).write_text(json.dumps(results, indent=2))
+            harness.write_json(args.json, results, indent=2)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0 if all(r["identical"] for r in results) else 1

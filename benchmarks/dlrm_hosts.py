@@ -17,49 +17,30 @@ Every worker runs with OMP_NUM_THREADS=1.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from graphdist.testbed import Testbed  # noqa: E402
-
-GD = [sys.executable, "-m", "graphdist"]
+import harness
 
 
-def env() -> dict:
-    e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    e.setdefault("OMP_NUM_THREADS", "1")
-    return e
-
-
-def run(tb: Testbed, args, groups: int, kind: str, out: Path) -> dict:
-    cmd = GD + ["train-dlrm", args.data, "--steps", str(args.steps), "--batch-size", str(args.batch_size),
-                "--sharding", args.sharding, "--sparse-groups", str(groups), "--sparse-layout", kind,
-                "--sync-every", str(args.sync_every),
-                "--nnodes", str(args.hosts), "--nproc", str(args.nproc), "--rdzv-endpoint", "h0:29500"]
-    before = [tb.link_bytes(i) for i in range(args.hosts)]
+def run(tb, args, groups: int, kind: str, out: Path) -> dict:
+    cmd = harness.graphdist_cmd(
+        "train-dlrm", args.data, "--steps", str(args.steps), "--batch-size", str(args.batch_size),
+        "--sharding", args.sharding, "--sparse-groups", str(groups), "--sparse-layout", kind,
+        "--sync-every", str(args.sync_every),
+        "--nnodes", str(args.hosts), "--nproc", str(args.nproc), "--rdzv-endpoint", "h0:29500")
     t0 = time.perf_counter()
-    res = tb.run_all([cmd + ["--report", str(out) + ("" if i == 0 else f".{i}")] for i in range(args.hosts)],
-                     timeout=1800, env=env())
+    r, tx = harness.on_hosts(tb, cmd, out)
     wall = time.perf_counter() - t0
-    for rc, t in res:
-        if rc != 0:
-            raise SystemExit(f"G={groups} {kind} failed ({rc}):\n{t[-3000:]}")
-    after = [tb.link_bytes(i) for i in range(args.hosts)]
-    r = json.loads(out.read_text())
-    tx = [a[1] - b[1] for a, b in zip(after, before)]
     return {"groups": groups, "layout_kind": kind if groups > 1 else "-",
             "samples_per_s": r.get("throughput/samples_per_s"),
             "link_tx_bytes_per_step": sum(tx) / args.steps, "link_tx_bytes_per_host": tx,
             "replica_sync_bytes_per_step": r.get("comm/replica_sync_bytes_per_step"),
             "train_s": r.get("time/train_s"), "wall_s": wall, "final_loss": (r.get("losses") or [None])[-1],
-            "layout": layout(args, groups, kind), "load": os.getloadavg()[0]}
+            "layout": layout(args, groups, kind), "load": harness.load()}
 
 
 def layout(args, groups: int, kind: str) -> dict:
@@ -72,8 +53,8 @@ def layout(args, groups: int, kind: str) -> dict:
     return d
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--hosts", type=int, default=2)
     ap.add_argument("--nproc", type=int, default=2)
     ap.add_argument("--gbps", type=float, default=1.0)
@@ -86,8 +67,12 @@ def main() -> int:
     ap.add_argument("--sync-every", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--work", default="runs/dlrm_hosts")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from graphdist.testbed import Testbed
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -95,7 +80,7 @@ def main() -> int:
     print(f"load: {os.getloadavg()}", flush=True)
     with Testbed(args.hosts, gbps=args.gbps or None) as tb:
         for rep in range(args.repeats):
-            for c in args.configs.split(","):
+            for c in harness.csv(args.configs):
                 g, _, kind = c.partition(":")
                 g, kind = int(g), kind or "hosts"
                 row = run(tb, args, g, kind, work / f"g{g}{kind}-{rep}.json")
@@ -103,15 +88,12 @@ def main() -> int:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     print(f"done in {time.time() - t0:.0f} s; load {os.getloadavg()}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
-    print("\n| G | layout | repeat | samples/s | bytes crossing hosts / step | replica sync bytes / step "
-          "| final loss | load |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['groups']} | {r['layout_kind']} | {r['repeat']} | {r['samples_per_s'] or 0:,.0f} | "
-              f"{r['link_tx_bytes_per_step']:,.0f} | {r['replica_sync_bytes_per_step'] or 0:,.0f} | "
-              f"{r['final_loss']} | {r['load']:.1f} |")
+    harness.write_json(args.json, rows)
+    print("\n" + harness.table(
+        ["G", "layout", "repeat", "samples/s", "bytes crossing hosts / step", "replica sync bytes / step",
+         "final loss", "load"],
+        [[r["groups"], r["layout_kind"], r["repeat"], round(r["samples_per_s"] or 0), round(r["link_tx_bytes_per_step"]),
+          round(r["replica_sync_bytes_per_step"] or 0), str(r["final_loss"]), f"{r['load']:.1f}"] for r in rows]))
     return 0
 
 

@@ -21,25 +21,21 @@ Prints one JSON object; the figures are recorded in BENCHMARKS.md.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout (children too)
+import harness
+
 
 def run_cli(args: list[str], report: str) -> dict:
-    cmd = [sys.executable, "-m", "graphdist", "train-dlrm", *args, "--report", report, "--no-progress"]
+    cmd = harness.graphdist_cmd("train-dlrm", *args, "--report", report, "--no-progress")
     t0 = time.perf_counter()
-    root = str(Path(__file__).resolve().parents[1])  # the checkout's graphdist, not an installed one
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=harness.checkout_env())
     if r.returncode != 0:
         raise SystemExit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr[-3000:]}")
     with open(report) as fh:
@@ -112,8 +108,8 @@ def head(src: str, dst: str, lines: int) -> None:
     os.replace(dst + ".tmp", dst)
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--out", default="out/dlrm_learning")
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--tsv-rows", type=int, default=100_000, help="rows of the synthetic Criteo-format TSV")
@@ -121,9 +117,13 @@ def main(argv=None) -> dict:
     p.add_argument("--lines", type=int, default=200_000, help="lines of --criteo to use")
     p.add_argument("--skip", default="", help="comma list of parts to skip: synth,shuffled,tsv,tsv10k,2d")
     p.add_argument("--nproc-2d", type=int, default=4, help="ranks of the 2D vs 1D comparison")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> dict:
+    a = build_parser().parse_args(argv)
     os.makedirs(a.out, exist_ok=True)
-    skip = set(filter(None, a.skip.split(",")))
+    skip = set(harness.csv(a.skip))
     res: dict = {}
     n = ["--nproc", str(a.nproc)]
     if "synth" not in skip:
@@ -159,6 +159,7 @@ def main(argv=None) -> dict:
                                               os.path.join(a.out, "criteo.json")),
                               "hashed_lr": hashed_logistic_regression(f, skip_bad_lines=True)}
     print(json.dumps(res, indent=1))
+    harness.write_json(a.json, res)
     return res
 
 

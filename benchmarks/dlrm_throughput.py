@@ -38,16 +38,13 @@ comparison runs on ``--nproc`` GPUs (``benchmarks/gpu_suite.py`` uses one)::
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
-import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout (children too)
+import harness
+
 
 def _cfg(a, groups: int = 1):
     from embeddings.config import DLRMTrainConfig
@@ -65,6 +62,23 @@ def _device(a, rank):
     return torch.device("cpu")
 
 
+def _settle(dev) -> None:
+    """Wait for the device's queued work (CUDA), so a timed block ends when its work does."""
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _alternate(sides: dict, rounds: int, dev) -> dict:
+    """``harness.alternate`` across ranks: a barrier before and after every block (a block's wall
+    time runs until every rank is done), the device settled inside the block."""
+    import torch.distributed as dist
+
+    def sync():
+        _settle(dev)
+        dist.barrier()
+    return harness.alternate({k: (lambda r, f=f: (f(r), _settle(dev))) for k, f in sides.items()}, rounds, sync=sync)
+
+
 SIDES_2D = ("1d", "2d", "2d_whole")
 
 
@@ -76,7 +90,6 @@ def _job_2d(rank, world, a):
     import warnings
     warnings.filterwarnings("ignore")
     logging.getLogger("torchrec").setLevel(logging.ERROR)
-    import torch.distributed as dist
     from embeddings.trainer import build_sharded, load_splits, make_pipeline, run_steps
     from embeddings.twod import ReplicaSync
     torch.set_num_threads(a.threads)
@@ -90,8 +103,6 @@ def _job_2d(rank, world, a):
         models["2d_whole"] = dataclasses.replace(models["2d_whole"], sync=syncs["2d_whole"].sync_all)
     pipes = {k: make_pipeline(cfgs[k], m.dmp, m.opt, dev) for k, m in models.items()}
     K = a.block
-    cpu_s = {k: 0.0 for k in sides}
-    rates = {k: [] for k in sides}
 
     def block(side, r):
         m = models[side]
@@ -101,19 +112,9 @@ def _job_2d(rank, world, a):
         models[side].dmp.train()
         block(side, 0)
     moved0 = {k: s.bytes_moved for k, s in syncs.items()}
-    for r in range(1, a.rounds + 1):
-        for side in sides:
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            dist.barrier()
-            t0, c0 = time.perf_counter(), time.process_time()
-            block(side, r)
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-            c1 = time.process_time()
-            dist.barrier()
-            cpu_s[side] += c1 - c0
-            rates[side].append(K * a.batch_size / (time.perf_counter() - t0))
+    t = _alternate({side: (lambda r, side=side: block(side, r + 1)) for side in sides}, a.rounds, dev)
+    rates = {k: [K * a.batch_size / w for w in v.wall] for k, v in t.items()}
+    cpu_s = {k: sum(v.cpu) for k, v in t.items()}
     plan = models["2d"].desc
     whole = plan["ranks"][rank]["sync_bytes_per_sync"] / a.sync_every  # DMPCollection (CUDA)
     return {"rates": rates, "cpu_s": cpu_s,
@@ -135,8 +136,8 @@ def main_2d(a) -> dict:
     cpu = {k: sum(x["cpu_s"][k] for x in ranks) for k in sides}
 
     def ratios(num, den):  # median ratio, median of paired blocks, CPU seconds for the same samples
-        pair = statistics.median(x / y for x, y in zip(r["rates"][num], r["rates"][den]))
-        return {"median": round(med[num] / med[den], 3), "median_of_pairs": round(pair, 3),
+        x = harness.ratios(r["rates"][num], r["rates"][den])
+        return {"median": round(x["median"], 3), "median_of_pairs": round(x["median_of_pairs"], 3),
                 "cpu_time": round(cpu[den] / cpu[num], 3)}
     pairs = [("2d", "1d")] + ([("2d_whole", "1d"), ("2d", "2d_whole")] if "2d_whole" in sides else [])
     out = {"mode": "2d_vs_1d", "device": a.device, "world_size": world, "sparse_groups": a.vs_2d,
@@ -156,7 +157,6 @@ def _job(rank, world, a):
     import warnings
     warnings.filterwarnings("ignore")
     logging.getLogger("torchrec").setLevel(logging.ERROR)
-    import torch.distributed as dist
     from embeddings.data import make_batch
     from embeddings.trainer import build_sharded, load_splits, make_pipeline, run_steps
     torch.set_num_threads(a.threads)
@@ -178,32 +178,16 @@ def _job(rank, world, a):
             loss.backward()
             tr_opt.step()
 
-    cpu_s = {"torchrec": 0.0, "graphdist": 0.0}
-
-    def timed(fn, side="torchrec"):
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        dist.barrier()
-        t0, c0 = time.perf_counter(), time.process_time()
-        fn()
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        c1 = time.process_time()
-        dist.barrier()
-        cpu_s[side] += c1 - c0  # this rank's CPU seconds: far less disturbed by other processes
-        return time.perf_counter() - t0
-
     tr_dmp.train()
     gd_dmp.train()
     torchrec_block()  # warm-up both sides
     run_steps(gd_dmp, gd_opt, pipe, data, cfg, range(0, K), dev)
-    tr, gd = [], []
-    for r in range(a.rounds):  # alternate short blocks: machine noise hits both sides alike
-        tr.append(K * cfg.batch_size / timed(torchrec_block))
-        gd.append(K * cfg.batch_size / timed(lambda: run_steps(gd_dmp, gd_opt, pipe, data, cfg,
-                                                               range((r + 1) * K, (r + 2) * K), dev),
-                                             "graphdist"))
-    return {"torchrec": tr, "graphdist": gd, "cpu_s": cpu_s}
+    t = _alternate({"torchrec": lambda r: torchrec_block(),  # short blocks: machine noise hits both sides alike
+                    "graphdist": lambda r: run_steps(gd_dmp, gd_opt, pipe, data, cfg, range((r + 1) * K, (r + 2) * K),
+                                                     dev)}, a.rounds, dev)
+    return {"torchrec": [K * cfg.batch_size / w for w in t["torchrec"].wall],
+            "graphdist": [K * cfg.batch_size / w for w in t["graphdist"].wall],
+            "cpu_s": {k: sum(v.cpu) for k, v in t.items()}}  # this rank's CPU seconds: far less disturbed
 
 
 def _topq(xs: list[float]) -> float:
@@ -211,8 +195,8 @@ def _topq(xs: list[float]) -> float:
     return sum(top) / len(top)
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--spec", default="criteo-synth:rows=100000")
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--sharding", default="row_wise")
@@ -229,13 +213,15 @@ def main(argv=None) -> dict:
                    help="every table N rows (ids hashed modulo N; default: the data's own sizes)")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: one rank per visible GPU (NCCL); the 2D side is DMPCollection")
-    p.add_argument("--json", default=None, metavar="FILE", help="also write the result here (atomically)")
+    return p
+
+
+def main(argv=None) -> dict:
+    p = build_parser()
     a = p.parse_args(argv)
     _check_args(p, a)
     out = main_2d(a) if a.vs_2d else main_loop(a)
-    if a.json:
-        from graphdist.fileio import atomic_write_json
-        atomic_write_json(a.json, out)
+    harness.write_json(a.json, out, indent=2)
     return out
 
 
@@ -273,7 +259,7 @@ def main_loop(a) -> dict:
     cpu_tr = sum(x["cpu_s"]["torchrec"] for x in ranks)
     cpu_gd = sum(x["cpu_s"]["graphdist"] for x in ranks)
     tr, gd = statistics.median(r["torchrec"]), statistics.median(r["graphdist"])
-    pair = statistics.median(g / t for g, t in zip(r["graphdist"], r["torchrec"]))
+    pair = harness.ratios(r["graphdist"], r["torchrec"])["median_of_pairs"]
     # aggregate: all samples over all timed seconds (blocks have equal sample counts)
     agg = (len(r["graphdist"]) / sum(1 / x for x in r["graphdist"])) / (len(r["torchrec"]) / sum(1 / x for x in r["torchrec"]))
     out = {"torchrec_samples_per_s": round(tr, 1), "graphdist_samples_per_s": round(gd, 1),

@@ -16,12 +16,12 @@ Prints MB/s for each and the ratio of read_table to the bare reader.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import time
 
 import numpy as np
+
+import harness
 
 
 def _write(path: str, edges: int) -> None:
@@ -34,19 +34,16 @@ def _write(path: str, edges: int) -> None:
     os.replace(path + ".tmp", path)
 
 
-def _time(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--edges", type=int, default=30_000_000)
     p.add_argument("--file", default=None, help="an existing edge list to read instead")
     p.add_argument("--skip-loadtxt", action="store_true", help="leave out the slow np.loadtxt run")
-    p.add_argument("--json", default=None)
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> dict:
+    a = build_parser().parse_args(argv)
     path = a.file or f"/tmp/graphdist_edges_{a.edges}.txt"
     if not os.path.exists(path):
         print(f"writing {path} ...", flush=True)
@@ -65,15 +62,13 @@ def main(argv=None) -> dict:
         runs.append(("loadtxt", lambda: np.loadtxt(path, dtype=np.int64, usecols=(0, 1))))
     runs.append(("load_graph", lambda: load_graph(f"edgelist:{path}")))
     for name, fn in runs:
-        s = _time(fn)
+        s = harness.timed(fn)
         res[f"{name}/s"] = round(s, 2)
         res[f"{name}/mb_per_s"] = round(mb / s, 1)
         print(f"{name:<11} {s:7.2f} s  {mb / s:7.1f} MB/s", flush=True)
     res["ratio_read_table_vs_fromstring"] = round(res["read_table/mb_per_s"] / res["fromstring/mb_per_s"], 3)
     print(json.dumps(res))
-    if a.json:
-        from graphdist.fileio import atomic_write_json
-        atomic_write_json(a.json, res)
+    harness.write_json(a.json, res)
     return res
 
 

@@ -12,9 +12,7 @@ checkout), so the two checkouts never share an import.
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import shlex
 import statistics
 import subprocess
@@ -22,11 +20,13 @@ import sys
 import time
 from pathlib import Path
 
+import harness
+
 
 def run_one(checkout: Path, art: str, k: int, epochs: int, flags: list[str], report: Path, log: Path) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(checkout.resolve()), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "graphdist", "train-gcn", "--partition", art, "--nproc", str(k), "--layers", "2",
-           "--hidden", "64", "--epochs", str(epochs), "--no-progress", "--report", str(report), *flags]
+    env = harness.checkout_env(checkout.resolve(), OMP_NUM_THREADS="1")
+    cmd = harness.graphdist_cmd("train-gcn", "--partition", art, "--nproc", str(k), "--layers", "2", "--hidden", "64",
+                                "--epochs", str(epochs), "--no-progress", "--report", str(report), *flags)
     t0 = time.perf_counter()
     with open(log, "w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=checkout, env=env).returncode
@@ -39,8 +39,8 @@ def run_one(checkout: Path, art: str, k: int, epochs: int, flags: list[str], rep
             "peak_gib": r["mem/peak_bytes"] / 2**30, "input_halo": r.get("comm/input_halo")}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--a", type=Path, required=True, help="checkout A (the baseline)")
     ap.add_argument("--b", type=Path, default=Path("."), help="checkout B")
     ap.add_argument("--runs", required=True, help="DIR:K[,DIR:K...]")
@@ -49,11 +49,14 @@ def main(argv=None) -> int:
     ap.add_argument("--a-flags", default="")
     ap.add_argument("--b-flags", default="")
     ap.add_argument("--out", type=Path, default=Path("runs/epoch_ab"))
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
-    for spec in args.runs.split(","):
+    for spec in harness.csv(args.runs):
         art, k = spec.rsplit(":", 1)
         k = int(k)
         res = {"A": [], "B": []}
@@ -73,8 +76,7 @@ def main(argv=None) -> int:
             print(f"k={k}: A {statistics.median(ea):.2f} s, B {statistics.median(eb):.2f} s per epoch: "
                   f"B/A {row['ratio_b_over_a']:.3f}; same losses: {row['same_losses']}", flush=True)
         rows.append(row)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+    harness.write_json(args.json, rows)
     return 0
 
 

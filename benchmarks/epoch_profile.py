@@ -11,19 +11,17 @@ evaluation) on k ranks, one thread each, the time grouped by what it does:
     optimizer  Adam's step and the gradient all-reduce
     other      everything else (loss, metrics, bookkeeping)
 
-    OMP_NUM_THREADS=1 python benchmarks/epoch_profile.py DIR [--epochs 2] [--flags "--reorder community"]
+    OMP_NUM_THREADS=1 python benchmarks/epoch_profile.py DIR [--epochs 2] [--flags reorder=community]
         [--json FILE]
 
 DIR is a partition artifact; k is its number of parts. The first epoch is left out (warm-up).
 """
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness
 
 GROUPS = (
     ("products", ("addmm",)),
@@ -48,13 +46,11 @@ def _rank(rank, ws, art, epochs, flags):
     import cProfile
     import pstats
 
-    from graphdist.gnn.config import GCNConfig
-    from graphdist.gnn.trainer import fit
-    from graphdist.partition.parts import load_part
-    from graphdist.procgroup import init_distributed
     import torch
+
+    from graphdist.gnn.config import GCNConfig
+    from graphdist.partition.parts import load_part
     torch.set_num_threads(1)
-    ctx = init_distributed("cpu")
     kw = dict(flags)
     cfg = GCNConfig(partition=art, layers=2, hidden=64, epochs=1, progress=False, summary=False, **kw)
     lg = load_part(art, rank)
@@ -66,7 +62,7 @@ def _rank(rank, ws, art, epochs, flags):
             seen["prof"].enable()
         return False
     cfg = GCNConfig(**{**cfg.__dict__, "epochs": epochs + 1})
-    rep = fit(cfg, [lg], {}, ctx, callbacks=[cb])
+    rep = harness.train_gcn(cfg, [lg], callbacks=[cb])
     if rank != 0:
         return None
     prof = seen["prof"]
@@ -88,17 +84,20 @@ def _rank(rank, ws, art, epochs, flags):
             "seconds_per_epoch": {g: v / epochs for g, v in groups.items()}}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("dir")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--flags", default="", help="GCNConfig fields as k=v,k=v (e.g. reorder=community)")
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     from graphdist.partition.artifact import read_meta
     from graphdist.testing import run_ranks
     k = int(read_meta(args.dir)["k"])
-    flags = [tuple(f.split("=", 1)) for f in args.flags.split(",") if f]
+    flags = [tuple(f.split("=", 1)) for f in harness.csv(args.flags)]
     out = run_ranks(_rank, k, args=(args.dir, args.epochs, flags), timeout=7200)[0]
     out.update(artifact=args.dir, k=k, flags=args.flags)
     print(f"k = {k}, median epoch {out['epoch_s']:.2f} s; rank 0's profiled time by group:")
@@ -107,8 +106,7 @@ def main(argv=None) -> int:
     print("the 12 functions with the most time of their own (s per epoch, group):")
     for t in out["top"][:12]:
         print(f"  {t['s_per_epoch']:8.3f}  {t['function']:<48} {t['group']}")
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
+    harness.write_json(args.json, out)
     return 0
 
 

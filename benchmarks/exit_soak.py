@@ -21,7 +21,6 @@ the kernel's ``core_pattern`` is a plain file name), for ``gdb python core``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import resource
@@ -33,7 +32,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import harness
+
 KINDS = ("gcn", "gcn-resume", "rec", "rec-resume", "dlrm", "dlrm-resume")
 ENTRIES = ("nproc", "torchrun")
 ABORT_MARKS = ("terminate called", "Aborted", "SIGABRT", "exit code -6", "exitcode  : -6",
@@ -85,7 +85,7 @@ def command(entry: str, kind: str, job_dir: Path, resumed: bool) -> list[str]:
     if resumed:  # later values of a repeated flag win
         flags += list(more) + ["--resume"]
     if entry == "nproc":
-        return [sys.executable, "-m", "graphdist", cmd, spec, "--nproc", "2", *flags]
+        return harness.graphdist_cmd(cmd, spec, "--nproc", "2", *flags)
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
             "-m", "graphdist", cmd, spec, *flags]
 
@@ -98,9 +98,7 @@ def run_one(entry: str, kind: str, job_dir: Path, resumed: bool, *, timeout: flo
             core: bool = False, env: dict | None = None) -> Run:
     """Start one run and wait for it."""
     job_dir.mkdir(parents=True, exist_ok=True)
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [e.get("PYTHONPATH")])])
-    e.update(env or {})
+    e = harness.checkout_env(**(env or {}))
     t0 = time.monotonic()
     try:
         p = subprocess.run(command(entry, kind, job_dir, resumed), cwd=job_dir, env=e,
@@ -161,19 +159,18 @@ def soak(jobs: int, entries=ENTRIES, kinds=KINDS, workdir: Path | None = None, *
 
 
 def table(runs: list[Run]) -> str:
-    rows = ["| entry point | kind | runs | passed | aborted | other failures | s/run (median) |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    rows = []
     keys = sorted({(r.entry, r.kind) for r in runs}, key=lambda k: (ENTRIES.index(k[0]), KINDS.index(k[1])))
     for e, k in keys + [("all", "all")]:
         rs = [r for r in runs if (e == "all" or r.entry == e) and (k == "all" or r.kind == k)]
         secs = sorted(r.seconds for r in rs)
-        rows.append(f"| {e} | {k} | {len(rs)} | {sum(r.ok for r in rs)} | {sum(r.aborted for r in rs)} | "
-                    f"{sum(not r.ok and not r.aborted for r in rs)} | {secs[len(secs) // 2]:.1f} |")
-    return "\n".join(rows)
+        rows.append([e, k, len(rs), sum(r.ok for r in rs), sum(r.aborted for r in rs),
+                     sum(not r.ok and not r.aborted for r in rs), f"{secs[len(secs) // 2]:.1f}"])
+    return harness.table(["entry point", "kind", "runs", "passed", "aborted", "other failures", "s/run (median)"], rows)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser():
+    ap = harness.parser(__doc__, json_out=False)
     ap.add_argument("--jobs", type=int, default=50, help="jobs per entry point (default 50)")
     ap.add_argument("--entry", default=",".join(ENTRIES), help="comma-separated: nproc,torchrun")
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated, in turn: " + ",".join(KINDS))
@@ -181,8 +178,13 @@ def main(argv=None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the directories of passing jobs too")
     ap.add_argument("--core-dumps", action="store_true", help="allow core files in each job directory")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per run before it is killed")
+    return ap
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
     a = ap.parse_args(argv)
-    entries, kinds = a.entry.split(","), a.kinds.split(",")
+    entries, kinds = harness.csv(a.entry), harness.csv(a.kinds)
     for x in entries:
         if x not in ENTRIES:
             ap.error(f"--entry: {x!r} is not one of {', '.join(ENTRIES)}")

@@ -11,23 +11,21 @@ replayed (reached at the kill minus the checkpoint's), and whether the final los
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from graphdist.testbed import Testbed
+import harness
 
 
 def _run(tb, argv, kill_after: Path | None, whole_node: bool = False):
-    env = dict(os.environ)
+    env = harness.checkout_env()
     env.pop("OMP_NUM_THREADS", None)
     events, last_epoch = {}, [0]
     procs = [tb.popen(i, argv[i], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env) for i in range(2)]
@@ -69,18 +67,22 @@ def _run(tb, argv, kill_after: Path | None, whole_node: bool = False):
     return codes, wall, events
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--nodes", type=int, default=20000)
     ap.add_argument("--epochs", type=int, default=200)
     ap.add_argument("--every", type=int, default=20, help="--checkpoint-every")
     ap.add_argument("--last-call", type=int, default=30, help="--rdzv-last-call of the lost-host run")
-    ap.add_argument("--json", default=None)
-    a = ap.parse_args()
+    return ap
+
+
+def main(argv=None) -> None:
+    a = build_parser().parse_args(argv)
+    from graphdist.testbed import Testbed
     with tempfile.TemporaryDirectory() as d, Testbed(2) as tb:
-        base = [sys.executable, "-m", "graphdist", "train-gcn", f"sbm:nodes={a.nodes}", "--parts", "2",
-                "--epochs", str(a.epochs), "--checkpoint-every", str(a.every), "--nnodes", "2", "--nproc", "1",
-                "--rdzv-endpoint", "h0:29500", "--resume", "auto"]
+        base = harness.graphdist_cmd("train-gcn", f"sbm:nodes={a.nodes}", "--parts", "2",
+                                     "--epochs", str(a.epochs), "--checkpoint-every", str(a.every), "--nnodes", "2",
+                                     "--nproc", "1", "--rdzv-endpoint", "h0:29500", "--resume", "auto")
         runs = {}
         cases = (("unbroken", [], False), ("killed", ["--max-restarts", "1"], True),
                  ("lost", ["--max-restarts", "1", "--nnodes", "1:2", "--rdzv-last-call", str(a.last_call)], True))
@@ -102,8 +104,7 @@ def main() -> None:
                     "final_loss_rel_diff": abs(rep["losses"][-1] - runs["unbroken"]["final_loss"])
                     / abs(runs["unbroken"]["final_loss"])})
     print(json.dumps(runs, indent=1))
-    if a.json:
-        Path(a.json).write_text(json.dumps(runs, indent=1))
+    harness.write_json(a.json, runs)
 
 
 if __name__ == "__main__":

@@ -24,31 +24,19 @@ at 8 bits <= 1.15x the epoch of ``mvc`` at 32 bits.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout (children too)
 import torch.nn.functional as F
+
+import harness
 
 DEFAULT_SPEC = "sbm:nodes=50000,classes=8,avg_degree=20,homophily=0.7,features=64,seed=0"
 
 
-def _timed(step, clock=time.perf_counter) -> float:
-    t0 = clock()
-    step()
-    return clock() - t0
-
-
-def _median_ms(f, reps=7, clock=time.process_time) -> float:
+def _median_ms(f, reps=7) -> float:
     """Median CPU milliseconds of ``f()`` (CPU time: other jobs on the machine disturb it less)."""
-    f()
-    return 1e3 * statistics.median(_timed(f, clock) for _ in range(reps))
+    return 1e3 * harness.median_s(f, reps, clock=time.process_time)
 
 
 def graphdist_step(lg, model, opt, halo="plain", ex=None):
@@ -116,21 +104,27 @@ def pyg_convs(state, dims):
 
 def _spmm_share(step, epochs: int) -> tuple[float, float]:
     """``(CPU s inside the sparse products, CPU s)`` per epoch of ``step``, the products timed
-    where they run (``graphdist.exchange.spmm._product`` wrapped for these epochs only)."""
-    from graphdist.exchange import spmm as S
-    orig, inside = S._product, [0.0]
+    where they run (``graphdist.exchange.csr``'s ``_product`` and ``_product_add``, which every
+    ``CSRPair`` product calls, wrapped for these epochs only)."""
+    from graphdist.exchange import csr
+    inside = [0.0]
 
-    def timed(a, x):
-        t0 = time.process_time()
-        try:
-            return orig(a, x)
-        finally:
-            inside[0] += time.process_time() - t0
-    S._product = timed
+    def timed(fn):
+        def inner(*a):
+            t0 = time.process_time()
+            try:
+                return fn(*a)
+            finally:
+                inside[0] += time.process_time() - t0
+        return inner
+    orig = {name: getattr(csr, name) for name in ("_product", "_product_add")}
+    for name, fn in orig.items():
+        setattr(csr, name, timed(fn))
     try:
-        total = sum(_timed(step, time.process_time) for _ in range(epochs))
+        total = sum(harness.timed(step, time.process_time) for _ in range(epochs))
     finally:
-        S._product = orig
+        for name, fn in orig.items():
+            setattr(csr, name, fn)
     return inside[0] / epochs, total / epochs
 
 
@@ -173,45 +167,31 @@ def _k_job(rank, world, spec, hidden, layers, epochs, warmup, threads, variants,
 
     from graphdist import comm
     from graphdist.exchange.exchanger import HaloExchanger
-    from graphdist.data import load_graph
     from graphdist.gnn.models import GNN
-    from graphdist.partition.layout import build_layout
-    from graphdist.partition.setup import partition_in_process
     torch.set_num_threads(threads)
     if mmap_mb > 0:
-        from graphdist.memory import set_mmap_threshold
-        set_mmap_threshold(mmap_mb)
-    g = load_graph(spec)
-    lg = build_layout(g, partition_in_process(g, world, "metis", 0), rank, world).reordered("rcm")
-    runs = {}
+        harness.malloc_mmap_mb(mmap_mb)
+    g, lg = harness.rank_part(spec, "metis", rank, world)
+    lg = lg.reordered("rcm")
+    steps, exs = {}, {}
     for v in variants:
         halo, bits = v.split(":")
-        ex = HaloExchanger.from_local_graph(lg, halo=halo, bits=int(bits), seed=0)
+        exs[v] = ex = HaloExchanger.from_local_graph(lg, halo=halo, bits=int(bits), seed=0)
         torch.manual_seed(0)
         model = GNN("gcn", g.num_features, hidden, g.num_classes, layers, 0.5)
         step, _ = graphdist_step(lg, model, torch.optim.Adam(model.parameters(), lr=0.01), halo, ex)
-        runs[v] = (step, ex, [], [])
-    for e in range(warmup + epochs):
-        for v, (step, ex, times, cpu) in runs.items():
-            ex.stats.reset()
-            dist.barrier()
-            c0 = time.process_time()
-            t = _timed(step)
-            c = time.process_time() - c0
-            dist.barrier()
-            if e >= warmup:
-                times.append(t)
-                cpu.append(c)
+        steps[v] = lambda r, step=step, ex=ex: (ex.stats.reset(), step())  # the bytes of the last epoch stay
+    times = harness.alternate(steps, epochs, warmup=warmup, sync=dist.barrier)
     out = {}
-    for v, (step, ex, times, cpu) in runs.items():
+    for v, ex in exs.items():
         tot = comm.all_reduce_sum(torch.tensor([ex.stats.bytes, ex.stats.rows], dtype=torch.float64))
-        out[v] = {"epoch_s": statistics.median(times), "cpu_s": statistics.median(cpu),
+        out[v] = {"epoch_s": times[v].median, "cpu_s": times[v].cpu_median,
                   "halo_bytes_per_epoch": int(tot[0]), "halo_rows_per_epoch": int(tot[1])}
     return out
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--spec", default=DEFAULT_SPEC)
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--layers", type=int, default=2)
@@ -223,12 +203,14 @@ def main(argv=None) -> int:
     p.add_argument("--skip-k1", action="store_true", help="skip the k=1 vs PyG part")
     p.add_argument("--malloc-mmap-mb", type=int, default=0,
                    help="glibc mmap threshold in MiB for every process (train-gcn's default is 4; 0 = glibc's own)")
-    p.add_argument("--json")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.malloc_mmap_mb > 0:
-        from graphdist.memory import set_mmap_threshold
-        set_mmap_threshold(args.malloc_mmap_mb)
+        harness.malloc_mmap_mb(args.malloc_mmap_mb)
     from graphdist.data import load_graph
     from graphdist.gnn.models import GNN
     from graphdist.partition.layout import build_layout
@@ -245,18 +227,11 @@ def main(argv=None) -> int:
         convs = pyg_convs(model.state_dict(), dims)
         gd, adj = graphdist_step(lg, model, torch.optim.Adam(model.parameters(), lr=0.01))
         pg = pyg_step(g, convs, torch.optim.Adam(convs.parameters(), lr=0.01), 0.5)
-        tg, tp, cg, cp = [], [], [], []
-        for e in range(args.warmup + args.epochs):
-            for first in ((gd, pg) if e % 2 == 0 else (pg, gd)):
-                t0, c0 = time.perf_counter(), time.process_time()
-                first()
-                wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-                if e >= args.warmup:
-                    (tg if first is gd else tp).append(wall)
-                    (cg if first is gd else cp).append(cpu)
-        mg, mp = statistics.median(tg), statistics.median(tp)
-        res.update({"graphdist_k1_cpu_s": statistics.median(cg), "pyg_cpu_s": statistics.median(cp),
-                    "cpu_ratio_graphdist_over_pyg": statistics.median(cg) / statistics.median(cp)})
+        t = harness.alternate({"graphdist": lambda r: gd(), "pyg": lambda r: pg()}, args.epochs, warmup=args.warmup,
+                              rotate=True)
+        mg, mp = t["graphdist"].median, t["pyg"].median
+        res.update({"graphdist_k1_cpu_s": t["graphdist"].cpu_median, "pyg_cpu_s": t["pyg"].cpu_median,
+                    "cpu_ratio_graphdist_over_pyg": t["graphdist"].cpu_median / t["pyg"].cpu_median})
         spmm, epoch_cpu = _spmm_share(gd, args.epochs)
         mg_cpu = res["graphdist_k1_cpu_s"]
         res.update({"graphdist_k1_epoch_s": mg, "pyg_epoch_s": mp, "ratio_graphdist_over_pyg": mg / mp,
@@ -271,8 +246,8 @@ def main(argv=None) -> int:
         print("A @ X [n, {}] CPU ms: ".format(args.hidden) + ", ".join(f"{k} {v:.1f}" for k, v in
                                                              res["spmm_kernels_ms"].items()), flush=True)
     from graphdist.testing import run_ranks
-    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    for k in (int(v) for v in args.ks.split(",") if v):
+    variants = harness.csv(args.variants)
+    for k in harness.csv(args.ks, int):
         r = run_ranks(_k_job, k, args=(args.spec, args.hidden, args.layers, args.epochs, args.warmup, args.threads,
                                        variants, args.malloc_mmap_mb), timeout=7200)
         for v in variants:
@@ -289,8 +264,7 @@ def main(argv=None) -> int:
                 res[f"k{k}/{v}"].update(epoch_ratio=ek / e32["epoch_s"], cpu_ratio=ck / e32["cpu_s"])
                 line += f"   {ek / e32['epoch_s']:.3f}x {ref} wall, {ck / e32['cpu_s']:.3f}x CPU"
             print(line, flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=2))
+    harness.write_json(args.json, res, indent=2)
     return 0
 
 

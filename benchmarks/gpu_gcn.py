@@ -12,14 +12,13 @@ the same weights. Reference on one H200: PyG 318 ms/epoch; target graphdist <= 0
 """
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+import harness
 
 NODES, EDGES, FEATS, CLASSES = 2_449_029, 61_859_140, 100, 47
 
@@ -57,21 +56,13 @@ def gcn_csr(indptr, cols, rows, n):
 
 
 def _time(step, epochs, warmup, device) -> list[float]:
-    out = []
-    for e in range(warmup + epochs):
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        t0 = time.perf_counter()
-        step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        if e >= warmup:
-            out.append(time.perf_counter() - t0)
-    return out
+    """Seconds of each timed epoch, the device synchronised before and after."""
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+    return harness.alternate({"epoch": lambda r: step()}, epochs, warmup=warmup, sync=sync)["epoch"].wall
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--scale", type=float, default=1.0, help="fraction of the products size (nodes and edges)")
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--warmup", type=int, default=3)
@@ -79,8 +70,11 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--only", choices=["both", "graphdist", "pyg"], default="both")
-    p.add_argument("--json")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     dev = torch.device(args.device)
     n, m = max(int(NODES * args.scale), 10), max(int(EDGES * args.scale), 10)
     t0 = time.perf_counter()
@@ -150,8 +144,7 @@ def main(argv=None) -> int:
     if "graphdist_epoch_s" in res and "pyg_epoch_s" in res:
         res["ratio_graphdist_over_pyg"] = res["graphdist_epoch_s"] / res["pyg_epoch_s"]
         print(f"ratio graphdist/PyG = {res['ratio_graphdist_over_pyg']:.3f} (target <= 0.6)")
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=2))
+    harness.write_json(args.json, res, indent=2)
     return 0
 
 

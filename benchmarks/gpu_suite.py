@@ -19,7 +19,6 @@ Record the output in BENCHMARKS.md with the GPU's name (``device`` in the JSON).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -29,6 +28,8 @@ import tempfile
 import time
 
 import torch
+
+import harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -53,18 +54,23 @@ def _sub(cmd: list[str], timeout: float) -> dict:
 
 def _bandwidth(fn, nbytes: int, device: torch.device, reps: int) -> float:
     """GB/s of ``fn`` moving ``nbytes``, median of ``reps`` timed calls after one warm-up."""
-    def sync():
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    fn()
-    times = []
-    for _ in range(reps):
-        sync()
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+    times = harness.alternate({"fn": lambda r: fn()}, reps, warmup=1, sync=sync)["fn"].wall
     return nbytes / statistics.median(times) / 1e9
+
+
+def _copy_gb_per_s(gathered: int, device: torch.device, reps: int) -> float:
+    """The device's own copy GB/s (read + write) over a buffer of ``gathered`` bytes."""
+    src = torch.empty(gathered // 4, device=device)
+    dst = torch.empty_like(src)
+    return _bandwidth(lambda: dst.copy_(src), 2 * gathered, device, reps)
+
+
+def _bag_gb_per_s(rows: int, dim: int, ids, offsets, device: torch.device, reps: int) -> float:
+    """``torch.nn.EmbeddingBag`` (sum) lookup GB/s: rows gathered x dim x 4 bytes."""
+    bag = torch.nn.EmbeddingBag(rows, dim, mode="sum").to(device)
+    with torch.no_grad():
+        return _bandwidth(lambda: bag(ids, offsets), ids.numel() * dim * 4, device, reps)
 
 
 def lookup(device: torch.device, quick: bool) -> dict:
@@ -76,15 +82,9 @@ def lookup(device: torch.device, quick: bool) -> dict:
     gathered = ids.numel() * dim * 4
     reps = 5 if quick else 20
     res = {"rows": rows, "dim": dim, "batch": batch, "pooling": pool}
-    src = torch.empty(gathered // 4, device=device)
-    dst = torch.empty_like(src)
-    res["copy_gb_per_s"] = round(_bandwidth(lambda: dst.copy_(src), 2 * gathered, device, reps), 1)
-    del src, dst
-    bag = torch.nn.EmbeddingBag(rows, dim, mode="sum").to(device)
-    with torch.no_grad():
-        res["embedding_bag_gb_per_s"] = round(_bandwidth(lambda: bag(ids, offsets), gathered, device, reps), 1)
+    res["copy_gb_per_s"] = round(_copy_gb_per_s(gathered, device, reps), 1)
+    res["embedding_bag_gb_per_s"] = round(_bag_gb_per_s(rows, dim, ids, offsets, device, reps), 1)
     res["embedding_bag_vs_copy"] = round(res["embedding_bag_gb_per_s"] / res["copy_gb_per_s"], 3)
-    del bag
     try:
         from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
         from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
@@ -101,12 +101,15 @@ def lookup(device: torch.device, quick: bool) -> dict:
     return res
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--quick", action="store_true", help="small sizes: a functional check, not a figure")
-    p.add_argument("--json", default=None)
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> dict:
+    a = build_parser().parse_args(argv)
     dev = torch.device(a.device)
     res = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
            "torch": torch.__version__, "quick": a.quick}
@@ -116,7 +119,8 @@ def main(argv=None) -> dict:
                        "--epochs", epochs, "--warmup", "1" if a.quick else "3"], timeout=240)
     print("gcn   ", json.dumps(res["gcn"]), flush=True)
     try:
-        import torchrec  # noqa: F401
+        import torchrec
+        del torchrec  # importable: the part can run
         res["dlrm"] = _sub([os.path.join(HERE, "dlrm_throughput.py"), "--device", a.device,
                             "--nproc", "1", "--rounds", "1" if a.quick else "3"], timeout=180)
     except ImportError as e:
@@ -125,10 +129,7 @@ def main(argv=None) -> dict:
     res["lookup"] = lookup(dev, a.quick)
     print("lookup", json.dumps(res["lookup"]), flush=True)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
-    if a.json:
-        with open(a.json + ".tmp", "w") as fh:
-            json.dump(res, fh, indent=2)
-        os.replace(a.json + ".tmp", a.json)
+    harness.write_json(a.json, res, indent=2)
     return res
 
 

@@ -24,30 +24,18 @@ Every worker runs with OMP_NUM_THREADS=1.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import harness
 
-from graphdist.testbed import Testbed  # noqa: E402
-
-GD = [sys.executable, "-m", "graphdist"]
 SPECS = ("sbm:nodes=20000,classes=8,avg_degree=20,homophily=0.7,features=32,seed=0;"
          "edgelist:snap/facebook_combined.txt,features=degree,labels=random:4")
-
-
-def env() -> dict:
-    e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    e.setdefault("OMP_NUM_THREADS", "1")
-    return e
 
 
 def host_rows(spec: str, part: Path, k: int, hosts: int) -> tuple[int, int, int, int]:
@@ -63,21 +51,14 @@ def host_rows(spec: str, part: Path, k: int, hosts: int) -> tuple[int, int, int,
     return int(comm_volume(g, a // (k // hosts))), int(edge_cut(g, a // (k // hosts))), moved, plain
 
 
-def train(tb: Testbed, spec: str, part: Path, args, epochs: int, out: Path, route: str = "direct") -> dict:
+def train(tb, spec: str, part: Path, args, epochs: int, out: Path, route: str = "direct") -> dict:
     nproc = args.k // args.hosts
-    cmd = GD + ["train-gcn", spec, "--partition", str(part), "--epochs", str(epochs), "--halo", args.halo,
-                "--halo-route", route,
-                "--nnodes", str(args.hosts), "--nproc", str(nproc), "--rdzv-endpoint", "h0:29500", "--no-progress"]
-    before = [tb.link_bytes(i) for i in range(args.hosts)]
-    procs = [tb.popen(i, cmd + ["--report", str(out) + ("" if i == 0 else f".{i}")], stdout=subprocess.PIPE,
-                      stderr=subprocess.STDOUT, text=True, env=env()) for i in range(args.hosts)]
-    texts = [p.communicate(timeout=1800)[0] for p in procs]
-    for p, t in zip(procs, texts):
-        if p.returncode != 0:
-            raise SystemExit(f"run failed ({p.returncode}):\n{t[-3000:]}")
-    after = [tb.link_bytes(i) for i in range(args.hosts)]
-    r = json.loads(out.read_text())
-    return {"tx_bytes": sum(a[1] - b[1] for a, b in zip(after, before)), "losses": r["losses"],
+    cmd = harness.graphdist_cmd(
+        "train-gcn", spec, "--partition", str(part), "--epochs", str(epochs), "--halo", args.halo,
+        "--halo-route", route,
+        "--nnodes", str(args.hosts), "--nproc", str(nproc), "--rdzv-endpoint", "h0:29500", "--no-progress")
+    r, tx = harness.on_hosts(tb, cmd, out)
+    return {"tx_bytes": sum(tx), "losses": r["losses"],
             "halo_bytes_per_epoch": r.get("comm/halo_bytes_per_epoch"), "epoch_s": r["time/epoch_s"],
             "route": r.get("comm/halo_route"), "plan_bytes": r.get("comm/halo_bytes_between_hosts_per_epoch")}
 
@@ -104,13 +85,12 @@ def count(args) -> int:
                    "partition_s": sec}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+    harness.write_json(args.json, rows)
     return 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--specs", default=SPECS)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--hosts", type=int, default=2)
@@ -120,13 +100,17 @@ def main() -> int:
     ap.add_argument("--epochs", default="5,15")
     ap.add_argument("--work", default="runs/hier_hosts")
     ap.add_argument("--balance", default=None)
-    ap.add_argument("--json", default=None)
     ap.add_argument("--count", action="store_true", help="count rows between hosts only (no test bed)")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if args.count:
         return count(args)
-    e1, e2 = (int(x) for x in args.epochs.split(","))
-    routes = [r for r in args.route.split(",") if r]
+    from graphdist.testbed import Testbed
+    e1, e2 = harness.csv(args.epochs, int)
+    routes = harness.csv(args.route)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -135,11 +119,9 @@ def main() -> int:
     with Testbed(args.hosts) as tb:
         for si, spec in enumerate(s for s in args.specs.split(";") if s):
             for name, extra in (("flat", []), ("hosts", ["--hosts", str(args.hosts)])):
-                part = work / f"s{si}-{name}"
-                if not (part / "meta.json").exists():
-                    bal = ["--balance", args.balance] if args.balance else []
-                    subprocess.run(GD + ["partition", spec, "--parts", str(args.k), "--method", args.method, *bal,
-                                         "--out", str(part), *extra], check=True, env=env(), stdout=subprocess.DEVNULL)
+                bal = ["--balance", args.balance] if args.balance else []
+                part = harness.partition_once(spec, work / f"s{si}-{name}", "--parts", str(args.k), "--method",
+                                              args.method, *bal, *extra, env=harness.testbed_env())
                 rows_between, cut_between, moved_x, plain_x = host_rows(spec, part, args.k, args.hosts)
                 for route in routes:
                     tag = f"s{si}-{name}" + ("" if route == "direct" else f"-{route}") + f"-{args.halo}"
@@ -155,26 +137,22 @@ def main() -> int:
                            "plan_halo_bytes_between_hosts_per_epoch": runs[e2]["plan_bytes"],
                            "final_loss": runs[e2]["losses"][-1], "losses": runs[e2]["losses"],
                            "halo_bytes_per_epoch_all_ranks": runs[e2]["halo_bytes_per_epoch"],
-                           "tx_bytes": {e: runs[e]["tx_bytes"] for e in runs}, "load": os.getloadavg()[0]}
+                           "tx_bytes": {e: runs[e]["tx_bytes"] for e in runs}, "load": harness.load()}
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if k != "losses"}), flush=True)
     print(f"done in {time.time() - t0:.0f} s; load {os.getloadavg()}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
-    print("\n| graph | halo | partition | route | bytes crossing hosts / epoch | ratio | halo bytes between hosts "
-          "(plan) | rows between hosts / layer, mvc | plain | halo rows, all parts | final loss |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
-    per_spec = 2 * len(routes)
+    harness.write_json(args.json, rows)
+    per_spec, cells = 2 * len(routes), []
     for i in range(0, len(rows), per_spec):
         f = rows[i]
-        for r in rows[i:i + per_spec]:
-            plan = r["plan_halo_bytes_between_hosts_per_epoch"]
-            print(f"| {r['spec'].split(',')[0]} | {r['halo']} | {r['partition']} | {r['route']} | "
-                  f"{r['inter_host_bytes_per_epoch']:,.0f} | "
-                  f"{r['inter_host_bytes_per_epoch'] / f['inter_host_bytes_per_epoch']:.2f} | "
-                  f"{'-' if plan is None else f'{plan:,}'} | "
-                  f"{r['inter_host_moved_rows_per_layer']:,} | {r['inter_host_plain_rows_per_layer']:,} | "
-                  f"{r['halo_rows_all_parts']:,} | {r['final_loss']:.8f} |")
+        cells += [[r["spec"].split(",")[0], r["halo"], r["partition"], r["route"], round(r["inter_host_bytes_per_epoch"]),
+                   f"{r['inter_host_bytes_per_epoch'] / f['inter_host_bytes_per_epoch']:.2f}",
+                   r["plan_halo_bytes_between_hosts_per_epoch"], r["inter_host_moved_rows_per_layer"],
+                   r["inter_host_plain_rows_per_layer"], r["halo_rows_all_parts"], f"{r['final_loss']:.8f}"]
+                  for r in rows[i:i + per_spec]]
+    print("\n" + harness.table(["graph", "halo", "partition", "route", "bytes crossing hosts / epoch", "ratio",
+                                "halo bytes between hosts (plan)", "rows between hosts / layer, mvc", "plain",
+                                "halo rows, all parts", "final loss"], cells))
     return 0
 
 

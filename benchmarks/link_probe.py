@@ -10,17 +10,12 @@ Two test-bed hosts, one gloo rank each (``init_method=tcp://h0``), links capped 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from graphdist.testbed import Testbed  # noqa: E402
+import harness
 
 WORKER = r"""
 import json, os, statistics, sys, time
@@ -51,20 +46,23 @@ dist.destroy_process_group()
 """
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--gbps", default="0.1,1")
     ap.add_argument("--mb", default="0.5,2,7")
     ap.add_argument("--gap-ms", default="0,200")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--oneway", action="store_true", help="rank 0 sends, rank 1 only receives")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
-    sizes = [float(x) for x in args.mb.split(",")]
-    gaps = [float(x) for x in args.gap_ms.split(",")]
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from graphdist.testbed import Testbed
+    sizes, gaps = harness.csv(args.mb, float), harness.csv(args.gap_ms, float)
     env = dict(os.environ, OMP_NUM_THREADS="1")
     rows = []
-    for rate in (float(x) for x in args.gbps.split(",")):
+    for rate in harness.csv(args.gbps, float):
         with Testbed(2, gbps=rate) as tb:
             ps = [tb.popen(i, [sys.executable, "-c", WORKER, str(i), json.dumps(sizes), json.dumps(gaps),
                                str(args.repeats), "1" if args.oneway else "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -78,13 +76,11 @@ def main() -> int:
                 r.update(rate_gbps=rate, oneway=args.oneway, effective_gbps=nbytes * 8 / r["s"] / 1e9,
                          sim_s=nbytes * 8 / (rate * 1e9))
                 rows.append(r)
-    print("| cap Gbit/s | MB each way | gap ms | measured s (median) | `--link-gbps` s | effective Gbit/s | measured / sim |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['rate_gbps']:g} | {r['mb']:g} | {r['gap_ms']:g} | {r['s']:.3f} | {r['sim_s']:.3f} | "
-              f"{r['effective_gbps']:.3f} | {r['s'] / r['sim_s']:.2f} |")
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+    print(harness.table(["cap Gbit/s", "MB each way", "gap ms", "measured s (median)", "`--link-gbps` s",
+                         "effective Gbit/s", "measured / sim"],
+                        [[f"{r['rate_gbps']:g}", f"{r['mb']:g}", f"{r['gap_ms']:g}", f"{r['s']:.3f}", f"{r['sim_s']:.3f}",
+                          f"{r['effective_gbps']:.3f}", f"{r['s'] / r['sim_s']:.2f}"] for r in rows]))
+    harness.write_json(args.json, rows)
     return 0
 
 

@@ -18,14 +18,14 @@ Three figures, each in fresh processes started as a user starts them (``python -
 """
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+import harness
+
 MiB = 2 ** 20
 TINY_GCN = "sbm:nodes=400,classes=4,avg_degree=8,features=16,seed=0"
 TINY_REC = "rec-synth:users=300,items=200,seed=0"
@@ -37,8 +37,8 @@ BIG = [  # (spec, k, train-gcn flags): activations and features well above the f
 
 
 def run(cmd: list[str], report: Path) -> dict:
-    r = subprocess.run([sys.executable, "-m", "graphdist", *cmd, "--report", str(report), "--no-progress"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = subprocess.run(harness.graphdist_cmd(*cmd, "--report", str(report), "--no-progress"),
+                       capture_output=True, text=True, cwd=harness.REPO, env=harness.checkout_env())
     if r.returncode != 0:
         sys.exit(f"{' '.join(cmd)} failed:\n{r.stderr[-2000:]}")
     return json.loads(report.read_text())
@@ -62,9 +62,7 @@ def slack(work: Path, tiny: dict) -> list[dict]:
     from graphdist.gnn.plan_memory import ALLOC_SLACK
     rows = []
     for i, (spec, k, flags) in enumerate(BIG):
-        art = work / f"art{i}"
-        subprocess.run([sys.executable, "-m", "graphdist", "partition", spec, "--parts", str(k), "--method",
-                        "metis" if k > 1 else "block", "--out", str(art)], check=True, capture_output=True, cwd=ROOT)
+        art = harness.partition_once(spec, work / f"art{i}", "--parts", str(k), "--method", "metis" if k > 1 else "block")
         got = run(["train-gcn", "--partition", str(art), "--epochs", "2", *flags]
                   + (["--nproc", str(k)] if k > 1 else []), work / f"big{i}.json")
         fields = {"layers": int(flags[1]), "hidden": int(flags[3])}
@@ -100,11 +98,14 @@ def plan_bytes(work: Path) -> list[dict]:
     return rows
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--workdir", default=None)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="graphdist-memconst-"))
     work.mkdir(parents=True, exist_ok=True)
     tiny = footprint(work)
@@ -129,8 +130,7 @@ def main() -> None:
     print(f"3. plan bytes over {len(pb)} parts: at {B_H} B per halo row, at most {per_n:.1f} B per owned row; "
           f"at {B_N} B per owned row, at most {per_h:.1f} B per halo row; "
           f"measured / ({B_N} n + {B_H} h) at most {worst:.3f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"footprint": tiny, "slack": rows, "plan_bytes": pb}, indent=1))
+    harness.write_json(args.json, {"footprint": tiny, "slack": rows, "plan_bytes": pb})
 
 
 if __name__ == "__main__":

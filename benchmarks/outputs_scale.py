@@ -25,28 +25,22 @@ top-K sets are compared user by user. Every command runs alone, as a user runs i
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+import harness
 
 
 def gd(*args, threads: int | None = None) -> dict:
     """``graphdist ARGS`` as a user runs it; wall seconds and the exit code (output on failure)."""
-    env = dict(ENV)
-    if threads:
-        env["OMP_NUM_THREADS"] = str(threads)
+    env = harness.checkout_env(**({"OMP_NUM_THREADS": str(threads)} if threads else {}))
     t0 = time.perf_counter()
-    r = subprocess.run([sys.executable, "-m", "graphdist", *map(str, args)], cwd=REPO, env=env,
+    r = subprocess.run(harness.graphdist_cmd(*map(str, args)), cwd=harness.REPO, env=env,
                        capture_output=True, text=True)
     out = {"rc": r.returncode, "wall_s": time.perf_counter() - t0}
     print(f"  {' '.join(map(str, args))[:150]} -> rc {r.returncode}, {out['wall_s']:.0f} s", flush=True)
@@ -191,24 +185,26 @@ def faiss_side(args, d: Path, vec: Path, top: Path, sample: np.ndarray) -> dict:
     return {"search_s": fs, "users": int(q.shape[0]), "same_sets": same, "threads": 2}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("what", choices=["infer", "recommend"])
     ap.add_argument("--nodes", type=int, default=2449029)
-    ap.add_argument("--ks", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4])
-    ap.add_argument("--configs", type=lambda s: s.split(","), default=["2x64", "3x256"])
+    ap.add_argument("--ks", type=lambda s: harness.csv(s, int), default=[1, 4])
+    ap.add_argument("--configs", type=harness.csv, default=["2x64", "3x256"])
     ap.add_argument("--users", type=int, default=1_000_000)
     ap.add_argument("--items", type=int, default=200_000)
     ap.add_argument("--avg-items", type=int, default=20)
     ap.add_argument("--sample-users", type=int, default=20_000)
     ap.add_argument("--top-k", type=int, default=20)
     ap.add_argument("--work", default="runs/outputs_scale")
-    ap.add_argument("--json")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv=None) -> None:
+    args = build_parser().parse_args(argv)
     res = infer_runs(args) if args.what == "infer" else rec_runs(args)
     print(json.dumps(res, indent=2))
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+    harness.write_json(args.json, res, indent=2)
 
 
 if __name__ == "__main__":

@@ -11,26 +11,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    return 0
+import harness
 
 
 def one(directory: str, rank: int, how: str) -> dict:
     import torch
     from graphdist.partition.parts import load_part, part_path
     path = part_path(directory, rank)
-    base = _status("VmRSS")
+    base = harness.status_bytes("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     if how == "mmap":
@@ -40,25 +31,32 @@ def one(directory: str, rank: int, how: str) -> dict:
         d = torch.load(path, map_location="cpu", weights_only=True)
         tensors = [v for v in d.values() if isinstance(v, torch.Tensor)]
     total = sum(float(t.max()) for t in tensors if t.numel())  # reads every page, allocates nothing
-    peak = _status("VmHWM") - base
+    peak = harness.status_bytes("VmHWM") - base
     return {"how": how, "file_bytes": path.stat().st_size, "peak_growth_bytes": peak, "checksum": total}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("dir")
     ap.add_argument("--rank", type=int, default=0)
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if args.one:
         print(json.dumps(one(args.dir, args.rank, args.one)))
         return 0
+    rows = []
     for how in ("mmap", "torch.load"):
-        p = subprocess.run([sys.executable, __file__, args.dir, "--rank", str(args.rank), "--one", how],
-                           capture_output=True, text=True, check=True)
-        r = json.loads(p.stdout.strip().splitlines()[-1])
+        r = harness.child_json([__file__, args.dir, "--rank", str(args.rank), "--one", how], 3600, cwd=Path.cwd())
+        if "error" in r:
+            raise SystemExit(f"{how}: {r['error']}")
+        rows.append(r)
         print(f"{how:<11} part {r['file_bytes'] / 2**20:8.1f} MiB  peak RSS growth {r['peak_growth_bytes'] / 2**20:8.1f} MiB"
               f"  = {r['peak_growth_bytes'] / r['file_bytes']:.2f}x the file")
+    harness.write_json(args.json, rows)
     return 0
 
 

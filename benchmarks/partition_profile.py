@@ -12,16 +12,14 @@ allocations. Linux only.
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import importlib
 import os
 import sys
 import threading
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -106,14 +104,18 @@ def install():
     partitioners.quality = _wrap(partitioners.quality, "quality")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("spec")
     ap.add_argument("--parts", type=int, required=True)
     ap.add_argument("--method", default="metis")
     ap.add_argument("--out", required=True)
     ap.add_argument("--min-seconds", type=float, default=0.5, help="hide phases shorter than this")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     from graphdist.partition.tools import PartitionConfig, partition_to_artifact
     install()
     s = Sampler()
@@ -125,14 +127,20 @@ def main(argv=None) -> int:
     s.stop_flag = True
     s.join()
     gib = 2 ** 30
-    print(f"{'phase':<34} {'s':>7} {'rss in GiB':>10} {'peak GiB':>9} {'rise GiB':>9}")
+    rows = []
     for depth, name, a, b, rss0 in sorted(PHASES, key=lambda p: p[2]):
         if b - a < args.min_seconds:
             continue
         pk = max(s.peak(a, b), rss0)
-        print(f"{'  ' * depth + name:<34} {b - a:7.1f} {rss0 / gib:10.2f} {pk / gib:9.2f} {(pk - rss0) / gib:9.2f}")
-    from graphdist.memory import peak_rss_bytes
-    print(f"total {t1 - t0:.1f} s, peak RSS {peak_rss_bytes() / 2**30:.2f} GiB")
+        rows.append({"phase": name, "depth": depth, "s": b - a, "rss_gib": rss0 / gib, "peak_gib": pk / gib,
+                     "rise_gib": (pk - rss0) / gib})
+    print(harness.table(["phase", "s", "rss in GiB", "peak GiB", "rise GiB"],
+                        [["· " * r["depth"] + r["phase"], f"{r['s']:.1f}", f"{r['rss_gib']:.2f}",
+                          f"{r['peak_gib']:.2f}", f"{r['rise_gib']:.2f}"] for r in rows]))
+    peak = harness.status_bytes("VmHWM") / gib
+    print(f"total {t1 - t0:.1f} s, peak RSS {peak:.2f} GiB")
+    harness.write_json(args.json, {"spec": args.spec, "parts": args.parts, "method": args.method, "total_s": t1 - t0,
+                                   "peak_rss_gib": peak, "phases": rows})
     return 0
 
 

@@ -19,12 +19,12 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+import harness
+
 SNAP = os.environ.get("GRAPHDIST_SNAP", "../shared/datasets/snap")
 GRAPHS = {
     "gnutella": f"edgelist:{SNAP}/p2p-Gnutella24.txt",
@@ -53,38 +53,33 @@ def one(spec: str, method: str, k: int, imbalance: float) -> dict:
     t0 = time.perf_counter()
     q = quality(g, a, feature_dim=128, k=k)
     q_s = time.perf_counter() - t0
-    from graphdist.memory import peak_rss_bytes
-    rss = peak_rss_bytes()
+    rss = harness.status_bytes("VmHWM")
     return {"spec": spec, "method": method + (f"[{opts}" if opts else ""), "k": k, "nodes": g.num_nodes, "edges": g.num_edges,
             "time_s": sec, "load_s": load_s, "quality_s": q_s, "peak_rss_bytes": rss, **q}
 
 
 def run_child(spec, method, k, imbalance, timeout) -> dict:
-    cmd = [sys.executable, __file__, "--one", spec, method, str(k), "--imbalance", str(imbalance)]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    except subprocess.TimeoutExpired:
-        return {"spec": spec, "method": method + (f"[{opts}" if opts else ""), "k": k, "error": f"timeout after {timeout} s"}
-    if r.returncode != 0:
-        return {"spec": spec, "method": method + (f"[{opts}" if opts else ""), "k": k, "error": (r.stderr.strip().splitlines() or ["?"])[-1]}
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    r = harness.child_json([__file__, "--one", spec, method, str(k), "--imbalance", str(imbalance)], timeout)
+    return {"spec": spec, "method": method, "k": k, **r} if "error" in r else r
 
 
-def table(rows: list[dict]) -> str:
-    hdr = f"{'k':>3} {'method':<11} {'volume':>10} {'/metis':>7} {'moved':>10} {'/metis':>7} {'max recv':>9} " \
-          f"{'mv max':>8} {'edge cut':>10} {'node imb':>8} {'edge imb':>8} {'time s':>8} {'peak MiB':>8}"
-    out = [hdr, "-" * len(hdr)]  # metis:both = METIS balancing nodes and edges (multi-constraint)
-    metis = {r["k"]: r for r in rows if r["method"] == "metis" and "error" not in r}
+def table(rows: list[dict], bold: bool = False) -> str:
+    """One graph's rows as a Markdown table; the ratios are over node-balanced METIS's plain halo
+    volume at the same k (``metis:both`` = METIS balancing nodes and edges, multi-constraint)."""
+    metis = {r["k"]: r["comm_volume"] for r in rows if r["method"] == "metis" and "error" not in r}
+    cells = []
     for r in rows:
         if "error" in r:
-            out.append(f"{r['k']:>3} {r['method']:<11} error: {r['error'][:70]}")
+            cells.append([r["k"], r["method"], r["error"][:70]] + [""] * 10)
             continue
-        base = metis[r["k"]]["comm_volume"] if r["k"] in metis else float("nan")
-        out.append(f"{r['k']:>3} {r['method']:<11} {r['comm_volume']:>10,} {r['comm_volume'] / base:>7.3f} "
-                   f"{r['moved_rows']:>10,} {r['moved_rows'] / base:>7.3f} {r['max_recv']:>9,} "
-                   f"{r['moved_max_recv']:>8,} {r['edge_cut']:>10,} {r['node_imbalance']:>8.1%} "
-                   f"{r['edge_imbalance']:>8.1%} {r['time_s']:>8.2f} {r['peak_rss_bytes'] / 2**20:>8.0f}")
-    return "\n".join(out)
+        base = metis.get(r["k"])
+        b = "**" if bold and r["method"].startswith("auto") else ""
+        cells.append([r["k"], f"{b}{r['method']}{b}", r["comm_volume"], f"{r['comm_volume'] / base:.3f}" if base else "",
+                      r["moved_rows"], f"{b}{r['moved_rows'] / base:.3f}{b}" if base else "", r["max_recv"],
+                      r["moved_max_recv"], r["edge_cut"], f"{r['node_imbalance']:.1%}", f"{r['edge_imbalance']:.1%}",
+                      f"{r['time_s']:.2f}", f"{r['peak_rss_bytes'] / 2**20:.0f}"])
+    return harness.table(["k", "method", "halo volume", "/ metis", "moved rows", "/ metis", "max recv", "moved max recv",
+                          "edge cut", "node imb", "edge imb", "time s", "peak MiB"], cells)
 
 
 def verdicts(rows: list[dict]) -> list[str]:
@@ -121,29 +116,14 @@ def render(paths: list[str]) -> str:
         ok = [r for r in rows if "error" not in r]
         out.append(f"\n#### {name}: `{d['spec']}`" + (f" ({ok[0]['nodes']:,} nodes, {ok[0]['edges']:,} "
                                                       "directed edges)" if ok else "") + "\n")
-        out.append("| k | method | halo volume | / metis | moved rows | / metis | max recv | moved max recv | "
-                   "edge cut | node imb | edge imb | time s | peak MiB |")
-        out.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-        metis = {r["k"]: r["comm_volume"] for r in ok if r["method"] == "metis"}
-        for r in rows:
-            if "error" in r:
-                out.append(f"| {r['k']} | {r['method']} | {r['error']} | | | | | | | | | | |")
-                continue
-            base = metis.get(r["k"])
-            ratio = f"{r['comm_volume'] / base:.3f}" if base else ""
-            mratio = f"{r['moved_rows'] / base:.3f}" if base else ""
-            bold = "**" if r["method"].startswith("auto") else ""
-            out.append(f"| {r['k']} | {bold}{r['method']}{bold} | {r['comm_volume']:,} | {ratio} | "
-                       f"{r['moved_rows']:,} | {bold}{mratio}{bold} | {r['max_recv']:,} | {r['moved_max_recv']:,} | "
-                       f"{r['edge_cut']:,} | {r['node_imbalance']:.1%} | "
-                       f"{r['edge_imbalance']:.1%} | {r['time_s']:.2f} | {r['peak_rss_bytes'] / 2**20:.0f} |")
+        out.append(table(rows, bold=True))
         out.append("")
         out += [f"- {v}" for v in verdicts(rows)]
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--graphs", default="all", help="all, snap, synthetic or names: " + ",".join(GRAPHS))
     p.add_argument("--methods", default=",".join(METHODS))
     p.add_argument("--parts", default="4,8,16")
@@ -151,10 +131,13 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=int, default=900, help="seconds per run")
     p.add_argument("--scale", action="store_true", help=f"only the scale run: {SCALE}, k=16")
     p.add_argument("--scale-methods", default="metis,auto", help="methods of the scale run")
-    p.add_argument("--json", default=None, help="write all rows here")
     p.add_argument("--render", nargs="+", metavar="JSON", help="print markdown tables of --json files")
     p.add_argument("--one", nargs=3, metavar=("SPEC", "METHOD", "K"), help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if args.render:
         print(render(args.render))
         return 0
@@ -164,11 +147,11 @@ def main(argv=None) -> int:
         return 0
     if args.scale:
         plan = {"rmat-scale20": SCALE}
-        methods, ks = args.scale_methods.split(","), [16]
+        methods, ks = harness.csv(args.scale_methods), [16]
     else:
-        names = GROUPS.get(args.graphs, args.graphs.split(","))
+        names = GROUPS.get(args.graphs, harness.csv(args.graphs))
         plan = {n: GRAPHS[n] for n in names}
-        methods, ks = args.methods.split(","), [int(x) for x in args.parts.split(",")]
+        methods, ks = harness.csv(args.methods), harness.csv(args.parts, int)
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
           f"python {platform.python_version()}; imbalance limit {args.imbalance:.0%}", flush=True)
     report = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform()}, "graphs": {}}
@@ -184,14 +167,9 @@ def main(argv=None) -> int:
         head = f"{name}: {spec}" + (f" ({ok[0]['nodes']:,} nodes, {ok[0]['edges']:,} directed edges)" if ok else "")
         print("\n" + head + "\n" + table(rows) + "\n" + "\n".join(verdicts(rows)), flush=True)
         report["graphs"][name] = {"spec": spec, "rows": rows}
-        if args.json:
-            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(args.json + ".tmp")
-            tmp.write_text(json.dumps(report, indent=2) + "\n")
-            os.replace(tmp, args.json)
+        harness.write_json(args.json, report, indent=2)
     return 0
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
     raise SystemExit(main())

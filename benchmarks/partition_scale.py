@@ -17,94 +17,73 @@ Targets (issue 17): peak RSS <= 10 GiB for metis and kaminpar at k = 4 and 8; au
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+import harness
+
 GRAPHS = {
     "sbm": "sbm:nodes=2449029,classes=47,avg_degree=50,homophily=0.9,features=100,seed=0",
     "rmat": "rmat:scale=21,edge_factor=30,features=100,classes=47,seed=0",
 }
 
 
-def _available_gib() -> float:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) / 2**20
-    return 0.0
-
-
 def run_one(spec: str, method: str, k: int, out_root: Path, timeout: int) -> dict:
     out = out_root / f"{method}-k{k}"
-    cmd = ["/usr/bin/time", "-v", sys.executable, "-m", "graphdist", "partition", spec, "--parts", str(k),
-           "--method", method, "--out", str(out)]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    t0 = time.perf_counter()
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
-        rc, err, stdout = p.returncode, p.stderr, p.stdout
-    except subprocess.TimeoutExpired as e:
-        rc, err, stdout = 124, (e.stderr or b"").decode() if isinstance(e.stderr, bytes) else (e.stderr or ""), ""
-    wall = time.perf_counter() - t0
-    rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", err)
-    r = {"spec": spec, "method": method, "k": k, "rc": rc, "wall_s": round(wall, 1),
-         "peak_rss_gib": round(int(rss.group(1)) / 2**20, 2) if rss else None,
+    run = harness.time_v(harness.graphdist_cmd("partition", spec, "--parts", str(k), "--method", method,
+                                               "--out", str(out)), timeout)
+    r = {"spec": spec, "method": method, "k": k, "rc": run.rc, "wall_s": run.wall_s, "peak_rss_gib": run.peak_rss_gib,
          "command": f"graphdist partition {spec} --parts {k} --method {method} --out DIR"}
-    lines = [ln for ln in err.splitlines() if ln.startswith("graphdist:")]
-    if lines:
-        r["message"] = lines[-1]
-    if rc == 0:
+    if run.error_line():
+        r["message"] = run.error_line()
+    if run.rc == 0:
         meta = json.loads((out / "meta.json").read_text())
         q = meta["quality"]
         r.update(nodes=meta["num_nodes"], edges=meta["num_edges"], partition_s=round(meta["time"]["partition_s"], 1),
                  edge_cut_fraction=round(q["edge_cut_fraction"], 4), comm_volume=q["comm_volume"],
                  moved_rows=q["moved_rows"], node_imbalance=round(q["node_imbalance"], 4),
                  edge_imbalance=round(q["edge_imbalance"], 4), part_bytes=sum(meta["parts"]["bytes"]))
-        r["stdout_tail"] = stdout.strip().splitlines()[-1:]
+        r["stdout_tail"] = run.stdout.strip().splitlines()[-1:]
     shutil.rmtree(out, ignore_errors=True)
     return r
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--graphs", default="sbm,rmat")
     ap.add_argument("--methods", default="metis,kaminpar,fennel,auto")
     ap.add_argument("--parts", default="4,8")
     ap.add_argument("--runs", default=None, help="METHOD:K pairs instead of methods x parts, e.g. metis:8,auto:4")
     ap.add_argument("--need-gib", type=float, default=14.0, help="wait for this much MemAvailable before a run")
     ap.add_argument("--timeout", type=int, default=3600)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     results = []
     out_root = Path(tempfile.mkdtemp(prefix="graphdist-scale-"))
     try:
-        pairs = ([(m, int(k)) for m, k in (r.split(":") for r in args.runs.split(","))] if args.runs else
-                 [(m, int(k)) for m in args.methods.split(",") for k in args.parts.split(",")])
-        for gname in args.graphs.split(","):
+        pairs = ([(m, int(k)) for m, k in (r.split(":") for r in harness.csv(args.runs))] if args.runs else
+                 [(m, k) for m in harness.csv(args.methods) for k in harness.csv(args.parts, int)])
+        for gname in harness.csv(args.graphs):
             for method, k in pairs:
-                if True:
-                    waited = 0
-                    while _available_gib() < args.need_gib and waited < 1800:
-                        time.sleep(10)
-                        waited += 10
-                    r = run_one(GRAPHS[gname], method, k, out_root, args.timeout)
-                    r["graph"] = gname
-                    results.append(r)
-                    extra = (f"cut {r['edge_cut_fraction']:.3f} imb {r['node_imbalance']:.3f}/{r['edge_imbalance']:.3f}"
-                             if r["rc"] == 0 else r.get("message", ""))
-                    print(f"{gname:<5} {method:<9} k={k}  rc={r['rc']}  wall {r['wall_s']:7.1f} s  "
-                          f"peak {r['peak_rss_gib']} GiB  {extra}", flush=True)
-                    if args.json:
-                        Path(args.json).write_text(json.dumps(results, indent=2))
+                waited = 0
+                while harness.available_gib() < args.need_gib and waited < 1800:
+                    time.sleep(10)
+                    waited += 10
+                r = run_one(GRAPHS[gname], method, k, out_root, args.timeout)
+                r["graph"] = gname
+                results.append(r)
+                extra = (f"cut {r['edge_cut_fraction']:.3f} imb {r['node_imbalance']:.3f}/{r['edge_imbalance']:.3f}"
+                         if r["rc"] == 0 else r.get("message", ""))
+                print(f"{gname:<5} {method:<9} k={k}  rc={r['rc']}  wall {r['wall_s']:7.1f} s  "
+                      f"peak {r['peak_rss_gib']} GiB  {extra}", flush=True)
+                harness.write_json(args.json, results, indent=2)
     finally:
         shutil.rmtree(out_root, ignore_errors=True)
     return 0

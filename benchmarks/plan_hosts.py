@@ -17,7 +17,6 @@ same job on one host without a link (``--nproc K``), whose ``time/epoch_s`` plan
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -25,54 +24,38 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import harness
 
-from graphdist.testbed import Testbed  # noqa: E402
-
-GD = [sys.executable, "-m", "graphdist"]
 SPECS = "sbm:nodes=20000,classes=8,avg_degree=20,homophily=0.7,features=32,seed=0"
 
 
-def env() -> dict:
-    e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    e.setdefault("OMP_NUM_THREADS", "1")
-    return e
-
-
-def train(tb: Testbed, part: Path, args, halo: str, epochs: int, out: Path) -> dict:
-    cmd = GD + ["train-gcn", "--partition", str(part), "--epochs", str(epochs), "--halo", halo,
-                "--nnodes", str(args.hosts), "--nproc", str(args.k // args.hosts), "--rdzv-endpoint", "h0:29500",
-                "--no-progress"]
-    before = [tb.link_bytes(i) for i in range(args.hosts)]
-    res = tb.run_all([cmd + ["--report", str(out) + ("" if i == 0 else f".{i}")] for i in range(args.hosts)],
-                     timeout=1800, env=env())
-    for rc, t in res:
-        if rc != 0:
-            raise SystemExit(f"run failed ({rc}):\n{t[-3000:]}")
-    after = [tb.link_bytes(i) for i in range(args.hosts)]
-    r = json.loads(out.read_text())
-    return {"tx_bytes": sum(a[1] - b[1] for a, b in zip(after, before)), "epoch_s": r["time/epoch_s"],
+def train(tb, part: Path, args, halo: str, epochs: int, out: Path) -> dict:
+    cmd = harness.graphdist_cmd(
+        "train-gcn", "--partition", str(part), "--epochs", str(epochs), "--halo", halo,
+        "--nnodes", str(args.hosts), "--nproc", str(args.k // args.hosts), "--rdzv-endpoint", "h0:29500",
+        "--no-progress")
+    r, tx = harness.on_hosts(tb, cmd, out)
+    return {"tx_bytes": sum(tx), "epoch_s": r["time/epoch_s"],
             "final_loss": r["losses"][-1], "halo_bytes_per_epoch": r["comm/halo_bytes_per_epoch"]}
 
 
 def baseline(part: Path, args, halo: str, out: Path) -> float:
     """``time/epoch_s`` of the same job on one host (``--nproc K``, loopback): the compute."""
-    cmd = GD + ["train-gcn", "--partition", str(part), "--epochs", str(max(int(x) for x in args.epochs.split(","))),
-                "--halo", halo, "--nproc", str(args.k), "--no-progress", "--report", str(out)]
-    subprocess.run(cmd, check=True, env=env(), capture_output=True, timeout=1800)
+    cmd = harness.graphdist_cmd("train-gcn", "--partition", str(part), "--epochs", str(max(harness.csv(args.epochs, int))),
+                                "--halo", halo, "--nproc", str(args.k), "--no-progress", "--report", str(out))
+    subprocess.run(cmd, check=True, env=harness.testbed_env(), capture_output=True, timeout=1800)
     return float(json.loads(out.read_text())["time/epoch_s"])
 
 
 def plan(part: Path, args, halo: str, compute_s: float = 0.0) -> dict:
-    cmd = GD + ["plan", "--partition", str(part), "--halo", halo, "--hosts", str(args.hosts), "--json",
-                "--link-gbps", str(args.gbps or 10)] + (["--compute-s", f"{compute_s:.6g}"] if compute_s else [])
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=600, check=True)
+    cmd = harness.graphdist_cmd("plan", "--partition", str(part), "--halo", halo, "--hosts", str(args.hosts), "--json",
+                                "--link-gbps", str(args.gbps or 10)) + (["--compute-s", f"{compute_s:.6g}"] if compute_s else [])
+    p = subprocess.run(cmd, capture_output=True, text=True, env=harness.testbed_env(), timeout=600, check=True)
     return json.loads(p.stdout)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--specs", default=SPECS)
     ap.add_argument("--k", type=int, default=4)
     ap.add_argument("--hosts", type=int, default=2)
@@ -84,9 +67,13 @@ def main() -> int:
     ap.add_argument("--baseline", action="store_true",
                     help="also run each job on one host without a link and give plan its epoch as --compute-s")
     ap.add_argument("--work", default="runs/plan_hosts")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
-    e1, e2 = (int(x) for x in args.epochs.split(","))
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from graphdist.testbed import Testbed
+    e1, e2 = harness.csv(args.epochs, int)
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -94,13 +81,11 @@ def main() -> int:
     print(f"load: {os.getloadavg()}", flush=True)
     with Testbed(args.hosts, gbps=args.gbps or None) as tb:
         for si, spec in enumerate(s for s in args.specs.split(";") if s):
-            for name in args.partitions.split(","):
-                part = work / f"s{si}-{name}"
+            for name in harness.csv(args.partitions):
                 extra = ["--hosts", str(args.hosts)] if name == "hosts" else []
-                if not (part / "meta.json").exists():
-                    subprocess.run(GD + ["partition", spec, "--parts", str(args.k), "--method", args.method,
-                                         "--out", str(part), *extra], check=True, env=env(), stdout=subprocess.DEVNULL)
-                for halo in args.halos.split(","):
+                part = harness.partition_once(spec, work / f"s{si}-{name}", "--parts", str(args.k), "--method",
+                                              args.method, *extra, env=harness.testbed_env())
+                for halo in harness.csv(args.halos):
                     runs = {e: train(tb, part, args, halo, e, work / f"s{si}-{name}-{halo}-e{e}.json") for e in (e1, e2)}
                     counted = (runs[e2]["tx_bytes"] - runs[e1]["tx_bytes"]) / (e2 - e1)
                     pl = plan(part, args, halo)
@@ -117,20 +102,18 @@ def main() -> int:
                            "plan_inter_host_s": pl["time/inter_host_s_per_epoch"],
                            "base_epoch_s": base, "plan_epoch_s_measured_compute": measured.get("time/epoch_s"),
                            "final_loss": runs[e2]["final_loss"], "tx_bytes": {e: runs[e]["tx_bytes"] for e in runs},
-                           "load": os.getloadavg()[0]}
+                           "load": harness.load()}
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     print(f"done in {time.time() - t0:.0f} s; load {os.getloadavg()}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
-    print("\n| graph | partition | halo | counted B/epoch between hosts | plan | counted / plan | plan within hosts | "
-          "real ms/epoch | plan ms | plan ms, --compute-s | load |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['spec'].split(',')[0]} | {r['partition']} | {r['halo']} | {r['counted_inter_host_bytes_per_epoch']:,.0f} | "
-              f"{r['plan_inter_host_bytes_per_epoch']:,} | {r['counted_over_plan']:.3f} | "
-              f"{r['plan_intra_host_bytes_per_epoch']:,} | {r['real_epoch_s'] * 1e3:.0f} | {r['plan_epoch_s'] * 1e3:.0f} | "
-              f"{(r['plan_epoch_s_measured_compute'] or float('nan')) * 1e3:.0f} | {r['load']:.1f} |")
+    harness.write_json(args.json, rows)
+    print("\n" + harness.table(
+        ["graph", "partition", "halo", "counted B/epoch between hosts", "plan", "counted / plan", "plan within hosts",
+         "real ms/epoch", "plan ms", "plan ms, --compute-s", "load"],
+        [[r["spec"].split(",")[0], r["partition"], r["halo"], round(r["counted_inter_host_bytes_per_epoch"]),
+          r["plan_inter_host_bytes_per_epoch"], f"{r['counted_over_plan']:.3f}", r["plan_intra_host_bytes_per_epoch"],
+          round(r["real_epoch_s"] * 1e3), round(r["plan_epoch_s"] * 1e3),
+          f"{(r['plan_epoch_s_measured_compute'] or float('nan')) * 1e3:.0f}", f"{r['load']:.1f}"] for r in rows]))
     return 0
 
 

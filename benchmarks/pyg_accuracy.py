@@ -30,17 +30,13 @@ the PyG model trained in one process.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout (children too)
+import harness
 
 SETTINGS = {"gat": dict(epochs=200, lr=0.005), "gcn2": dict(epochs=300, lr=0.01), "gin": dict(epochs=200, lr=0.01)}
 
@@ -151,15 +147,13 @@ def _rank_job(rank, ws, kind, graph, seeds, method):
 
 def _train_gcn_job(rank, ws, kind, graph, seeds, method):
     from graphdist.gnn.config import GCNConfig
-    from graphdist.gnn.trainer import fit
     from graphdist.partition.setup import load_local
-    from graphdist.procgroup import init_distributed
     torch.set_num_threads(1)
-    ctx = init_distributed("cpu")
+    ctx = harness.process_group()
     base = dict(spec=graph.name or "graph", method=method, row_normalize=True, progress=False, device="cpu",
                 **TRAIN_GCN[kind])
     lg, info = load_local(GCNConfig(**base), rank, ws, graph)  # partition seed 0, as load_part
-    return [fit(GCNConfig(**base, seed=seed), lg, info, ctx)["test_acc"] for seed in seeds]
+    return [harness.train_gcn(GCNConfig(**base, seed=seed), lg, info, ctx)["test_acc"] for seed in seeds]
 
 
 def _stats(v: list[float]) -> dict:
@@ -167,30 +161,35 @@ def _stats(v: list[float]) -> dict:
             "min": min(v), "max": max(v), "runs": v}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--cases", default="gat:Cora,gcn2:Cora,gin:CiteSeer")
-    p.add_argument("--root", default="../shared/datasets/planetoid")
+    p.add_argument("--root", default=None, help="the folder holding DATASET/raw/ (default: ../shared/datasets/"
+                                                "planetoid, else this checkout's datasets/planetoid)")
     p.add_argument("--seeds", type=int, default=5)
     p.add_argument("--k", type=int, default=2)
     p.add_argument("--method", default="metis")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--train-gcn", action="store_true", help="also train `train-gcn --model KIND` at k ranks")
     p.add_argument("--only-train-gcn", action="store_true", help="only the train-gcn column")
-    p.add_argument("--json")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     from graphdist.data import load_graph
     from graphdist.testing import run_ranks
     res = {"k": args.k, "seeds": args.seeds, "method": args.method, "cases": {}}
-    for case in args.cases.split(","):
+    for case in harness.csv(args.cases):
         kind, name = case.split(":")
         if kind not in SETTINGS:
             raise SystemExit(f"--cases: unknown model {kind!r} (choose from {', '.join(SETTINGS)})")
-        if not (Path(args.root) / name / "raw").is_dir():
-            print(f"{case}: skipped, {Path(args.root) / name / 'raw'} is absent", flush=True)
+        where = harness.planetoid_dir(name, args.root)
+        if not (where / "raw").is_dir():
+            print(f"{case}: skipped, {where / 'raw'} is absent", flush=True)
             continue
-        graph = load_graph(f"planetoid:{args.root}/{name}")
+        graph = load_graph(f"planetoid:{where}")
         seeds = list(range(args.seeds))
         r, parts, t2 = {"seconds": {}}, [], time.perf_counter()
         if not args.only_train_gcn:
@@ -213,8 +212,7 @@ def main(argv=None) -> int:
                          f"runs {' '.join(f'{100 * v:.1f}' for v in cli)}")
         res["cases"][case] = r
         print(f"{case}: " + "; ".join(parts), flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=2))
+    harness.write_json(args.json, res, indent=2)
     return 0
 
 

@@ -12,8 +12,6 @@ noise, not by the model: the k = 1 ... k = K logits are equal at dropout 0 (test
 """
 from __future__ import annotations
 
-import argparse
-import os
 import re
 import subprocess
 import sys
@@ -22,8 +20,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "examples"))
+import harness
+
+sys.path.insert(0, str(harness.REPO / "examples"))
 
 
 def one_process(spec: str, model_name: str, runs: int, seed: int) -> list[float]:
@@ -66,9 +65,9 @@ def one_process(spec: str, model_name: str, runs: int, seed: int) -> list[float]
 
 def distributed(spec: str, model_name: str, runs: int, seed: int, k: int) -> list[float]:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(k),
-           os.path.join(ROOT, "examples", "citation.py"), spec, "--model", model_name, "--runs", str(runs),
+           str(harness.REPO / "examples" / "citation.py"), spec, "--model", model_name, "--runs", str(runs),
            "--seed", str(seed)]
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = harness.checkout_env()
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     accs = [float(m) for m in re.findall(r"^run \d+ .* test ([0-9.]+)$", out.stdout, re.M)]
     if out.returncode != 0 or len(accs) != runs:
@@ -76,28 +75,45 @@ def distributed(spec: str, model_name: str, runs: int, seed: int, k: int) -> lis
     return accs
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--datasets", default="Cora,CiteSeer")
     p.add_argument("--models", default="appnp,tag")
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--k", type=int, default=2)
-    a = p.parse_args()
+    return p
+
+
+def main(argv=None):
+    a = build_parser().parse_args(argv)
     torch.set_num_threads(1)
-    print(f"| dataset | model | PyG, one process | graphdist, k = {a.k} | difference |")
-    print("| --- | --- | --- | --- | --- |")
-    for ds in a.datasets.split(","):
+    rows = []
+    for ds in harness.csv(a.datasets):
         spec = f"planetoid:planetoid/{ds}"
-        for m in a.models.split(","):
+        for m in harness.csv(a.models):
             t0 = time.perf_counter()
             ref = torch.tensor(one_process(spec, m, a.runs, a.seed)) * 100
-            print(f"<!-- {ds} {m}, PyG one process: {[round(float(v), 1) for v in ref]}; "
-                  f"{time.perf_counter() - t0:.0f} s -->", flush=True)
+            t1 = time.perf_counter()
+            print(f"{ds} {m}, PyG one process: {[round(float(v), 1) for v in ref]}; {t1 - t0:.0f} s", flush=True)
             got = torch.tensor(distributed(spec, m, a.runs, a.seed, a.k)) * 100
-            print(f"| {ds} | {m} | {ref.mean():.2f} +- {ref.std():.2f} | {got.mean():.2f} +- {got.std():.2f} | "
-                  f"{got.mean() - ref.mean():+.2f} |  <!-- runs {[round(float(v), 1) for v in ref]} vs "
-                  f"{[round(float(v), 1) for v in got]}; {time.perf_counter() - t0:.0f} s -->", flush=True)
+            print(f"{ds} {m}, graphdist k = {a.k}: {[round(float(v), 1) for v in got]}; "
+                  f"{time.perf_counter() - t1:.0f} s", flush=True)
+            rows.append({"dataset": ds, "model": m, "one_process": ref.tolist(), f"k{a.k}": got.tolist(),
+                         "one_process_s": t1 - t0, f"k{a.k}_s": time.perf_counter() - t1})
+    print(harness.table(["dataset", "model", "PyG, one process", f"graphdist, k = {a.k}", "difference"],
+                        [[r["dataset"], r["model"], _mean_std(r["one_process"]), _mean_std(r[f"k{a.k}"]),
+                          f"{_mean(r[f'k{a.k}']) - _mean(r['one_process']):+.2f}"] for r in rows]))
+    harness.write_json(a.json, rows)
+
+
+def _mean(v: list[float]) -> float:
+    return float(torch.tensor(v).mean())
+
+
+def _mean_std(v: list[float]) -> str:
+    t = torch.tensor(v)
+    return f"{t.mean():.2f} +- {t.std():.2f}"
 
 
 if __name__ == "__main__":

@@ -12,26 +12,25 @@ includes loading the part, so the figure compares with train-gcn's ``mem/peak_by
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--partition", required=True, help="artifact with one part (graphdist partition ... --parts 1)")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     from torch_geometric.nn import GCNConv
 
     from graphdist.partition.parts import load_part
@@ -70,14 +69,12 @@ def main(argv=None) -> int:
             acc = float((forward(False).argmax(1) == y).float().mean())
         times.append(time.perf_counter() - t0)
         losses.append(float(loss.detach()))
-    from graphdist.memory import peak_rss_bytes
-    peak = peak_rss_bytes()
+    peak = harness.status_bytes("VmHWM")
     out = {"nodes": n, "edges": int(adj_t.values().numel()), "layers": args.layers, "hidden": args.hidden,
            "pyg/peak_bytes": peak, "pyg/epoch_s": times, "losses": losses, "acc": acc}
     print(f"PyG GCNConv {args.layers}x{args.hidden} on {n:,} nodes / {out['edges']:,} edges: peak RSS "
           f"{peak / 2**20:,.0f} MiB, epochs {', '.join(f'{t:.1f}' for t in times)} s")
-    if args.json:
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+    harness.write_json(args.json, out, indent=2)
     return 0
 
 

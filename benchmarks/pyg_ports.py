@@ -17,7 +17,6 @@ test accuracy of both runs (the last "Test" figure the script prints).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import re
@@ -29,7 +28,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import harness
+
+ROOT = harness.REPO
 PORTS = ROOT / "benchmarks" / "pyg_ports"
 MARK = "# graphdist"
 
@@ -187,8 +188,8 @@ def run_script(tree: Path, rel: str, args: list[str], k: int | None, timeout: fl
     return f"yes, {secs:.0f} s", acc, text[-3000:]
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--pyg-src", required=True, type=Path, help="PyG's git directory or checkout")
     p.add_argument("--data", type=Path, action="append",
                    help="folder holding Planetoid <Name>/raw/ (repeatable; default ../shared/datasets/planetoid)")
@@ -200,7 +201,11 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds per run")
     p.add_argument("--keep", type=Path, help="keep the patched tree here (a new folder)")
     p.add_argument("--verbose", action="store_true", help="print each failed run's output")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    a = build_parser().parse_args(argv)
     data = a.data or [ROOT.parent / "shared" / "datasets" / "planetoid"]
     commit = pyg_commit()
     work = Path(tempfile.mkdtemp(prefix="pyg_ports_")) if a.keep is None else a.keep
@@ -213,12 +218,11 @@ def main(argv=None) -> int:
         names = [place_data(d, data) for d in (clean, ported)][0]
         print(f"PyG {commit[:12]} from {a.pyg_src}; Planetoid data: {', '.join(names) or 'none'}; k = {a.k}; "
               f"citation benchmark --runs {a.runs}", flush=True)
-        print("| script | lines: added / changed (not graphdist's) | ran at k = %d | test acc. k = %d | "
-              "one process | ran alone |" % (a.k, a.k))
-        print("| --- | --- | --- | --- | --- | --- |", flush=True)
-        only = {s.strip() for s in a.only.split(",") if s.strip()}
+        print(harness.table_head(["script", "lines: added / changed (not graphdist's)", f"ran at k = {a.k}",
+                                  f"test acc. k = {a.k}", "one process", "ran alone"]), flush=True)
+        only, rows = set(harness.csv(a.only)), []
         jobs = [(rel, args, ds) for rel, args in SCRIPTS.items()
-                for ds in (a.datasets.split(",") if "{dataset}" in args else [None])]
+                for ds in (harness.csv(a.datasets) if "{dataset}" in args else [None])]
         for rel, args, ds in jobs:
             short = rel.replace("benchmark/", "").replace("examples/", "")
             if only and short not in only and rel not in only:
@@ -246,7 +250,10 @@ def main(argv=None) -> int:
                 if a.verbose and base_st.startswith("no") and btail:
                     print(btail, file=sys.stderr)
             fmt = lambda v: "" if v is None else f"{100 * v:.1f}%"  # noqa: E731
-            print(f"| {short} | {lines} | {st} | {fmt(acc)} | {fmt(base)} | {base_st} |", flush=True)
+            print(harness.table_row([short, lines, st, fmt(acc), fmt(base), base_st]), flush=True)
+            rows.append({"script": short, "lines": lines, "ported": st, "test_acc": acc, "one_process": base,
+                         "one_process_status": base_st})
+        harness.write_json(a.json, {"pyg_commit": commit, "k": a.k, "rows": rows})
     finally:
         if a.keep is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -17,17 +17,10 @@ the variants take turns epoch by epoch, in a rotating order. Target: wrapped <= 
 """
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
-import sys
-import time
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout
+import harness
 
 DEFAULT_SPEC = "sbm:nodes=50000,classes=8,avg_degree=20,homophily=0.7,features=64,seed=0"
 
@@ -105,31 +98,24 @@ def builtin_step(part, f_in, hidden, classes):
 
 
 def measure(steps: dict, epochs: int, warmup: int) -> dict:
-    times = {k: ([], []) for k in steps}
-    names = list(steps)
-    for e in range(warmup + epochs):
-        for i in range(len(names)):
-            name = names[(e + i) % len(names)]
-            c0, w0 = time.process_time(), time.perf_counter()
-            steps[name]()
-            c1, w1 = time.process_time(), time.perf_counter()
-            if e >= warmup:
-                times[name][0].append(c1 - c0)
-                times[name][1].append(w1 - w0)
-    return {k: {"cpu_ms": 1e3 * statistics.median(c), "wall_ms": 1e3 * statistics.median(w)}
-            for k, (c, w) in times.items()}
+    """Median CPU and wall milliseconds per epoch, the variants taking turns in a rotating order."""
+    t = harness.alternate({k: (lambda r, f=f: f()) for k, f in steps.items()}, epochs, warmup=warmup, rotate=True)
+    return {k: {"cpu_ms": 1e3 * v.cpu_median, "wall_ms": 1e3 * v.median} for k, v in t.items()}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--spec", default=DEFAULT_SPEC)
     p.add_argument("--models", default="gcn,sage,gat")
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--json")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     torch.set_num_threads(args.threads)
     import graphdist.gnn.pyg as gd
     from graphdist.data import load_graph
@@ -142,7 +128,7 @@ def main(argv=None) -> int:
     print(f"{args.spec}: {g.num_nodes:,} nodes, {g.num_edges:,} edges, hidden {args.hidden}, "
           f"{args.threads} thread(s), median of {args.epochs} epochs", flush=True)
     ei = g.edge_index
-    for kind in args.models.split(","):
+    for kind in harness.csv(args.models):
         steps = {}
         for variant in ("plain", "wrapped", "wrapped-mvc"):
             if variant == "wrapped-mvc" and kind == "gat":
@@ -168,8 +154,7 @@ def main(argv=None) -> int:
                 x = r["builtin"]["cpu_ms"] / r[v]["cpu_ms"]
                 print(f"  gcn   builtin / {v}: x{x:.3f} CPU", flush=True)
         res["models"][kind] = r
-    if args.json:
-        Path(args.json).write_text(json.dumps(res, indent=2))
+    harness.write_json(args.json, res, indent=2)
     return 0
 
 

@@ -18,21 +18,15 @@ the machine's cores).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+import harness
 
-from graphdist.testbed import Testbed  # noqa: E402
-
-GD = [sys.executable, "-m", "graphdist"]
 VARIANTS = {
     "plain": ["--halo", "plain"],
     "mvc": ["--halo", "mvc"],
@@ -71,13 +65,7 @@ print(f"{nbytes * 8 / (time.perf_counter() - t0) / 1e9:.4f}")
 """
 
 
-def env() -> dict:
-    e = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    e.setdefault("OMP_NUM_THREADS", "1")
-    return e
-
-
-def probe(tb: Testbed, rate: float) -> float:
+def probe(tb, rate: float) -> float:
     """Goodput in Gbit/s of one TCP stream each way at once between host 0 and host 1."""
     nbytes = int(max(rate, 0.1) * 1e9 / 8 * 1.5) if rate else 300_000_000
     a = tb.popen(1, [sys.executable, "-c", PROBE, "server", "h0", str(nbytes)], stdout=subprocess.PIPE, text=True)
@@ -86,33 +74,22 @@ def probe(tb: Testbed, rate: float) -> float:
     return min(out)
 
 
-def counters(tb: Testbed) -> list[tuple[int, int]]:
-    return [tb.link_bytes(i) for i in range(tb.n)]
-
-
-def real_run(tb: Testbed, args, var: str, out: Path) -> dict:
+def real_run(tb, args, var: str, out: Path) -> dict:
     nproc = args.k // args.hosts
-    base = GD + ["train-gcn", args.spec, "--partition", str(args.part), "--epochs", str(args.epochs),
-                 *VARIANTS[var], "--nnodes", str(args.hosts), "--nproc", str(nproc), "--rdzv-endpoint", "h0:29500"]
-    before = counters(tb)
+    cmd = harness.graphdist_cmd("train-gcn", args.spec, "--partition", str(args.part), "--epochs", str(args.epochs),
+                                *VARIANTS[var], "--nnodes", str(args.hosts), "--nproc", str(nproc),
+                                "--rdzv-endpoint", "h0:29500")
     t0 = time.perf_counter()
-    res = tb.run_all([base + ["--report", str(out) + ("" if i == 0 else f".{i}")] for i in range(args.hosts)],
-                     timeout=1800, env=env())
-    wall = time.perf_counter() - t0
-    for rc, t in res:
-        if rc != 0:
-            raise SystemExit(f"real run {var} failed ({rc}):\n{t[-3000:]}")
-    after = counters(tb)
-    r = json.loads(out.read_text())
-    sent = [a[1] - b[1] for a, b in zip(after, before)]
-    return {"report": r, "wall_s": wall, "link_tx_bytes": sent, "link_rx_bytes": [a[0] - b[0] for a, b in zip(after, before)]}
+    r, sent = harness.on_hosts(tb, cmd, out)
+    return {"report": r, "wall_s": time.perf_counter() - t0, "link_tx_bytes": sent}
 
 
 def sim_run(args, var: str, rate: float, out: Path) -> dict:
-    cmd = GD + ["train-gcn", args.spec, "--partition", str(args.part), "--epochs", str(args.epochs), *VARIANTS[var],
-                "--nproc", str(args.k), "--report", str(out)] + (["--link-gbps", str(rate)] if rate else [])
+    cmd = harness.graphdist_cmd("train-gcn", args.spec, "--partition", str(args.part), "--epochs", str(args.epochs),
+                                *VARIANTS[var], "--nproc", str(args.k), "--report", str(out)) + (
+        ["--link-gbps", str(rate)] if rate else [])
     t0 = time.perf_counter()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env(), timeout=1800)
+    p = subprocess.run(cmd, capture_output=True, text=True, env=harness.testbed_env(), timeout=1800)
     if p.returncode != 0:
         raise SystemExit(f"sim run {var} failed ({p.returncode}):\n{(p.stdout + p.stderr)[-3000:]}")
     return {"report": json.loads(out.read_text()), "wall_s": time.perf_counter() - t0}
@@ -153,7 +130,7 @@ def plan_rows(args, real: list[dict], base: dict | None = None) -> list[dict]:
             for comp in comps if name != "none (compute)" else [0.0]:
                 out.append({"rate_gbps": rate, "variant": var, "plan_link": name, "plan_gbps": gbps,
                             "plan_latency_us": lat, "plan_compute_s": comp, "plan_epoch_s": plan(args, var, gbps, lat, comp),
-                            "load": os.getloadavg()[0]})
+                            "load": harness.load()})
                 print(json.dumps(out[-1]), flush=True)
     return out
 
@@ -163,8 +140,8 @@ def auto_link(a: dict) -> tuple[float, float]:
     return float(a.get("link_bytes_per_s") or 0) * 8 / 1e9, float(a.get("link_latency_s") or 0) * 1e6
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--spec", default="sbm:nodes=50000,classes=8,avg_degree=20,homophily=0.7,features=128,seed=0")
     ap.add_argument("--k", type=int, default=2)
     ap.add_argument("--hosts", type=int, default=2)
@@ -183,16 +160,18 @@ def main() -> int:
     ap.add_argument("--plan-only", default=None, metavar="ROWS_JSON",
                     help="no training: add plan's estimates for every real row of ROWS_JSON (a --json of this "
                          "script), at the TCP goodput and at the link auto measured, and write --json")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from graphdist.testbed import Testbed
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
-    args.part = work / f"part-k{args.k}"
-    if not (args.part / "meta.json").exists():
-        subprocess.run(GD + ["partition", args.spec, "--parts", str(args.k), "--method", "metis", "--out", str(args.part)],
-                       check=True, env=env())
-    rates = [float(x) for x in args.rates.split(",") if x != ""]
-    variants = [v for v in args.variants.split(",") if v]
+    args.part = harness.partition_once(args.spec, work / f"part-k{args.k}", "--parts", str(args.k), "--method", "metis",
+                                       env=harness.testbed_env())
+    rates = harness.csv(args.rates, float)
+    variants = harness.csv(args.variants)
     t_start = time.time()
     rows = []
     if args.plan_only:
@@ -200,8 +179,7 @@ def main() -> int:
         base = {r["variant"]: r["base_epoch_s"] for r in rows if "base_epoch_s" in r}
         for rate in dict.fromkeys(r["rate_gbps"] for r in rows if "real_epoch_s" in r):
             rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r], base)
-        if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=1))
+        harness.write_json(args.json, rows)
         return 0
     print(f"load: {os.getloadavg()}", flush=True)
     if args.sim_only:
@@ -211,17 +189,16 @@ def main() -> int:
                     sim = sim_run(args, var, rate, work / f"simonly-{rate}-{var}-{rep}.json")
                     sr = sim["report"]
                     rows.append({"rate_gbps": rate, "variant": var, "repeat": rep, "sim_epoch_s": sr["time/epoch_s"],
-                                 "sim_wait_s": sr.get("time/link_wait_s_per_epoch"), "load": os.getloadavg()[0],
+                                 "sim_wait_s": sr.get("time/link_wait_s_per_epoch"), "load": harness.load(),
                                  "sim_mode": sr.get("comm/halo"), "sim_final_loss": sr["losses"][-1]})
                     print(json.dumps(rows[-1]), flush=True)
-        if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=1))
+        harness.write_json(args.json, rows)
         return 0
     if args.baseline:  # the compute alone: every variant on one host, no link
         for var in variants:
             sim = sim_run(args, var, 0.0, work / f"base-{var}.json")
             sr = sim["report"]
-            rows.append({"rate_gbps": None, "variant": var, "base_epoch_s": sr["time/epoch_s"], "load": os.getloadavg()[0],
+            rows.append({"rate_gbps": None, "variant": var, "base_epoch_s": sr["time/epoch_s"], "load": harness.load(),
                          "base_final_loss": sr["losses"][-1], "base_mode": sr.get("comm/halo"),
                          "base_bits": sr.get("comm/halo_bits")})
             print(json.dumps(rows[-1]), flush=True)
@@ -237,7 +214,7 @@ def main() -> int:
                            "real_epoch_s": rr["time/epoch_s"],
                            "halo_bytes_per_epoch": rr.get("comm/halo_bytes_per_epoch"),
                            "link_tx_bytes": real["link_tx_bytes"], "real_wall_s": real["wall_s"],
-                           "load": os.getloadavg()[0], "real_final_loss": rr["losses"][-1],
+                           "load": harness.load(), "real_final_loss": rr["losses"][-1],
                            "real_mode": rr.get("comm/halo"), "real_bits": rr.get("comm/halo_bits")}
                     if not args.no_sim:
                         sim = sim_run(args, var, rate, work / f"sim-{rate}-{var}-{rep}.json")
@@ -257,22 +234,16 @@ def main() -> int:
             base = {r["variant"]: r["base_epoch_s"] for r in rows if "base_epoch_s" in r}
             rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r], base)
     print(f"done in {time.time() - t_start:.0f} s; load {os.getloadavg()}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
-    # table
-    print("\n| link | variant | real ms/epoch | `--link-gbps` ms/epoch (wait) | sim / real |")
-    print("|---|---|---:|---:|---:|")
-    for r in rows:
-        if "real_epoch_s" in r and "sim_epoch_s" in r:
-            w = r["sim_wait_s"]
-            print(f"| {r['rate_gbps'] or 'veth'} | {r['variant']} | {r['real_epoch_s'] * 1e3:.1f} | "
-                  f"{r['sim_epoch_s'] * 1e3:.1f} ({(w or 0) * 1e3:.1f}) | {r['sim_epoch_s'] / r['real_epoch_s']:.2f} |")
-    print("\n| link | variant | plan at (Gbit/s, us) | plan ms/epoch |")
-    print("|---|---|---|---:|")
-    for r in rows:
-        if "plan_epoch_s" in r:
-            print(f"| {r['rate_gbps'] or 'veth'} | {r['variant']} | {r['plan_link']} ({r['plan_gbps']:.3f}, "
-                  f"{r['plan_latency_us']:.0f}) | {r['plan_epoch_s'] * 1e3:.1f} |")
+    harness.write_json(args.json, rows)
+    print("\n" + harness.table(
+        ["link", "variant", "real ms/epoch", "`--link-gbps` ms/epoch (wait)", "sim / real"],
+        [[r["rate_gbps"] or "veth", r["variant"], f"{r['real_epoch_s'] * 1e3:.1f}",
+          f"{r['sim_epoch_s'] * 1e3:.1f} ({(r['sim_wait_s'] or 0) * 1e3:.1f})", f"{r['sim_epoch_s'] / r['real_epoch_s']:.2f}"]
+         for r in rows if "real_epoch_s" in r and "sim_epoch_s" in r]))
+    print("\n" + harness.table(
+        ["link", "variant", "plan at (Gbit/s, us)", "plan ms/epoch"],
+        [[r["rate_gbps"] or "veth", r["variant"], f"{r['plan_link']} ({r['plan_gbps']:.3f}, {r['plan_latency_us']:.0f})",
+          f"{r['plan_epoch_s'] * 1e3:.1f}"] for r in rows if "plan_epoch_s" in r]))
     return 0
 
 

@@ -9,33 +9,37 @@ interactions (1M training pairs, 491 steps per epoch).
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+import harness
+
 SPEC = "rec-synth:users=50000,items=20000,avg_items=25,seed=0"
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--spec", default=SPEC)
     ap.add_argument("--parts", default="1,2,4")
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--halo", choices=["plain", "mvc"], default="mvc", help="train-rec --halo")
     ap.add_argument("--threads", type=int, default=1,
                     help="OMP_NUM_THREADS of every process (0: the launcher's cores / k, torch's default at k=1)")
-    ap.add_argument("--json", type=Path, default=Path("runs/rec_epoch.json"))
-    a = ap.parse_args()
+    ap.set_defaults(json=Path("runs/rec_epoch.json"))  # each k's report goes beside it
+    return ap
+
+
+def main(argv=None):
+    a = build_parser().parse_args(argv)
     a.json.parent.mkdir(parents=True, exist_ok=True)
     rows = []
-    for k in (int(x) for x in a.parts.split(",")):
+    for k in harness.csv(a.parts, int):
         rep = a.json.with_name(f"{a.json.stem}_k{k}.json")
-        cmd = [sys.executable, "-m", "graphdist", "train-rec", a.spec, "--parts", str(k), "--method", "metis",
-               "--nproc", str(k), "--epochs", str(a.epochs), "--halo", a.halo, "--no-progress", "--report", str(rep)]
-        env = dict(os.environ)
+        cmd = harness.graphdist_cmd("train-rec", a.spec, "--parts", str(k), "--method", "metis", "--nproc", str(k),
+                                    "--epochs", str(a.epochs), "--halo", a.halo, "--no-progress", "--report", str(rep))
+        env = harness.checkout_env()
         if a.threads:
             env["OMP_NUM_THREADS"] = str(a.threads)
         print("$", " ".join(cmd[1:]), flush=True)
@@ -51,8 +55,8 @@ def main():
         print(f"k={k}: {d['time/epoch_s']:.1f} s/epoch, peak {max(rows[-1]['peak_mib_per_rank']):.0f} MiB/rank, "
               f"halo {rows[-1]['halo_mb_per_epoch']:.0f} MB/epoch, items {rows[-1]['item_mb_per_epoch']:.0f} MB/epoch, "
               f"losses {[round(x, 5) for x in d['losses']]}", flush=True)
-    a.json.write_text(json.dumps({"spec": a.spec, "epochs": a.epochs, "halo": a.halo, "threads": a.threads,
-                                  "results": rows}, indent=2))
+    harness.write_json(a.json, {"spec": a.spec, "epochs": a.epochs, "halo": a.halo, "threads": a.threads,
+                                "results": rows}, indent=2)
     print(f"wrote {a.json}")
 
 

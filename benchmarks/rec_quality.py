@@ -20,9 +20,6 @@ graphdist side: ``graphdist train-rec`` with ``--nproc`` workers, METIS parts.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -30,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness
 
 
 def pyg_run(spec: str, epochs: int, eval_every: int, seed: int, dim=64, layers=3, lr=1e-3, l2=1e-4, batch=2048):
@@ -112,8 +109,8 @@ def graphdist_run(spec: str, epochs: int, eval_every: int, seed: int, nproc: int
     return run(cfg)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("data_dir", type=Path, help="folder with data1.txt and test1.txt (LightGCN repo's lastfm)")
     ap.add_argument("--epochs", type=int, default=1000)
     ap.add_argument("--eval-every", type=int, default=50)
@@ -121,8 +118,12 @@ def main():
     ap.add_argument("--seed", type=int, default=2020)
     ap.add_argument("--only", choices=["pyg", "graphdist"], default=None)
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the PyG process")
-    ap.add_argument("--json", type=Path, default=Path("runs/rec_quality.json"))
-    a = ap.parse_args()
+    ap.set_defaults(json=Path("runs/rec_quality.json"))  # graphdist's report goes beside it
+    return ap
+
+
+def main(argv=None):
+    a = build_parser().parse_args(argv)
     torch.set_num_threads(a.threads)
     spec = f"ratings:{a.data_dir / 'data1.txt'},split=test1.txt"
     a.json.parent.mkdir(parents=True, exist_ok=True)
@@ -130,14 +131,14 @@ def main():
     if a.only != "pyg":
         out["graphdist"] = graphdist_run(spec, a.epochs, a.eval_every, a.seed, a.nproc,
                                          a.json.with_name(a.json.stem + "_graphdist_report.json"))
-        a.json.write_text(json.dumps(out, indent=2))
+        harness.write_json(a.json, out, indent=2)
     if a.only != "graphdist":
         out["pyg"] = pyg_run(spec, a.epochs, a.eval_every, a.seed)
     if "pyg" in out and "graphdist" in out:
         out["ratio/recall@20"] = out["graphdist"]["recall@20"] / out["pyg"]["recall@20"]
         best = lambda rep: max(e["recall@20"] for e in rep["eval"])  # noqa: E731
         out["ratio/best_recall@20"] = best(out["graphdist"]) / best(out["pyg"])
-    a.json.write_text(json.dumps(out, indent=2))
+    harness.write_json(a.json, out, indent=2)
     for side in ("pyg", "graphdist"):
         if side in out:
             rep = out[side]

@@ -10,23 +10,20 @@ with ``graphdist partition lightgcn:DIR --parts K --method metis`` (k = 1: one p
 from the artifact (``train-rec --partition DIR --nproc K --steps N --eval-users E``): a fixed
 number of steps at a large batch and a fixed sample of users, so a row costs minutes, not the
 hours of a full epoch and a full ranking on a 2-core box. ``mem/peak_bytes_per_rank`` is each
-worker's peak RSS (VmHWM, `graphdist.memory.peak_rss_bytes`). The growth exponent of a quantity q between two sizes is
+worker's peak RSS (VmHWM). The growth exponent of a quantity q between two sizes is
 ``log(q2 / q1) / log(n2 / n1)`` with n the interactions (1 = linear).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+import harness
 
 
 def spec_of(size: str, work: str) -> tuple[str, int]:
@@ -50,7 +47,7 @@ def spec_of(size: str, work: str) -> tuple[str, int]:
 
 
 def cli(*args, env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "graphdist", *args], capture_output=True, text=True, env=env)
+    return subprocess.run(harness.graphdist_cmd(*args), capture_output=True, text=True, env=env)
 
 
 def run(size: str, k: int, a, env) -> dict:
@@ -90,8 +87,8 @@ def exponents(rows: list[dict]) -> list[dict]:
     return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser()
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--sizes", default="25000x5000x20,100000x20000x40,200000x20000x40")
     p.add_argument("--ks", default="1,2,4")
     p.add_argument("--steps", type=int, default=3)
@@ -99,31 +96,31 @@ def main() -> None:
     p.add_argument("--eval-users", type=int, default=1000)
     p.add_argument("--halo-rounds", type=int, default=0)
     p.add_argument("--work", default="/tmp/rec_scale")
-    p.add_argument("--json", default=None)
-    a = p.parse_args()
+    return p
+
+
+def main(argv=None) -> None:
+    a = build_parser().parse_args(argv)
     Path(a.work).mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    env = harness.checkout_env(OMP_NUM_THREADS="1")
     rows = []
-    for size in a.sizes.split(","):
-        for k in map(int, a.ks.split(",")):
+    for size in harness.csv(a.sizes):
+        for k in harness.csv(a.ks, int):
             r = run(size, k, a, env)
             rows.append(r)
             print(json.dumps(r), flush=True)
-    print("| size (users x items x avg) | interactions | k | step s | eval s | peak MiB/rank (max) | halo MB/step | "
-          "item MB/step |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        if "error" in r:
-            print(f"| {r['size']} | | {r['k']} | {r['error']} | | | | |")
-            continue
-        print(f"| {r['size']} | {r['interactions']:,} | {r['k']} | {r['step_s']:.2f} | {r['eval_s']:.2f} | "
-              f"{max(r['peak_mib_per_rank']):.0f} | {r['halo_mb_per_step']:.1f} | {r['item_mb_per_step']:.1f} |")
+    print(harness.table(
+        ["size (users x items x avg)", "interactions", "k", "step s", "eval s", "peak MiB/rank (max)", "halo MB/step",
+         "item MB/step"],
+        [[r["size"], None, r["k"], r["error"], None, None, None, None] if "error" in r else
+         [r["size"], r["interactions"], r["k"], f"{r['step_s']:.2f}", f"{r['eval_s']:.2f}",
+          round(max(r["peak_mib_per_rank"])), f"{r['halo_mb_per_step']:.1f}", f"{r['item_mb_per_step']:.1f}"]
+         for r in rows]))
     ex = exponents(rows)
     for e in ex:
         print(f"growth k={e['k']} {e['from']} -> {e['to']}: step {e['step_s']:.2f}, eval {e['eval_s']:.2f}, "
               f"peak RSS {e['peak']:.2f}")
-    if a.json:
-        Path(a.json).write_text(json.dumps({"rows": rows, "growth": ex}, indent=1))
+    harness.write_json(a.json, {"rows": rows, "growth": ex})
 
 
 if __name__ == "__main__":

@@ -16,19 +16,15 @@ and the larger ones are skipped.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
-import os
-import re
 import shutil
 import subprocess
-import sys
-import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+import harness
+
+ENV = harness.checkout_env()
 
 
 def spec_for(nodes: int, args) -> str:
@@ -37,18 +33,14 @@ def spec_for(nodes: int, args) -> str:
 
 
 def _timed(cmd: list[str], log: Path) -> dict:
-    """Run ``cmd`` under /usr/bin/time -v; wall seconds, peak RSS bytes and the exit code."""
-    t0 = time.perf_counter()
-    with open(log, "w") as f:
-        r = subprocess.run(["/usr/bin/time", "-v", *cmd], stdout=f, stderr=subprocess.STDOUT, cwd=REPO, env=ENV)
-    wall = time.perf_counter() - t0
-    text = log.read_text()
-    m = re.search(r"Maximum resident set size \(kbytes\): (\d+)", text)
-    return {"rc": r.returncode, "wall_s": wall, "peak_rss_bytes": int(m.group(1)) * 1024 if m else None}
+    """Run ``cmd`` under /usr/bin/time -v (its output into ``log``); wall seconds, peak RSS bytes
+    and the exit code."""
+    r = harness.time_v(cmd, None, env=ENV)
+    log.write_text(r.stdout + r.stderr)
+    return {"rc": r.rc, "wall_s": r.wall_s, "peak_rss_bytes": r.peak_rss_kib * 1024 if r.peak_rss_kib else None}
 
 
-def _graphdist(*a) -> list[str]:
-    return [sys.executable, "-m", "graphdist", *a]
+_graphdist = harness.graphdist_cmd
 
 
 def measure(nodes: int, args, out: Path) -> dict:
@@ -78,7 +70,7 @@ def measure(nodes: int, args, out: Path) -> dict:
         row[f"k{k}/epoch_s"] = r["time/epoch_s"]
         row[f"k{k}/peak_bytes_per_rank"] = r["mem/peak_bytes_per_rank"]
         row[f"k{k}/halo_bytes_per_epoch"] = r["comm/halo_bytes_per_epoch"]
-        pl = subprocess.run(_graphdist("plan", "--partition", str(art), *flags[:4], "--json"), cwd=REPO,
+        pl = subprocess.run(_graphdist("plan", "--partition", str(art), *flags[:4], "--json"), cwd=harness.REPO,
                             capture_output=True, text=True, env=ENV)
         if pl.returncode == 0:
             pred = json.loads(pl.stdout)
@@ -128,15 +120,14 @@ def series(rows: list[dict], ks) -> dict:
 
 
 def table(rows: list[dict], ks) -> str:
-    lines = ["| nodes | edges | k | partition s | partition peak GiB | epoch s | peak GiB/rank (max) | plan peak GiB "
-             "(error) | halo MB/epoch | plan halo MB (error) |",
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    cells = []
     for r in rows:
         for k in ks:
             p = r.get(f"k{k}/partition", {})
             if f"k{k}/failed" in r:
-                lines.append(f"| {r['nodes']:,} | {r.get('edges', 0):,} | {k} | {p.get('wall_s', 0):.0f} | "
-                             f"{(p.get('peak_rss_bytes') or 0) / 2**30:.2f} | failed ({r[f'k{k}/failed']}) | | | | |")
+                cells.append([r["nodes"], r.get("edges", 0), k, f"{p.get('wall_s', 0):.0f}",
+                              f"{(p.get('peak_rss_bytes') or 0) / 2**30:.2f}", f"failed ({r[f'k{k}/failed']})",
+                              None, None, None, None])
                 continue
             if f"k{k}/epoch_s" not in r:
                 continue
@@ -146,10 +137,10 @@ def table(rows: list[dict], ks) -> str:
             pp, ph = pl.get("mem/peak_bytes"), pl.get("comm/halo_bytes_per_epoch")
             pcell = f"{pp / 2**30:.2f} ({pp / peak - 1:+.1%})" if pp else "-"
             hcell = f"{ph / 1e6:.1f} ({ph / halo - 1:+.1%})" if ph and halo else ("0" if halo == 0 else "-")
-            lines.append(f"| {r['nodes']:,} | {r['edges']:,} | {k} | {p['wall_s']:.0f} | "
-                         f"{p['peak_rss_bytes'] / 2**30:.2f} | {r[f'k{k}/epoch_s']:.2f} | {peak / 2**30:.2f} | "
-                         f"{pcell} | {halo / 1e6:.1f} | {hcell} |")
-    return "\n".join(lines)
+            cells.append([r["nodes"], r["edges"], k, f"{p['wall_s']:.0f}", f"{p['peak_rss_bytes'] / 2**30:.2f}",
+                          f"{r[f'k{k}/epoch_s']:.2f}", f"{peak / 2**30:.2f}", pcell, f"{halo / 1e6:.1f}", hcell])
+    return harness.table(["nodes", "edges", "k", "partition s", "partition peak GiB", "epoch s", "peak GiB/rank (max)",
+                          "plan peak GiB (error)", "halo MB/epoch", "plan halo MB (error)"], cells)
 
 
 def plot(ser: dict, path: Path) -> None:
@@ -169,15 +160,12 @@ def plot(ser: dict, path: Path) -> None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
-    fig.savefig(tmp, dpi=110)
-    os.replace(tmp, path)
-    plt.close(fig)
+    from graphdist.fileio import atomic_savefig
+    atomic_savefig(fig, path)  # (closes the figure)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--nodes", default="306128,612257,1224514,2449029")
     ap.add_argument("--avg-degree", type=float, default=50.0)
     ap.add_argument("--features", type=int, default=100)
@@ -191,9 +179,8 @@ def main(argv=None) -> int:
                     help="OMP_NUM_THREADS of every process (each of k workers gets it as is); default: torch's "
                          "own choice for one process (all cores, which spins far slower on a loaded machine) "
                          "and cores // k for k workers")
-    ap.add_argument("--out", type=Path, default=REPO / "runs" / "growth")
+    ap.add_argument("--out", type=Path, default=harness.REPO / "runs" / "growth")
     ap.add_argument("--plot", type=Path, default=None)
-    ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--timing", type=Path, default=None,
                     help="a folder of separate timing runs' train-gcn reports named n{NODES}_k{K}_*.json (e.g. "
                          "several runs of 5 epochs on the artifacts): each row's epoch time becomes the fastest "
@@ -201,13 +188,17 @@ def main(argv=None) -> int:
     ap.add_argument("--merge", type=Path, action="append", default=[],
                     help="add the rows of an earlier run's JSON (sizes measured before, e.g. one at a time); "
                          "with --nodes '' nothing new is measured")
-    args = ap.parse_args(argv)
-    args.ks = [int(k) for k in args.ks.split(",")]
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    args.ks = harness.csv(args.ks, int)
     if args.threads:
         ENV["OMP_NUM_THREADS"] = str(args.threads)  # the launcher passes a set value to every worker
     args.out.mkdir(parents=True, exist_ok=True)
     rows = [r for f in args.merge for r in json.loads(f.read_text())["rows"]]
-    for n in sorted(int(x) for x in args.nodes.split(",") if x):
+    for n in sorted(harness.csv(args.nodes, int)):
         print(f"== {n:,} nodes", flush=True)
         r = measure(n, args, args.out)
         rows.append(r)
@@ -226,9 +217,7 @@ def main(argv=None) -> int:
         plot(ser, args.plot)
     result = {"rows": rows, "series": ser, "args": {k: str(v) for k, v in vars(args).items()}}
     path = args.json or args.out / "growth.json"
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(result, indent=1))
-    os.replace(tmp, path)
+    harness.write_json(path, result)
     print(f"wrote {path}")
     return 0
 

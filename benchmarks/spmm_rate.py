@@ -12,14 +12,11 @@ linear in the entries, the time per entry is not once the blocks leave the cache
 """
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import harness
 
 
 def measure(art: Path, cols: int, repeats: int, order: str = "rcm") -> dict:
@@ -33,39 +30,36 @@ def measure(art: Path, cols: int, repeats: int, order: str = "rcm") -> dict:
     adj = SparseAdj.for_model(lg, "gcn")
     n, nnz = lg.num_owned, adj.own.nnz
     x = torch.randn(n, cols)
-    adj.own.mm(x)  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        adj.own.mm(x)
-        times.append(time.perf_counter() - t0)
-    s = statistics.median(times)
+    s = harness.median_s(lambda: adj.own.mm(x), repeats)
     streamed = nnz * 8 + (n + 1) * 4 + 2 * n * cols * 4
     return {"artifact": str(art), "order": order, "order_s": order_s, "owned_rows": n, "entries": nnz, "bytes_streamed": streamed,
             "seconds": s, "entries_cols_per_s": nnz * cols / s}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("dirs", nargs="+", type=Path)
     ap.add_argument("--cols", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=7)
     ap.add_argument("--orders", default="rcm", help="owned-row orders to measure, side by side (--reorder)")
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     import torch
     torch.set_num_threads(1)
     rows = []
-    print(f"{'artifact':<24} {'order':<10} {'order s':>8} {'rows':>10} {'entries':>12} {'MB streamed':>12} {'s':>8} "
-          f"{'entries x cols / s':>19}")
+    print(harness.table_head(["artifact", "order", "order s", "rows", "entries", "MB streamed", "s",
+                              "entries x cols / s"], [False, False] + [True] * 6), flush=True)
     for d in args.dirs:
-        for order in args.orders.split(","):
+        for order in harness.csv(args.orders):
             r = measure(d, args.cols, args.repeats, order)
             rows.append(r)
-            print(f"{d.name:<24} {order:<10} {r['order_s']:>8.1f} {r['owned_rows']:>10,} {r['entries']:>12,} "
-                  f"{r['bytes_streamed'] / 1e6:>12.1f} {r['seconds']:>8.3f} {r['entries_cols_per_s']:>19.3e}", flush=True)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+            print(harness.table_row([d.name, order, f"{r['order_s']:.1f}", r["owned_rows"], r["entries"],
+                                     f"{r['bytes_streamed'] / 1e6:.1f}", f"{r['seconds']:.3f}",
+                                     f"{r['entries_cols_per_s']:.3e}"]), flush=True)
+    harness.write_json(args.json, rows)
     return 0
 
 

@@ -38,7 +38,8 @@ def _text(page) -> str:
 def test_every_guide_and_reference_page_is_built(site):
     for page in ["guides/gcn", "guides/recommender", "guides/dlrm", "guides/pyg", "guides/partitioning",
                  "guides/planning", "guides/fault-tolerance", "guides/multi-node", "cli", "api/gnn", "api/pyg",
-                 "api/rec", "api/embeddings", "api/partitioners", "benchmarks", "benchmarks-history"]:
+                 "api/rec", "api/embeddings", "api/partitioners", "benchmarks", "benchmarks-details",
+                 "benchmarks-history"]:
         assert (site / page / "index.html").exists(), page
 
 

@@ -4,7 +4,7 @@ the site never drifts from them.
 - ``cli.md``: every ``graphdist`` command's ``--help``, rendered from the argparse parsers
   (``graphdist.cli.build_parser``) that the console script runs;
 - ``benchmarks.md`` and ``architecture.md``: ``BENCHMARKS.md`` and ``ARCHITECTURE.md`` as they
-  are in the repository;
+  are in the repository (BENCHMARKS.md's links into ``docs/`` made relative to the site);
 - ``data-cards/*.md``: the dataset cards ``datasets/*/README.md`` (and ``datasets/README.md``);
 - ``examples/*.md``: the example scripts of ``examples/``, whole.
 
@@ -69,7 +69,8 @@ def on_files(files, config):
         files.append(File.generated(config, uri, content=content))
 
     add("cli.md", cli_reference())
-    add("benchmarks.md", (REPO / "BENCHMARKS.md").read_text())
+    # BENCHMARKS.md links to its details and history as docs/X.md (right on GitHub); on the site they sit beside it
+    add("benchmarks.md", re.sub(r"\]\(docs/", "](", (REPO / "BENCHMARKS.md").read_text()))
     add("architecture.md", (REPO / "ARCHITECTURE.md").read_text())
     add("data-cards/index.md", _card((REPO / "datasets" / "README.md").read_text()))
     for card in sorted((REPO / "datasets").glob("*/README.md")):

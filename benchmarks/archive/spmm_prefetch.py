@@ -9,20 +9,17 @@ of ``--repeats``. The hand loop adds in MKL's order,
 so its result is compared bit for bit. Not a product path: it answers whether the product is
 bound by the kernel or by the memory it gathers from (issue 37).
 
-    OMP_NUM_THREADS=1 python benchmarks/spmm_prefetch.py DIR [--reorder blocks] [--distances 1,16,32,64]
+    OMP_NUM_THREADS=1 python benchmarks/archive/spmm_prefetch.py DIR [--reorder blocks] [--distances 1,16,32,64]
 
 DIR is a k = 1 artifact. Needs a C++ compiler and an AVX-512 CPU (``torch.utils.cpp_extension``).
 """
 from __future__ import annotations
 
-import argparse
-import json
-import statistics
 import sys
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
+import harness  # noqa: E402
 
 _SRC = r'''
 #include <torch/extension.h>
@@ -61,15 +58,18 @@ void spmm64(torch::Tensor ptr, torch::Tensor idx, torch::Tensor val, torch::Tens
 HINTS = {"T0": 0, "T1": 1, "T2": 2}
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("dir", type=Path)
     ap.add_argument("--reorder", default="blocks")
     ap.add_argument("--distances", default="1,16,32,64", help="prefetch distances, in entries")
     ap.add_argument("--hints", default="T0,T1,T2")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     import torch
     from torch.utils.cpp_extension import load_inline
     torch.set_num_threads(1)
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     own = SparseAdj.for_model(lg, "gcn").own
     a = own.A
     ptr, idx, val = a.crow_indices(), a.col_indices(), a.values()
-    dists = [int(d) for d in args.distances.split(",")]
+    dists = harness.csv(args.distances, int)
     idx_pad = torch.cat([idx, torch.zeros(max(dists), dtype=idx.dtype)])  # prefetches past the end
     n, nnz = lg.num_owned, own.nnz
     x = torch.randn(n, 64)
@@ -94,23 +94,18 @@ def main(argv=None) -> int:
     print(f"{n:,} rows, {nnz:,} entries, 64 columns; each hand loop against graphdist's product "
           f"(MKL), the two alternated {args.repeats} times (medians): entries x columns / s")
     y = torch.empty(n, 64)
-    for h in args.hints.split(","):
+    for h in harness.csv(args.hints):
         for d in dists:
-            ts = {"mkl": [], "hand": []}
-            for _ in range(args.repeats + 1):  # the first pair warms up
-                for name, f in (("mkl", lambda: own.mm(x)),
-                                ("hand", lambda: ext.spmm64(ptr, idx_pad, val, x, y, d, HINTS[h]))):
-                    t0 = time.perf_counter()
-                    f()
-                    ts[name].append(time.perf_counter() - t0)
-            mkl, hand = (nnz * 64 / statistics.median(ts[k][1:]) for k in ("mkl", "hand"))
+            ts = harness.alternate({"mkl": lambda r: own.mm(x),
+                                    "hand": lambda r: ext.spmm64(ptr, idx_pad, val, x, y, d, HINTS[h])},
+                                   args.repeats, warmup=1)  # the first pair warms up
+            mkl, hand = (nnz * 64 / ts[k].median for k in ("mkl", "hand"))
             same = bool(torch.equal(y, ref))
             out[f"{h}/d{d}"] = {"mkl_entries_cols_per_s": mkl, "hand_entries_cols_per_s": hand,
                                 "hand_over_mkl": hand / mkl, "bit_for_bit": same}
             print(f"  prefetch {h} {d:>3} entries ahead: hand {hand:.3g}, MKL {mkl:.3g}: "
                   f"{hand / mkl:.2f}x, bit for bit: {same}")
-    if args.json:
-        args.json.write_text(json.dumps(out, indent=1))
+    harness.write_json(args.json, out)
     return 0
 
 

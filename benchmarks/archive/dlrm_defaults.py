@@ -1,6 +1,6 @@
 """How the default batch size and learning rates of ``train-dlrm`` were chosen.
 
-    python benchmarks/dlrm_defaults.py --out out/dlrm_defaults
+    python benchmarks/archive/dlrm_defaults.py --out out/dlrm_defaults
 
 Criteo-format TSV files written from ``criteo-synth`` (SYNTHETIC data, 10k and 100k lines, three
 seeds each) are read through ``criteo:FILE --eval-fraction 0.2``; each setting trains one epoch on
@@ -10,13 +10,13 @@ the same split. Prints one JSON object (AUC per file and setting); BENCHMARKS.md
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout (children too)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness, dlrm_learning
+import harness  # noqa: E402
 
 SETTINGS = {
     "old defaults: batch 512, emb lr 0.05, dense lr 0.05": dict(batch_size=512, embedding_lr=0.05, dense_lr=0.05),
@@ -28,13 +28,16 @@ SETTINGS = {
 }
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--out", default="out/dlrm_defaults")
     p.add_argument("--rows", default="10000,100000")
     p.add_argument("--seeds", default="11,12,13")
-    a = p.parse_args(argv)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    return p
+
+
+def main(argv=None) -> dict:
+    a = build_parser().parse_args(argv)
     import torch
     from dlrm_learning import hashed_logistic_regression
 
@@ -48,8 +51,8 @@ def main(argv=None) -> dict:
     os.makedirs(a.out, exist_ok=True)
     init_distributed("cpu")
     res: dict = {}
-    for rows in map(int, a.rows.split(",")):
-        for seed in map(int, a.seeds.split(",")):
+    for rows in harness.csv(a.rows, int):
+        for seed in harness.csv(a.seeds, int):
             tsv = os.path.join(a.out, f"synthetic_criteo_format_{rows}_{seed}.tsv")
             write_tsv(generate(rows=rows, seed=seed), tsv)
             row = {"hashed_lr": round(hashed_logistic_regression(tsv)["auc"], 4)}
@@ -59,6 +62,7 @@ def main(argv=None) -> dict:
             res[f"{rows} lines, seed {seed}"] = row
             print(json.dumps({f"{rows} lines, seed {seed}": row}), flush=True)
     print(json.dumps(res, indent=1))
+    harness.write_json(a.json, res)
     return res
 
 

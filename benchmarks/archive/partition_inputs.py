@@ -1,7 +1,7 @@
 """How the graph reaches KaMinPar and Mt-KaHyPar: time and memory of each way, side by side.
 
-    python benchmarks/partition_inputs.py                       # ~30M-edge SBM, every variant
-    python benchmarks/partition_inputs.py --spec SPEC --only kaminpar:parhip,mtkahypar:file
+    python benchmarks/archive/partition_inputs.py                       # ~30M-edge SBM, every variant
+    python benchmarks/archive/partition_inputs.py --spec SPEC --only kaminpar:parhip,mtkahypar:file
 
 Every variant runs in a fresh child process that loads the graph, resets its peak-RSS counter
 (``/proc/self/clear_refs``), then builds the partitioner's input and (KaMinPar) partitions; it
@@ -25,25 +25,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
+import harness  # noqa: E402
 
 SPEC = "sbm:nodes=600000,classes=47,avg_degree=50,homophily=0.9,features=0,seed=0"
 VARIANTS = ["kaminpar:parhip", "kaminpar:compress", "kaminpar:text", "kaminpar:networkit",
             "mtkahypar:file", "mtkahypar:list", "mtkahypar:text"]
-
-
-def _status(key: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key):
-                return int(line.split()[1]) * 1024
-    return 0
 
 
 def _old_metis_text(path, s, vw):
@@ -77,7 +69,7 @@ def one(spec: str, variant: str, k: int) -> dict:
     from partitioners.common import make_weights, sym_csr
     g = load_graph(spec)
     w = backends.single_weight(make_weights(g, k, 0.03, "nodes"))
-    base = _status("VmRSS")
+    base = harness.status_bytes("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
     lib, how = variant.split(":")
@@ -125,31 +117,30 @@ def one(spec: str, variant: str, k: int) -> dict:
                                                     via="list" if how == "list" else "file")
             out["input_s"] = time.perf_counter() - t0
             out["pins"] = int(hg.num_pins())
-    out["peak_above_graph_bytes"] = _status("VmHWM") - base
+    out["peak_above_graph_bytes"] = harness.status_bytes("VmHWM") - base
     out["graph_rss_bytes"] = base
     return out
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--spec", default=SPEC)
     ap.add_argument("--parts", type=int, default=4)
     ap.add_argument("--only", default=",".join(VARIANTS))
     ap.add_argument("--timeout", type=int, default=1800)
-    ap.add_argument("--json", default=None)
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if args.one:
         print(json.dumps(one(args.spec, args.one, args.parts)))
         return 0
     rows = []
-    for v in args.only.split(","):
-        cmd = [sys.executable, __file__, "--one", v, "--spec", args.spec, "--parts", str(args.parts)]
-        try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-            r = json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"variant": v, "error": p.stderr[-300:]}
-        except subprocess.TimeoutExpired:
-            r = {"variant": v, "error": f"timeout {args.timeout}s"}
+    for v in harness.csv(args.only):
+        r = harness.child_json([__file__, "--one", v, "--spec", args.spec, "--parts", str(args.parts)], args.timeout)
+        r.setdefault("variant", v)
         rows.append(r)
         if "error" in r:
             print(f"{v:<20} error: {r['error']}", flush=True)
@@ -157,8 +148,7 @@ def main(argv=None) -> int:
             print(f"{v:<20} input {r['input_s']:7.1f} s  partition {r.get('partition_s', float('nan')):7.1f} s  "
                   f"peak above graph {r['peak_above_graph_bytes'] / 2**30:6.2f} GiB  "
                   f"cut {r.get('edge_cut', '-')}", flush=True)
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+    harness.write_json(args.json, rows)
     return 0
 
 

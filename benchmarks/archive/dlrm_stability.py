@@ -1,7 +1,7 @@
 """Do losses at W ranks drift from 1 rank because of rounding or because of a real difference?
 
-    python benchmarks/dlrm_stability.py --steps 60 --batch-size 512 --embedding-lr 0.05 --dense-lr 0.05
-    python benchmarks/dlrm_stability.py --steps 312                                # today's defaults
+    python benchmarks/archive/dlrm_stability.py --steps 60 --batch-size 512 --embedding-lr 0.05 --dense-lr 0.05
+    python benchmarks/archive/dlrm_stability.py --steps 312                                # today's defaults
 
 On ``criteo-synth:`` (100k rows) with ``--sharding`` table_wise and data_parallel, it trains
 
@@ -21,7 +21,6 @@ within rounding of its kink (~1e-7) is switched on in one summation order and of
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -29,7 +28,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout (children too)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
+import harness  # noqa: E402
+
 
 def _cfg(a, sharding="table_wise"):
     from embeddings.config import DLRMTrainConfig
@@ -99,8 +100,8 @@ def _cmp(x, y) -> dict:
     return {"max_abs_diff": float(d.max()), "first_step_over_1e-5": int(over[0]) if over.size else None}
 
 
-def main(argv=None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("--spec", default="criteo-synth:")
     p.add_argument("--steps", type=int, default=312)
     p.add_argument("--ranks", type=int, default=4)
@@ -109,7 +110,11 @@ def main(argv=None) -> dict:
     p.add_argument("--batch-size", type=int, default=d.batch_size)
     p.add_argument("--embedding-lr", type=float, default=d.embedding_lr)
     p.add_argument("--dense-lr", type=float, default=d.dense_lr)
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> dict:
+    a = build_parser().parse_args(argv)
     from graphdist.testing import run_ranks
     torch.set_num_threads(1)
     one = run_ranks(_job, 1, (a,), timeout=7200)[0]
@@ -137,6 +142,7 @@ def main(argv=None) -> dict:
         out[f"smallest |ReLU input| in step {t}, the step before {W} ranks and 1 rank part"] = kinks[t]
         out["median over all steps of the smallest |ReLU input| of a step"] = float(np.median(kinks))
     print(json.dumps(out, indent=1))
+    harness.write_json(a.json, out)
     return out
 
 

@@ -1,9 +1,9 @@
 """Probes behind the moved-rows target (issue 20 item 5): how far other objectives get.
 
-    python benchmarks/moved_probe.py separator             # METIS vertex separator at k=2 vs auto
-    python benchmarks/moved_probe.py seeds --seeds 20      # auto's start + role-bound refinement over many seeds
-    python benchmarks/moved_probe.py mtkahypar --parts 8   # Mt-KaHyPar km1 on the role-bound net model of the cover
-    python benchmarks/moved_probe.py paths --seeds 3       # each start refined on the plain halo vs its own cover's bound
+    python benchmarks/archive/moved_probe.py separator             # METIS vertex separator at k=2 vs auto
+    python benchmarks/archive/moved_probe.py seeds --seeds 20      # auto's start + role-bound refinement over many seeds
+    python benchmarks/archive/moved_probe.py mtkahypar --parts 8   # Mt-KaHyPar km1 on the role-bound net model of the cover
+    python benchmarks/archive/moved_probe.py paths --seeds 3       # each start refined on the plain halo vs its own cover's bound
 
 Every figure is moved rows (``moved_rows``) over node-balanced METIS's plain halo at the same k
 (imbalance 3%), the ratio of the target (<= 0.6 with node and edge imbalance <= 5%).
@@ -23,7 +23,6 @@ halo volume (the issue-10 ``auto``) or on the role bound of its own cover (now),
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -32,7 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
+import harness  # noqa: E402
+
 SNAP = os.environ.get("GRAPHDIST_SNAP", "../shared/datasets/snap")
 GRAPHS = {"gnutella": f"edgelist:{SNAP}/p2p-Gnutella24.txt", "facebook": f"edgelist:{SNAP}/facebook_combined.txt"}
 
@@ -154,24 +155,31 @@ def paths(name: str, k: int, n_seeds: int) -> dict:
     return {"graph": name, "k": k, **wins, "best": best[0], "best_start": best[1]}
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser():
+    p = harness.parser(__doc__)
     p.add_argument("probe", choices=["separator", "seeds", "mtkahypar", "paths"])
     p.add_argument("--graphs", default="gnutella,facebook")
     p.add_argument("--parts", default="4,8,16")
     p.add_argument("--seeds", type=int, default=20)
-    args = p.parse_args(argv)
-    for name in args.graphs.split(","):
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    rows = []
+    for name in harness.csv(args.graphs):
         if args.probe == "separator":
-            print(json.dumps(separator(name)), flush=True)
+            rows.append(separator(name))
+            print(json.dumps(rows[-1]), flush=True)
             continue
-        for k in (int(x) for x in args.parts.split(",")):
+        for k in harness.csv(args.parts, int):
             r = (seeds(name, k, args.seeds) if args.probe == "seeds" else
                  paths(name, k, args.seeds) if args.probe == "paths" else mtkahypar(name, k))
+            rows.append(r)
             print(json.dumps(r), flush=True)
+    harness.write_json(args.json, rows)
     return 0
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(REPO))
     raise SystemExit(main())

@@ -1,6 +1,6 @@
 """One train-rec BPR step, the current gather against the one it replaced, side by side (k=1).
 
-    python benchmarks/rec_step.py [--spec SPEC] [--steps 6]
+    python benchmarks/archive/rec_step.py [--spec SPEC] [--steps 6]
 
 The old step copied the whole ``[final | layer-0]`` table and indexed it once per triple column
 (three table-sized zero-filled gradients); :func:`graphdist.rec.model.bpr_step` gathers only the
@@ -10,13 +10,15 @@ the same state (loss, largest weight difference).
 """
 from __future__ import annotations
 
-import argparse
 import os
-import time
+import sys
+from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the harness
+import harness  # noqa: E402
 
 SPEC = "rec-synth:users=50000,items=20000,avg_items=25,seed=0"
 
@@ -42,11 +44,15 @@ def old_step(model, adj, halo, plan, l2, opt):
     return loss.detach()
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def build_parser():
+    ap = harness.parser(__doc__)
     ap.add_argument("--spec", default=SPEC)
     ap.add_argument("--steps", type=int, default=6)
-    a = ap.parse_args()
+    return ap
+
+
+def main(argv=None):
+    a = build_parser().parse_args(argv)
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29737"), RANK="0",
                       WORLD_SIZE="1", LOCAL_RANK="0")
@@ -65,15 +71,9 @@ def main():
     plans = schedule_epoch(sample_epoch(rd.index, 0, 1, 2048), rd, r.num_users, 0, 1)
     model = LightGCNShard(init_embeddings(rd.owned, 64, 0.1, 0), 3)
     opt = torch.optim.Adam([model.weight], lr=1e-3)
-    t_old, t_new = [], []
-    for i in range(a.steps):
-        t = time.perf_counter()
-        old_step(model, adj, halo, plans[i], 1e-4, opt)
-        t_old.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        bpr_step(model, adj, halo, plans[i], 1e-4, opt)
-        t_new.append(time.perf_counter() - t)
-    o, n = float(np.median(t_old)), float(np.median(t_new))
+    ts = harness.alternate({"old": lambda i: old_step(model, adj, halo, plans[i], 1e-4, opt),
+                            "new": lambda i: bpr_step(model, adj, halo, plans[i], 1e-4, opt)}, a.steps)
+    o, n = ts["old"].median, ts["new"].median
     print(f"{r.train.shape[0]:,} training pairs, {len(plans)} steps/epoch: old {o:.3f} s/step, new {n:.3f} s/step, "
           f"{o / n:.2f}x")
     w0 = model.weight.detach().clone()
@@ -81,8 +81,10 @@ def main():
     o1, o2 = torch.optim.Adam([m1.weight], lr=1e-3), torch.optim.Adam([m2.weight], lr=1e-3)
     la = old_step(m1, adj, halo, plans[a.steps], 1e-4, o1)
     lb = bpr_step(m2, adj, halo, plans[a.steps], 1e-4, o2)
-    print(f"one step from the same state: loss difference {float(la - lb):.3g}, "
-          f"largest weight difference {float((m1.weight - m2.weight).detach().abs().max()):.3g}")
+    wdiff = float((m1.weight - m2.weight).detach().abs().max())
+    print(f"one step from the same state: loss difference {float(la - lb):.3g}, largest weight difference {wdiff:.3g}")
+    harness.write_json(a.json, {"old_s_per_step": o, "new_s_per_step": n, "ratio_old_over_new": o / n,
+                                "loss_difference": float(la - lb), "largest_weight_difference": wdiff})
 
 
 if __name__ == "__main__":

@@ -22,14 +22,19 @@ reversed), which adds it to the gradient of its own copy; the one sum crosses ho
 get zero, so the transpose of the send operator adds the same total (in another order: equal
 up to float rounding).
 
-The plan is plain data, computed before any communication from every rank's *send lists*
-(per message row: the global id of the raw row, or -1 for a partial sum, grouped by peer)
-and each rank's host: :func:`build_routes` builds all ranks' plans in one process (what the
-tests check); :func:`gather_route` gathers the lists and builds this rank's plan on a running
-job. The wire calls are :mod:`graphdist.comm`'s.
+The plan is plain data, computed before any training from every rank's *send lists* (per
+message row: the global id of the raw row, or -1 for a partial sum, grouped by peer) and each
+rank's host: :func:`build_routes` builds all ranks' plans in one process (the reference the
+tests and ``plan`` use); :func:`gather_route` builds this rank's plan on a running job in
+memory bounded by the rank's own message rows (:mod:`graphdist.exchange.route_plan`: a sender
+picks its carriers from its own list, one all-to-all tells each rank of another host which of
+its rows come through a carrier and each carrier what to forward), not by the job's. The
+plan's index tensors live on the device of the rows they index (:meth:`RankRoute.to`). The
+wire calls are :mod:`graphdist.comm`'s.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -77,6 +82,26 @@ class RankRoute:
     cross_back: int
     """Rows this rank sends to other hosts per backward exchange (phase 1 reversed)."""
 
+    INDEX_FIELDS = ("send1_idx", "recv1_pos", "send2_src", "recv2_pos")
+    """The index tensors (the rest is counts and plain numbers)."""
+
+    @property
+    def device(self) -> torch.device:
+        """Where the index tensors are (that of the rows they index)."""
+        return self.send1_idx.device
+
+    def to(self, device) -> "RankRoute":
+        """This plan with its index tensors on ``device`` (itself when they are there already):
+        an exchange indexes rows with them, and torch takes no index from another device."""
+        device = torch.device(device)
+        if all(getattr(self, f).device == device for f in self.INDEX_FIELDS):
+            return self
+        return dataclasses.replace(self, **{f: getattr(self, f).to(device) for f in self.INDEX_FIELDS})
+
+    def index_bytes(self) -> int:
+        """Bytes of the index tensors (what the plan holds while the job runs)."""
+        return sum(int(getattr(self, f).numel()) * 8 for f in self.INDEX_FIELDS)
+
     @property
     def remote(self) -> list[bool]:
         """Per peer: on another host."""
@@ -101,6 +126,9 @@ class RankRoute:
         backward); ``.wait()`` gives the direct exchange's result. ``stats`` (a
         :class:`~graphdist.exchange.exchanger.CommStats`) counts the rows this rank sends."""
         rows = rows.contiguous()
+        if rows.device != self.device:
+            raise ValueError(f"the route's index tensors are on {self.device} but the rows on {rows.device}: "
+                             "move the plan with RankRoute.to(device) (HaloExchanger does)")
         if direction == "forward":
             send = rows.index_select(0, self.send1_idx)
             out = rows.new_empty((int(self.recv1_pos.numel()),) + tuple(rows.shape[1:]))
@@ -261,26 +289,40 @@ def host_of_rank(rank: int) -> int:
     return rank // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "") or 1))
 
 
-def gather_route(lg, halo: str, routed: bool, group=None) -> tuple[RankRoute, dict]:
-    """This rank's plan on a running job (collective: every rank calls it): the send lists and
-    hosts of all ranks gathered, then :func:`build_routes`. Also ``{"hosts", "ranks_per_host",
-    "rows_between_hosts", "rows_between_hosts_direct"}`` (rows per forward exchange, all ranks).
-    With one host or one rank per host the route is the direct one (``routed`` False)."""
-    rank = comm.world(group)[0]
-    counts = list(lg.exchange_layout(halo).send_counts)
-    seen = comm.all_gather_object([host_of_rank(rank), counts], group)
-    hosts = [s[0] for s in seen]
+def gather_route(lg, halo: str, routed: bool, group=None, device=None) -> tuple[RankRoute, dict]:
+    """This rank's plan on a running job (collective: every rank calls it), its index tensors
+    on ``device`` (that of the rows it will index; default CPU). Every rank's host and row counts
+    are gathered (``k + 1`` numbers a rank); a routed plan is then built in memory bounded by
+    this rank's own message rows (:mod:`graphdist.exchange.route_plan`: one all-to-all, each
+    rank receiving what its plan needs), never from every rank's send lists. Also ``{"hosts",
+    "ranks_per_host", "rows_between_hosts", "rows_between_hosts_direct"}`` (rows per forward
+    exchange, all ranks). With one host or one rank per host the route is the direct one
+    (``routed`` False)."""
+    from graphdist.exchange.route_plan import receiver_plan, sender_plan
+    rank, k = comm.world(group)
+    lay = lg.exchange_layout(halo)
+    mine = torch.tensor([[host_of_rank(rank)] + [int(c) for c in lay.send_counts]], dtype=torch.int64)
+    seen = comm.all_gather_rows(mine, group)  # [k, 1 + k]: host, rows to each peer
+    hosts = [int(h) for h in seen[:, 0]]
+    cnt = seen[:, 1:]
     per_host = {h: hosts.count(h) for h in hosts}
     routed = routed and len(per_host) > 1 and max(per_host.values()) > 1
     if routed:
-        every = comm.all_gather_rows(send_keys(lg, halo)[0], group)
-        all_keys = list(torch.split(every, [sum(s[1]) for s in seen]))
-        route = build_routes(all_keys, [s[1] for s in seen], hosts, ranks=[rank])[0]
+        keys, counts = send_keys(lg, halo)
+        side = sender_plan(rank, keys, counts, hosts, lg.num_global_nodes)
+        del keys
+        got, got_counts = comm.all_to_all_varied(side.message, side.message_counts, group)
+        side.message = None
+        recv = receiver_plan(rank, list(lay.recv_counts), hosts, got, got_counts)
+        del got
+        route = RankRoute(rank=rank, hosts=hosts, routed=True, n_send=int(cnt[rank].sum()),
+                          n_recv=int(cnt[:, rank].sum()), send1_idx=side.send1_idx,
+                          send1_counts=side.send1_counts, cross_send=side.cross_send, **recv)
     else:  # the direct route: the counts say it all
-        cnt = torch.tensor([s[1] for s in seen], dtype=torch.int64)
         route = _direct(rank, cnt, torch.tensor(hosts, dtype=torch.int64))
-    direct = sum(int(c) for s, sc in enumerate(seen) for p, c in enumerate(sc[1]) if hosts[p] != hosts[s])
+    far = torch.tensor(hosts)[:, None] != torch.tensor(hosts)[None, :]
+    direct = int(cnt[far].sum())
     moved = int(comm.all_reduce_sum(torch.tensor([route.cross_send], dtype=torch.float64), group)[0])
     info = {"hosts": len(per_host), "ranks_per_host": sorted(set(per_host.values())),
             "rows_between_hosts": moved, "rows_between_hosts_direct": direct}
-    return route, info
+    return route.to(device if device is not None else "cpu"), info

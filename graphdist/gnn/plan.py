@@ -24,7 +24,7 @@ import numpy as np
 
 from graphdist.errors import ConfigError
 from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
-from graphdist.gnn.plan_memory import ALLOC_SLACK, activation_peak  # noqa: F401 (plan's API)
+from graphdist.gnn.plan_memory import ALLOC_SLACK, activation_peak, route_bytes  # noqa: F401 (plan's API)
 from graphdist.memory import PROCESS_BYTES
 
 GiB = 2 ** 30
@@ -118,6 +118,11 @@ class PlanConfig(GCNConfig):
             raise ConfigError(f"--compute-s must be >= 0, got {self.compute_s}")
         if self.hosts < 0 or self.intra_gbps < 0:
             raise ConfigError(f"--hosts and --intra-gbps must be >= 0, got {self.hosts} and {self.intra_gbps}")
+        if self.halo_route == "hosts":
+            if self.hosts < 2:
+                raise ConfigError("--halo-route hosts: give the hosts the ranks run on with --hosts H (H >= 2)")
+            import dataclasses
+            dataclasses.replace(self, link_gbps=0.0, link_latency_us=0.0)._check_route()  # (plan's own link)
 
 
 @dataclass
@@ -232,9 +237,14 @@ def layer_plan(cfg, f_in: int, n_classes: int, active: bool) -> list[dict]:
                         held=held)
 
 
-def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str) -> dict:
-    """Bytes of one rank, by what holds them (the exchange in ``cfg.halo_rounds`` rounds)."""
+def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str, per_host: int = 0) -> dict:
+    """Bytes of one rank, by what holds them (the exchange in ``cfg.halo_rounds`` rounds).
+    ``per_host``: ranks on this rank's host, when ``k`` ranks run on more than one host (0: not
+    known); with ``--halo-route hosts`` and several ranks on a host the route's plan and the
+    buffers of its two phases count too (``route_plan_bytes``: the plan's index tensors, held
+    throughout, plus what building it takes at once, before the activations exist)."""
     active = k > 1
+    routed = active and getattr(cfg, "halo_route", "direct") == "hosts" and 1 < per_host < k
     layers = layer_plan(cfg, f_in, n_classes, active)
     n = ps.n
     loops_added = n if cfg.model == "gcn" else 0
@@ -255,16 +265,21 @@ def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str
     widths = [f_in] + [cfg.hidden] * (cfg.layers - 1) + [n_classes]
     params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
     optimizer = params * 4 * 3  # gradient and two Adam moments
-    act = activation_peak(ps, layers, cfg, mode, active, k)
+    act = activation_peak(ps, layers, cfg, mode, active, k, per_host if routed else 0)
+    route_held, route_peak = route_bytes(ps, mode, per_host) if routed else (0, 0)
     if active and getattr(cfg, "halo_staleness", 0):  # last epoch's rows held per layer and direction
         smooth = 2 if getattr(cfg, "staleness_smoothing", 0.0) > 0 else 1
         act += smooth * 4 * sum(lay["train_width"] * (ps.recv.get(mode, 0) + (ps.send.get(mode, 0) if lay["needs_input_grad"] else 0))
                                 for lay in layers)
-    total = RUNTIME_BYTES + feats + resident + ps.plan_bytes + adj + kept + params * 4 + optimizer + act
+    # the route's plan is built before training: its build peak stands beside the part's CSR
+    # (let go once the net is built), where the activations will stand later
+    build = route_peak - route_held + ps.edges * 4 + (n + 1) * 8 if routed else 0
+    total = (RUNTIME_BYTES + feats + resident + ps.plan_bytes + adj + kept + params * 4 + optimizer + route_held
+             + max(act, build))
     return {"owned_rows": n, "halo_rows": ps.halo, "message_rows_in": ps.recv.get(mode, 0) if active else 0,
             "features_bytes": feats, "held_halo_bytes": resident, "adjacency_bytes": adj, "activation_bytes": act + kept,
             "optimizer_bytes": params * 4 + optimizer, "plan_bytes": ps.plan_bytes, "runtime_bytes": RUNTIME_BYTES,
-            "peak_bytes": int(total)}
+            "route_plan_bytes": route_peak, "peak_bytes": int(total)}
 
 
 def halo_bytes_per_epoch(total_rows: int, layers: list[dict], cfg) -> int:
@@ -316,7 +331,8 @@ def plan(cfg: PlanConfig) -> dict:
         import dataclasses
         fast = [c["comm/halo"] for c in choices if c["comm/halo_bits"] == cfg.halo_bits]
         cfg = dataclasses.replace(cfg, halo=fast[0] if fast else "plain")
-    cfg = fewest_rounds(cfg, parts, f_in, n_classes, k, mem)  # for the mode auto chose
+    per_host = k // cfg.hosts if cfg.hosts else 1
+    cfg = fewest_rounds(cfg, parts, f_in, n_classes, k, mem, per_host=per_host)  # for the mode auto chose
     halo = {m: halo_bytes_per_epoch(sum(p.send.get(m, 0) for p in parts), layers, cfg) if active else 0
             for m in ("plain", "mvc") if all(m in p.send for p in parts)}
     wire, links = link_seconds(parts, layers, cfg, cfg.halo) if active else ([(0.0, 0.0)] * k, {})
@@ -324,7 +340,7 @@ def plan(cfg: PlanConfig) -> dict:
         halo[cfg.halo] = links["comm/inter_host_bytes_per_epoch"] + links["comm/intra_host_bytes_per_epoch"]
     ranks = []
     for ps, w in zip(parts, wire):
-        row = rank_memory(ps, cfg, f_in, n_classes, k, cfg.halo)
+        row = rank_memory(ps, cfg, f_in, n_classes, k, cfg.halo, per_host)
         share = ps.send.get(cfg.halo, 0) / max(1, sum(p.send.get(cfg.halo, 0) for p in parts))
         row["halo_bytes_sent_per_epoch"] = int(halo.get(cfg.halo, 0) * share)
         row["time/epoch_s"] = epoch_seconds(ps, layers, cfg, cfg.halo, active, rates, w, codec)
@@ -339,13 +355,15 @@ def plan(cfg: PlanConfig) -> dict:
             "rates": {"spmm_entries_cols_per_s": rates[0], "dense_flops_per_s": rates[1]}}
 
 
-def fewest_rounds(cfg, parts: list[PartStats], f_in: int, n_classes: int, k: int, mem: float, mode=None):
+def fewest_rounds(cfg, parts: list[PartStats], f_in: int, n_classes: int, k: int, mem: float, mode=None,
+                  per_host: int = 0):
     """``cfg`` with ``halo_rounds`` resolved: the fewest of :func:`round_choices` whose largest
     rank fits ``mem`` bytes (the most when none does)."""
     import dataclasses
     for r in round_choices(cfg, k):
         c = dataclasses.replace(cfg, halo_rounds=r)
-        if max(rank_memory(ps, c, f_in, n_classes, k, mode or cfg.halo)["peak_bytes"] for ps in parts) <= mem:
+        if max(rank_memory(ps, c, f_in, n_classes, k, mode or cfg.halo, per_host)["peak_bytes"]
+               for ps in parts) <= mem:
             return c
     return c
 
@@ -386,8 +404,9 @@ def check_fits(cfg, lg, world_size: int) -> int:
     ps = part_stats(lg, check_symmetry=False)
     local = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     f_in, n_cls = int(lg.x.shape[1]), max(int(lg.num_classes), 1)
-    needs = [rank_memory(ps, dataclasses.replace(cfg, halo_rounds=r), f_in, n_cls, world_size, cfg.halo)["peak_bytes"]
-             for r in cands]
+    # ranks of a node are its host (the route's, graphdist.exchange.route.host_of_rank: torchrun's node)
+    needs = [rank_memory(ps, dataclasses.replace(cfg, halo_rounds=r), f_in, n_cls, world_size, cfg.halo,
+                         local)["peak_bytes"] for r in cands]
     rss = resident_bytes() or 0  # the machine's free memory is shared by its ranks
     seen = comm.all_gather_object([needs, available_bytes() + (local - 1) * rss, process_ceiling()])
     have = min(s[1] for s in seen)

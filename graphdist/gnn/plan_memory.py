@@ -1,6 +1,8 @@
 """The activations of ``graphdist plan``'s memory estimate: the largest bytes of activations
 and gradients live at one time in an epoch, replayed tensor by tensor (:func:`activation_peak`),
-with the allocator's slack on top (:data:`ALLOC_SLACK`)."""
+with the allocator's slack on top (:data:`ALLOC_SLACK`); and what the route across hosts holds
+(``--halo-route hosts``, :func:`route_bytes`): its plan, built before training, and the buffers
+of its two phases in every exchange."""
 from __future__ import annotations
 
 ALLOC_SLACK = 1.05
@@ -11,12 +13,26 @@ BENCHMARKS.md "Memory model constants"), the middle of that range; with it the p
 the footprint was 0.985-1.010 of the measured one."""
 
 
-def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, k: int = 1) -> int:
+def route_bytes(ps: PartStats, mode: str, per_host: int) -> tuple[int, int]:
+    """``(bytes of the route plan's index tensors, held while training; most bytes the plan takes
+    while it is built, those included)`` of a rank routed across hosts with ``per_host`` ranks on
+    its host (:mod:`graphdist.exchange.route_plan`: bounded by the rank's own message rows)."""
+    from graphdist.exchange.route_plan import plan_index_bytes, plan_peak_bytes
+    sent, got = ps.send.get(mode, 0), ps.recv.get(mode, 0)
+    return plan_index_bytes(sent, got, per_host), plan_peak_bytes(sent, got, per_host)
+
+
+def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, k: int = 1,
+                    per_host: int = 0) -> int:
     """Largest bytes of activations and gradients live at one time in an epoch (training
-    forward, backward, evaluation), replaying the tensors the layers allocate and free."""
+    forward, backward, evaluation), replaying the tensors the layers allocate and free.
+    ``per_host`` > 1: the exchanges take the route across hosts (``--halo-route hosts``), whose
+    two phases hold, beside the direct exchange's buffers, a copy of the rows sent, the rows
+    received and those forwarded (at most ``per_host - 1`` copies of each row received)."""
     n, f4 = ps.n, 4
     ms, mr = (ps.send.get(mode, 0), ps.recv.get(mode, 0)) if active else (0, 0)
     rounds = max(1, int(getattr(cfg, "halo_rounds", 1) or 1)) if active else 1
+    routed = active and per_host > 1
     live = peak = 0
 
     def alloc(b):
@@ -32,6 +48,9 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
         s = -(-sent // rounds) + (k if rounds > 1 and sent else 0)  # a round takes ceil(c/R) of a peer's rows
         q = -(-got // rounds) + (k if rounds > 1 and got else 0)
         alloc((s + q) * w * f4)
+        two = (s + q + (per_host - 1) * max(s, q)) * w * f4 if routed else 0  # the route's phase buffers
+        alloc(two)
+        alloc(-two)
         alloc(n * w * f4)
         for r in range(rounds):
             if r + 1 < rounds:

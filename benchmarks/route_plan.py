@@ -7,7 +7,7 @@ the same parts, each in fresh rank processes.
 
 k ranks (k = the artifact's parts, forked by :func:`graphdist.testing.run_ranks`, gloo on this
 machine), host-major on ``--hosts`` hosts as torchrun places them (``GROUP_RANK``). Each rank maps
-its part and computes its exchange layout first; then its peak is the rise of its resident set
+its part; then its peak is the rise of its resident set
 over the plan's build (the kernel's high-water mark ``VmHWM``, reset through
 ``/proc/self/clear_refs`` just before). Also per rank: its message rows sent and received per
 exchange, the bytes of its part (every tensor of its part file: features, CSR, layouts) and the
@@ -40,7 +40,7 @@ def _all_gathered(lg, halo: str, rank: int, hosts: list[int]):
 
     from graphdist import comm
     from graphdist.exchange.route import build_routes, send_keys
-    counts = list(lg.exchange_layout(halo).send_counts)
+    counts = list(lg.exchange_layout(halo).send_counts)  # (as it was: the layout computed for its counts)
     seen = comm.all_gather_rows(torch.tensor([counts], dtype=torch.int64))
     every = comm.all_gather_rows(send_keys(lg, halo)[0])
     keys = list(torch.split(every, [int(c) for c in seen.sum(1)]))
@@ -50,16 +50,17 @@ def _all_gathered(lg, halo: str, rank: int, hosts: list[int]):
 def _rank(rank, ws, directory, hosts, halo, variant):
     import torch
 
-    from graphdist.exchange.route import gather_route
+    from graphdist.exchange.route import exchange_counts, gather_route
     from graphdist.exchange.route_plan import plan_peak_bytes
     from graphdist.partition.parts import load_part
     torch.set_num_threads(1)
+    from graphdist.memory import set_mmap_threshold
+    set_mmap_threshold(4)  # as a train-gcn rank does (--malloc-mmap-mb 4)
     per = ws // hosts
     os.environ.update({"GROUP_RANK": str(rank // per), "LOCAL_WORLD_SIZE": str(per), "LOCAL_RANK": str(rank % per)})
     lg = load_part(directory, rank)
-    lay = lg.exchange_layout(halo)  # the layout the exchanger needs anyway: not the plan's
     part = sum(int(t.numel()) * t.element_size() for t in lg.to_dict().values() if isinstance(t, torch.Tensor))
-    n_send, n_recv = sum(lay.send_counts), sum(lay.recv_counts)
+    n_send, n_recv = (sum(c) for c in exchange_counts(lg, halo))
     from graphdist import comm
     comm.barrier()
     with open("/proc/self/clear_refs", "w") as f:

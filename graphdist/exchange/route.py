@@ -43,7 +43,8 @@ import torch
 
 from graphdist import comm
 
-__all__ = ["RankRoute", "build_routes", "send_keys", "host_of_rank", "gather_route", "RoutedPending"]
+__all__ = ["RankRoute", "build_routes", "send_keys", "exchange_counts", "host_of_rank", "gather_route",
+           "RoutedPending"]
 
 
 @dataclass
@@ -272,12 +273,37 @@ def _direct(r: int, cnt: torch.Tensor, host: torch.Tensor) -> RankRoute:
 
 def send_keys(lg, halo: str) -> tuple[torch.Tensor, list[int]]:
     """``(keys, counts)``: the send list of ``lg``'s exchange in ``halo`` mode (the global id of
-    each raw row sent, -1 for each partial sum; rows per peer)."""
-    lay = lg.exchange_layout(halo)
-    keys = torch.full((sum(lay.send_counts),), -1, dtype=torch.int64)
-    raw = lg.send_idx if halo == "plain" else lg.send_idx[lg.send_raw]
-    keys[lay.send_raw_pos] = lg.owned[raw]
-    return keys, list(lay.send_counts)
+    each raw row sent, -1 for each partial sum; rows per peer), in the message order of
+    ``lg.exchange_layout(halo)`` (per peer: its raw rows in send order, then its partial sums),
+    built without the layout's position arrays."""
+    if halo == "plain":
+        return lg.owned[lg.send_idx], [int(c) for c in lg.send_counts]
+    raw_n, _ = _mvc_counts(lg)
+    raw = lg.owned[lg.send_idx[lg.send_raw]]  # grouped by peer, in send order
+    pieces, at = [], 0
+    for r, p in zip(raw_n, lg.pre_send_counts):
+        pieces += [raw[at:at + r], torch.full((int(p),), -1, dtype=torch.int64)]
+        at += r
+    keys = torch.cat(pieces) if pieces else raw
+    return keys, [r + int(p) for r, p in zip(raw_n, lg.pre_send_counts)]
+
+
+def _mvc_counts(lg) -> tuple[list[int], list[int]]:
+    """Raw rows ``lg`` sends to and receives from each peer in ``mvc`` mode."""
+    def per_peer(flags, counts):
+        at = torch.cumsum(torch.tensor([0] + [int(c) for c in counts]), 0).tolist()
+        return [int(flags[a:b].sum()) for a, b in zip(at[:-1], at[1:])]
+    return per_peer(lg.send_raw, lg.send_counts), per_peer(lg.halo_raw, lg.recv_counts)
+
+
+def exchange_counts(lg, halo: str) -> tuple[list[int], list[int]]:
+    """``(rows sent to each peer, rows received from each peer)`` per exchange in ``halo`` mode:
+    ``lg.exchange_layout(halo)``'s counts, without its position arrays."""
+    if halo == "plain":
+        return [int(c) for c in lg.send_counts], [int(c) for c in lg.recv_counts]
+    raw_out, raw_in = _mvc_counts(lg)
+    return ([r + int(p) for r, p in zip(raw_out, lg.pre_send_counts)],
+            [r + int(p) for r, p in zip(raw_in, lg.pre_recv_counts)])
 
 
 def host_of_rank(rank: int) -> int:
@@ -299,8 +325,8 @@ def gather_route(lg, halo: str, routed: bool, group=None, device=None) -> tuple[
     (``routed`` False)."""
     from graphdist.exchange.route_plan import receiver_plan, sender_plan
     rank, k = comm.world(group)
-    lay = lg.exchange_layout(halo)
-    mine = torch.tensor([[host_of_rank(rank)] + [int(c) for c in lay.send_counts]], dtype=torch.int64)
+    send_counts, recv_counts = exchange_counts(lg, halo)
+    mine = torch.tensor([[host_of_rank(rank)] + send_counts], dtype=torch.int64)
     seen = comm.all_gather_rows(mine, group)  # [k, 1 + k]: host, rows to each peer
     hosts = [int(h) for h in seen[:, 0]]
     cnt = seen[:, 1:]
@@ -312,7 +338,7 @@ def gather_route(lg, halo: str, routed: bool, group=None, device=None) -> tuple[
         del keys
         got, got_counts = comm.all_to_all_varied(side.message, side.message_counts, group)
         side.message = None
-        recv = receiver_plan(rank, list(lay.recv_counts), hosts, got, got_counts)
+        recv = receiver_plan(rank, recv_counts, hosts, got, got_counts)
         del got
         route = RankRoute(rank=rank, hosts=hosts, routed=True, n_send=int(cnt[rank].sum()),
                           n_recv=int(cnt[:, rank].sum()), send1_idx=side.send1_idx,

@@ -28,14 +28,18 @@ import torch
 
 __all__ = ["SenderPlan", "sender_plan", "receiver_plan", "plan_peak_bytes", "plan_index_bytes"]
 
-PEAK_PER_SEND_ROW = 72
-"""Bytes per message row sent of :func:`sender_plan`'s largest working set: the int64 keys,
-destinations, sort key, sort order, carrier and row-in-block arrays and the two-column message
-(the int64 keys and the boolean masks are counted once each; ``benchmarks/route_plan.py``
-measures it)."""
-PEAK_PER_RECV_ROW = 56
-"""Bytes per message row received of :func:`receiver_plan`'s largest working set: the two-column
-message received, the direct mask, positions and carriers of the forwarded rows and their order."""
+PEAK_PER_SEND_ROW = 56
+"""Bytes per message row sent of the plan's build, at most: the keys (8), the part's owned ids and
+send positions they are read from (16, pages of a mapped part file), :func:`sender_plan`'s working
+set on one other host's raw rows at a time and its phase-1 rows (the whole build measured at
+most 75 bytes per row sent on products-sized parts, ``benchmarks/route_plan.py``, BENCHMARKS.md "The route
+plan's memory")."""
+PEAK_PER_RECV_ROW = 32
+"""Bytes per message row received: the message (int32 pairs), each row's carrier, the positions
+of the rows received directly and through a carrier (:func:`receiver_plan`)."""
+PEAK_PER_FORWARDED_ROW = 32
+"""Bytes per row a carrier forwards: its destination, its row among the carrier's received rows,
+their order and the plan's copy (at most ``ranks_per_host - 1`` per row received)."""
 
 
 @dataclass
@@ -49,7 +53,7 @@ class SenderPlan:
     cross_send: int
     """Of those, rows to ranks of other hosts."""
     message: torch.Tensor
-    """``[n, 2]`` int64: to each peer ``p``, first (if ``p`` is on another host) one row per
+    """``[n, 2]`` int32 (int64 from 2^31 rows): to each peer ``p``, first (if ``p`` is on another host) one row per
     message row of the ``s -> p`` block, ``(carrier, 0)`` (carrier -1: it goes directly), then
     one row per row ``p`` carries for ``s``, ``(destination, row in s's phase-1 block to p)``."""
     message_counts: list[int]
@@ -60,53 +64,80 @@ def _starts(counts: torch.Tensor) -> torch.Tensor:
     return torch.cumsum(counts, 0) - counts
 
 
-def sender_plan(rank: int, keys: torch.Tensor, counts: list[int], hosts: list[int], n_keys: int) -> SenderPlan:
+def _carriers(keys: torch.Tensor, at: list[int], peers: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Of the raw rows sent to ``peers`` (the ranks of one other host, ascending; ``at[p]``: where
+    peer ``p``'s block starts in the send list): ``(rows that are not the first copy of their key,
+    the row of that first copy)``, the first copy being the lowest peer's (send order)."""
+    idx = torch.cat([torch.arange(at[p], at[p + 1]) for p in peers])  # ascending
+    kk = keys[idx]
+    raw = kk >= 0
+    idx, kk = idx[raw], kk[raw]
+    del raw
+    o = torch.argsort(kk, stable=True)  # by key, then send order: the lowest peer first
+    idx, kk = idx[o], kk[o]
+    del o
+    first = torch.ones(idx.numel(), dtype=torch.bool)
+    first[1:] = kk[1:] != kk[:-1]
+    del kk
+    lead = idx[first][torch.cumsum(first, 0) - 1]
+    return idx[~first], lead[~first]
+
+
+def sender_plan(rank: int, keys: torch.Tensor, counts: list[int], hosts: list[int], n_keys: int = 0) -> SenderPlan:
     """Rank ``rank``'s side of the plan from its own send list (``keys``: global id per message
     row, -1 for a partial sum; ``counts[p]`` rows to peer ``p``); ``hosts[p]`` the host of rank
-    ``p``; ``n_keys``: above every key (the graph's node count)."""
+    ``p``. Works one other host at a time, on that host's raw rows only (``n_keys``: unused,
+    kept for callers that pass the graph's node count)."""
     k = len(hosts)
-    cnt = torch.tensor([int(c) for c in counts], dtype=torch.int64)
-    host = torch.tensor([int(h) for h in hosts], dtype=torch.int64)
-    m = int(cnt.sum())
-    dst = torch.repeat_interleave(torch.arange(k), cnt)
-    far_peer = host != host[rank]
-    far = far_peer[dst]
-    carrier = torch.arange(m)  # message row of the copy that crosses (itself when direct)
-    cand = torch.nonzero(far & (keys >= 0)).flatten()
-    if cand.numel():
-        # groups (destination host, key): the lowest destination (send order) carries the row
-        o = cand[torch.argsort(host[dst[cand]] * int(n_keys) + keys[cand], stable=True)]
-        hk = host[dst[o]] * int(n_keys) + keys[o]
-        new = torch.ones(o.numel(), dtype=torch.bool)
-        new[1:] = hk[1:] != hk[:-1]
-        del hk
-        carrier[o] = o[new][torch.cumsum(new.to(torch.int64), 0) - 1]
-        del o, new
-    del cand
-    direct = carrier == torch.arange(m)
+    cnt = [int(c) for c in counts]
+    at = [0]
+    for c in cnt:
+        at.append(at[-1] + c)
+    m = at[-1]
+    far = [hosts[p] != hosts[rank] for p in range(k)]
+    fwd, via = [], []  # rows that go through a carrier, and the carrier's row
+    for h in sorted({hosts[p] for p in range(k) if far[p]}):
+        peers = [p for p in range(k) if hosts[p] == h and cnt[p]]
+        if peers:
+            f, c = _carriers(keys, at, peers)
+            fwd.append(f)
+            via.append(c)
+    fwd = torch.cat(fwd) if fwd else torch.zeros(0, dtype=torch.int64)
+    via = torch.cat(via) if via else fwd
+    o = torch.argsort(fwd)  # send order: (destination, position)
+    fwd, via = fwd[o], via[o]
+    del o
+    direct = torch.ones(m, dtype=torch.bool)
+    direct[fwd] = False
     send1_idx = torch.nonzero(direct).flatten()
-    send1_counts = torch.bincount(dst[send1_idx], minlength=k)
-    j = torch.full((m,), -1, dtype=torch.int64)  # row within this sender's phase-1 block to its peer
-    j[send1_idx] = torch.arange(send1_idx.numel()) - _starts(send1_counts)[dst[send1_idx]]
-    fwd = torch.nonzero(~direct).flatten()  # forwarded rows, in (destination, position) order
-    via = dst[carrier[fwd]]
-    # to each peer on another host: the carrier of each row of its block (-1 directly)
-    tell = torch.where(direct, torch.full_like(dst, -1), dst[carrier])[far]
-    told = torch.where(far_peer, cnt, torch.zeros_like(cnt))
-    order = torch.argsort(via, stable=True)  # each carrier's rows, in (destination, position) order
-    work = torch.stack([dst[fwd][order], j[carrier[fwd]][order]], 1)
-    work_counts = torch.bincount(via, minlength=k)
-    tell_at, work_at = _starts(told), _starts(work_counts)
-    message = torch.empty((tell.numel() + work.shape[0], 2), dtype=torch.int64)
-    out_at = _starts(told + work_counts)
-    for p in range(k):  # per peer: [its rows' carriers | what it forwards]
-        a, t, w = int(out_at[p]), int(told[p]), int(work_counts[p])
-        message[a:a + t, 0] = tell[int(tell_at[p]):int(tell_at[p]) + t]
-        message[a:a + t, 1] = 0
-        message[a + t:a + t + w] = work[int(work_at[p]):int(work_at[p]) + w]
-    return SenderPlan(send1_idx=send1_idx, send1_counts=send1_counts.tolist(),
-                      cross_send=int(far[send1_idx].sum()), message=message,
-                      message_counts=(told + work_counts).tolist())
+    send1_counts = [int(direct[at[p]:at[p + 1]].sum()) for p in range(k)]
+    del direct
+    bounds = torch.tensor(at[1:], dtype=torch.int64)
+    dst = torch.searchsorted(bounds, fwd, right=True)  # destination of each forwarded row
+    car = torch.searchsorted(bounds, via, right=True)  # and its carrier
+    s1_at = torch.tensor([0] + send1_counts, dtype=torch.int64).cumsum(0)
+    j = torch.searchsorted(send1_idx, via) - s1_at[car]  # the carrier's copy among its phase-1 rows
+    del via
+    small = torch.int32 if m < 2**31 - 1 else torch.int64
+    told = [cnt[p] if far[p] else 0 for p in range(k)]
+    work = torch.bincount(car, minlength=k).tolist()
+    message = torch.zeros((sum(told) + sum(work), 2), dtype=small)
+    row = 0
+    for p in range(k):  # per peer: [the carrier of each of its rows (-1: direct) | what it forwards]
+        if told[p]:
+            t = message[row:row + told[p], 0]
+            t.fill_(-1)
+            mine = dst == p
+            t[fwd[mine] - at[p]] = car[mine].to(small)
+            row += told[p]
+        if work[p]:
+            sel = car == p
+            message[row:row + work[p], 0] = dst[sel].to(small)
+            message[row:row + work[p], 1] = j[sel].to(small)
+            row += work[p]
+    cross = sum(send1_counts[p] for p in range(k) if far[p])
+    return SenderPlan(send1_idx=send1_idx, send1_counts=send1_counts, cross_send=cross, message=message,
+                      message_counts=[t + w for t, w in zip(told, work)])
 
 
 def receiver_plan(rank: int, recv_counts: list[int], hosts: list[int], got: torch.Tensor,
@@ -116,33 +147,44 @@ def receiver_plan(rank: int, recv_counts: list[int], hosts: list[int], got: torc
     from each); ``recv_counts[s]``: message rows this rank receives from ``s`` (its layout).
     Returns the :class:`~graphdist.exchange.route.RankRoute` fields of that side."""
     k = len(hosts)
-    cnt = torch.tensor([int(c) for c in recv_counts], dtype=torch.int64)
-    host = torch.tensor([int(h) for h in hosts], dtype=torch.int64)
-    far_peer = host != host[rank]
-    n_recv = int(cnt.sum())
-    src = torch.repeat_interleave(torch.arange(k), cnt)
-    told = torch.where(far_peer, cnt, torch.zeros_like(cnt))
-    at = _starts(torch.tensor([int(c) for c in got_counts], dtype=torch.int64))
-    via = torch.full((n_recv,), -1, dtype=torch.int64)  # carrier of each received row (-1: direct)
-    far_rows = far_peer[src]
-    pieces = [got[int(at[s]):int(at[s]) + int(told[s]), 0] for s in range(k)]
-    via[far_rows] = torch.cat(pieces) if pieces else via[:0]
+    cnt = [int(c) for c in recv_counts]
+    n_recv = sum(cnt)
+    far = [hosts[s] != hosts[rank] for s in range(k)]
+    told = [cnt[s] if far[s] else 0 for s in range(k)]
+    at = [0]
+    for c in got_counts:
+        at.append(at[-1] + int(c))
+    via = torch.full((n_recv,), -1, dtype=got.dtype)  # carrier of each received row (-1: direct)
+    pos = 0
+    for s in range(k):
+        if told[s]:
+            via[pos:pos + cnt[s]] = got[at[s]:at[s] + told[s], 0]
+        pos += cnt[s]
     direct = via < 0
     recv1_pos = torch.nonzero(direct).flatten()
-    recv1_counts = torch.bincount(src[recv1_pos], minlength=k)
-    fwd = torch.nonzero(~direct).flatten()  # in (source, position) order
-    order = torch.argsort(via[fwd], stable=True)  # (carrier, source, position)
+    r_at = [0]
+    for c in cnt:
+        r_at.append(r_at[-1] + c)
+    recv1_counts = [int(direct[r_at[s]:r_at[s + 1]].sum()) for s in range(k)]
+    del direct
+    fwd = torch.nonzero(via >= 0).flatten()  # in (source, position) order
+    by = via[fwd]
+    del via
+    order = torch.argsort(by, stable=True)  # (carrier, source, position)
     recv2_pos = fwd[order]
-    recv2_counts = torch.bincount(via[fwd], minlength=k)
+    recv2_counts = torch.bincount(by.to(torch.int64), minlength=k).tolist()
+    del fwd, by, order
     # as a carrier: each sender's (destination, row in its phase-1 block to this rank)
-    work = [got[int(at[s]) + int(told[s]):int(at[s]) + int(got_counts[s])] for s in range(k)]
-    base = _starts(recv1_counts)
-    dest = torch.cat([w[:, 0] for w in work]) if k else torch.zeros(0, dtype=torch.int64)
-    src2 = torch.cat([base[s] + w[:, 1] for s, w in enumerate(work)]) if k else dest
+    base = [0]
+    for c in recv1_counts:
+        base.append(base[-1] + c)
+    dest = torch.cat([got[at[s] + told[s]:at[s + 1], 0] for s in range(k)]).to(torch.int64)
+    src2 = torch.cat([got[at[s] + told[s]:at[s + 1], 1].to(torch.int64) + base[s] for s in range(k)])
     order = torch.argsort(dest, stable=True)  # (destination, source, position)
-    return {"recv1_counts": recv1_counts.tolist(), "recv1_pos": recv1_pos, "recv2_counts": recv2_counts.tolist(),
+    cross_back = sum(recv1_counts[s] for s in range(k) if far[s])
+    return {"recv1_counts": recv1_counts, "recv1_pos": recv1_pos, "recv2_counts": recv2_counts,
             "recv2_pos": recv2_pos, "send2_src": src2[order], "send2_counts": torch.bincount(dest, minlength=k).tolist(),
-            "cross_back": int(far_rows[recv1_pos].sum())}
+            "cross_back": cross_back}
 
 
 def plan_index_bytes(n_send: int, n_recv: int, ranks_per_host: int) -> int:
@@ -156,8 +198,8 @@ def plan_index_bytes(n_send: int, n_recv: int, ranks_per_host: int) -> int:
 def plan_peak_bytes(n_send: int, n_recv: int, ranks_per_host: int) -> int:
     """The most bytes :func:`graphdist.exchange.route.gather_route` holds at once for a routed
     plan of a rank that sends ``n_send`` and receives ``n_recv`` message rows per exchange (its
-    layout's), on top of what the rank held before: the sender's working set, then the
-    receiver's beside the sender's result, and the plan it keeps."""
-    send = PEAK_PER_SEND_ROW * int(n_send)
-    recv = PEAK_PER_RECV_ROW * int(n_recv) + 16 * max(int(ranks_per_host) - 1, 0) * int(n_recv)
-    return max(send, recv + 24 * int(n_send)) + plan_index_bytes(n_send, n_recv, ranks_per_host)
+    layout's), on top of what the rank held before, the plan it keeps included: the sender's
+    side, the receiver's and the carrier's added up (an upper bound: 1.6-2.5x the peaks measured
+    on products-sized parts at k = 4, BENCHMARKS.md "The route plan's memory")."""
+    return (PEAK_PER_SEND_ROW * int(n_send) + PEAK_PER_RECV_ROW * int(n_recv)
+            + PEAK_PER_FORWARDED_ROW * max(int(ranks_per_host) - 1, 0) * int(n_recv))

@@ -15,6 +15,9 @@ Three parts, each one side-by-side comparison, each in a subprocess with its own
    device's own copy bandwidth: ``torch.nn.EmbeddingBag`` (sum), and FBGEMM's table-batched
    kernel when installed.
 
+4. ``tests``: the tests that need a GPU (:data:`CUDA_TESTS`, skipped on a CPU-only box), run
+   with pytest; their outcome line.
+
 Record the output in BENCHMARKS.md with the GPU's name (``device`` in the JSON).
 """
 from __future__ import annotations
@@ -32,6 +35,26 @@ import torch
 import harness
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+CUDA_TESTS = (
+    "tests/test_gcn_cuda.py",
+    "tests/test_dlrm_cuda.py",
+    "tests/test_halo_route.py::test_hosts_route_on_cuda",  # --halo-route hosts: the route's indices on the GPU
+)
+"""The tests that skip without a GPU: what a machine with one runs (part ``tests``)."""
+
+
+def cuda_tests(timeout: float) -> dict:
+    """Run :data:`CUDA_TESTS` with pytest in this process's checkout; pytest's outcome line."""
+    root = os.path.dirname(HERE)
+    t0 = time.perf_counter()
+    try:
+        r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "0", *CUDA_TESTS], cwd=root,
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"status": f"timed out after {timeout:.0f} s"}
+    lines = [ln for ln in r.stdout.strip().splitlines() if ln.strip()]
+    return {"wall_s": round(time.perf_counter() - t0, 1), "status": "ok" if r.returncode == 0 else
+            f"failed (exit {r.returncode})", "summary": lines[-1] if lines else r.stderr.strip()[-300:]}
 
 
 def _sub(cmd: list[str], timeout: float) -> dict:
@@ -128,6 +151,8 @@ def main(argv=None) -> dict:
     print("dlrm  ", json.dumps(res["dlrm"]), flush=True)
     res["lookup"] = lookup(dev, a.quick)
     print("lookup", json.dumps(res["lookup"]), flush=True)
+    res["tests"] = cuda_tests(timeout=300)
+    print("tests ", json.dumps(res["tests"]), flush=True)
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     harness.write_json(a.json, res, indent=2)
     return res

@@ -61,21 +61,21 @@ def all_to_all_rows(out: torch.Tensor, send: torch.Tensor, out_counts, in_counts
                                   input_split_sizes=list(in_counts), group=group, async_op=async_op)
 
 
-def all_to_all_varied(send: torch.Tensor, counts) -> tuple[torch.Tensor, list[int]]:
+def all_to_all_varied(send: torch.Tensor, counts, group=None) -> tuple[torch.Tensor, list[int]]:
     """Rows ``send[counts[0] rows for rank 0 | ...]`` to every rank when the receivers do not
     know how many come: the counts go first (one small all-to-all), then the rows. Returns
     ``(rows received in rank order, how many from each rank)``. Blocking, on the group's device."""
-    rank, ws = world()
+    rank, ws = world(group)
     if ws == 1:
         return send[:int(counts[0])].clone(), [int(counts[0])]
-    dev = collective_device()
+    dev = collective_device(group)
     c_out = torch.tensor([int(c) for c in counts], dtype=torch.int64, device=dev)
     c_in = torch.empty_like(c_out)
-    dist.all_to_all_single(c_in, c_out)
+    dist.all_to_all_single(c_in, c_out, group=group)
     got = [int(c) for c in c_in.tolist()]
     s = send.contiguous() if send.device == dev else send.contiguous().to(dev)
     out = torch.empty((sum(got),) + tuple(send.shape[1:]), dtype=send.dtype, device=dev)
-    all_to_all_rows(out, s, got, [int(c) for c in counts])
+    all_to_all_rows(out, s, got, [int(c) for c in counts], group)
     return out.to(send.device), got
 
 

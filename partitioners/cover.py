@@ -23,6 +23,15 @@ cover::
 A part's block depends only on the cut edges into that part, in canonical order (rows by
 source id, columns by (destination, sending part)), so the rank that holds those edges computes
 the very same cover (:mod:`graphdist.partition.build`, the artifact built by k ranks together).
+
+Across hosts (``halo_cover(..., hosts=H)``, parts host-major: part ``p`` on host ``p // (k /
+H)``), the cut from part ``s`` into the parts of another host is covered as one block per
+(sending part, receiving host): its rows are the distinct ``(u, receiving host)`` pairs, since
+``--halo-route hosts`` moves a raw row across to a host once and forwards it there
+(:mod:`graphdist.exchange.route`), while a partial sum is one per ``(v, s)`` either way. A raw
+row in that cover goes raw to every part of the host that needs it; the cut between parts of one
+host keeps its cover per part pair. The blocks are then one per receiving part (pairs on one
+host) and one per receiving host (pairs across), each solved as above.
 """
 from __future__ import annotations
 
@@ -173,11 +182,14 @@ def part_cover(b: sp.csr_matrix) -> tuple[np.ndarray, np.ndarray, int]:
     return ~vis_r, vis_c, int(matched.size)
 
 
-def halo_cover(graph, assignment, k: int) -> HaloCover:
+def halo_cover(graph, assignment, k: int, hosts: int = 1) -> HaloCover:
     """The König cover of every ordered part pair (see the module docstring): one
-    :func:`part_cover` per receiving part."""
+    :func:`part_cover` per receiving part; with ``hosts`` > 1, the pairs across hosts one per
+    (sending part, receiving host) (:func:`_host_cover`)."""
     a = as_numpy(assignment).astype(np.int64, copy=False)
     src, dst, row, col, rkey, ckey, b = _bipartite(graph, a, k)
+    if int(hosts) > 1:
+        return _host_cover(a, k, int(hosts), src, dst, row, col, rkey, ckey, b)
     n_rows, n_cols = b.shape
     raw, pre, matched = np.zeros(n_rows, dtype=bool), np.zeros(n_cols, dtype=bool), 0
     rpart, cpart = rkey % k, a[ckey // k]
@@ -198,4 +210,48 @@ def halo_cover(graph, assignment, k: int) -> HaloCover:
     if cover.moved_rows != matched or (cover.raw_cover[row] | cover.pre_cover[col]).sum() != row.size:
         raise RuntimeError(f"König cover of {cover.moved_rows} rows does not match the matching of "
                            f"{matched} or leaves an edge uncovered")  # a bug, never user input
+    return cover
+
+
+def _host_cover(a, k, hosts, src, dst, row, col, rkey, ckey, b) -> HaloCover:
+    """:func:`halo_cover` across ``hosts`` (host-major parts): the pair rows ``(u, q)`` of parts
+    on two hosts merged into one cover row per ``(u, host of q)``, every group (a receiving part
+    for pairs inside a host, a receiving host for pairs across) solved on its own; a pair is raw
+    when its cover row is."""
+    if k % hosts:
+        raise ValueError(f"{k} parts are not a multiple of {hosts} hosts")
+    per, groups = k // hosts, k + hosts
+    rnode, rpart = rkey // k, rkey % k
+    cnode, csend = ckey // k, ckey % k
+    crecv = a[cnode]
+    g_row = np.where(a[rnode] // per != rpart // per, k + rpart // per, rpart)  # receiving group of each pair
+    g_col = np.where(csend // per != crecv // per, k + crecv // per, crecv)
+    ukey, urow = np.unique(rnode * groups + g_row, return_inverse=True)  # cover rows: (u, group), ascending
+    urow = urow.reshape(-1)
+    bb = b.tocoo()
+    m = sp.csr_matrix((bb.data, (urow[bb.row], bb.col)), shape=(ukey.size, b.shape[1]))
+    del bb
+    m.sum_duplicates()
+    ugroup = ukey % groups
+    raw_u, pre = np.zeros(ukey.size, dtype=bool), np.zeros(b.shape[1], dtype=bool)
+    rord, cord = np.argsort(ugroup, kind="stable"), np.argsort(g_col, kind="stable")
+    rb = np.searchsorted(ugroup[rord], np.arange(groups + 1))
+    cb = np.searchsorted(g_col[cord], np.arange(groups + 1))
+    colmap = np.full(b.shape[1], -1, dtype=np.int64)
+    matched = 0
+    for g in range(groups):
+        rs, cs = rord[rb[g]:rb[g + 1]], cord[cb[g]:cb[g + 1]]
+        if rs.size == 0:
+            continue
+        colmap[cs] = np.arange(cs.size)
+        sub = m[rs]
+        blk = sp.csr_matrix((sub.data, colmap[sub.indices], sub.indptr), shape=(rs.size, cs.size))
+        raw_u[rs], pre[cs], mm = part_cover(blk)
+        matched += mm
+    raw = raw_u[urow]
+    cover = HaloCover(src=src, dst=dst, row=row, col=col, raw_node=rnode, raw_part=rpart, raw_cover=raw,
+                      pre_node=cnode, pre_part=csend, pre_cover=pre)
+    if int(raw_u.sum() + pre.sum()) != matched or (raw[row] | pre[col]).sum() != row.size:
+        raise RuntimeError(f"König cover across hosts of {int(raw_u.sum() + pre.sum())} rows does not match the "
+                           f"matching of {matched} or leaves an edge uncovered")  # a bug, never user input
     return cover

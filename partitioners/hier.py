@@ -224,5 +224,7 @@ def hier_partition(graph, k: int, hosts: int, *, flat, method: str, imbalance: f
                                                balance=balance, node_weights=nw, **options)).astype(np.int64),
                           k, hosts)
     cands.append(grouped)  # last: the flat one wins ties
-    keys = [rows_between_hosts(graph, a, k, hosts) for a in cands]
+    # what crosses with --halo-route hosts first, then what the direct exchange would send
+    keys = [rows_between_hosts(graph, a, k, hosts, routed=True) + rows_between_hosts(graph, a, k, hosts)
+            for a in cands]
     return cands[min(range(len(cands)), key=lambda i: (keys[i], i != len(cands) - 1))]

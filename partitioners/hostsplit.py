@@ -88,14 +88,25 @@ def cross_split(graph, top: np.ndarray, h: int, per: int, vwgt: np.ndarray, *, i
     return np.asarray(hg.partition(ctx).get_partition(), dtype=np.int64)
 
 
-def rows_between_hosts(graph, assignment, k: int, hosts: int) -> tuple[int, int]:
+def rows_between_hosts(graph, assignment, k: int, hosts: int, routed: bool = False) -> tuple[int, int]:
     """``(rows moved between hosts per layer with pre/post aggregation, plain halo rows between
-    hosts per layer)`` of a host-major assignment: the part pairs on different hosts only (part
-    ``p`` on host ``p // (k / hosts)``), each ordered pair counted as the exchange sends it."""
+    hosts per layer)`` of a host-major assignment (part ``p`` on host ``p // (k / hosts)``).
+
+    ``routed=False``: as the direct exchange sends them, the part pairs on different hosts only,
+    each ordered pair counted (a row two parts of a host need crosses twice; the cover per part
+    pair). ``routed=True``: as ``--halo-route hosts`` sends them on an artifact of ``graphdist
+    partition --hosts`` (whose cover across hosts is per sending part and receiving host,
+    :func:`partitioners.cover.halo_cover`): a raw row crosses to a host once, a partial sum once."""
     from partitioners.cover import halo_cover
     a = as_numpy(assignment).astype(np.int64)
     per = k // hosts
-    c = halo_cover(graph, a, k)
+    c = halo_cover(graph, a, k, hosts=hosts if routed else 1)
     raw = (a[c.raw_node] // per) != (c.raw_part // per)
     pre = (a[c.pre_node] // per) != (c.pre_part // per)
-    return int((c.raw_cover & raw).sum() + (c.pre_cover & pre).sum()), int(raw.sum())
+    n_pre = int((c.pre_cover & pre).sum())
+    if not routed:
+        return int((c.raw_cover & raw).sum()) + n_pre, int(raw.sum())
+    host_of = c.raw_part // per
+    moved = np.unique(c.raw_node[c.raw_cover & raw] * hosts + host_of[c.raw_cover & raw]).size
+    plain = np.unique(c.raw_node[raw] * hosts + host_of[raw]).size
+    return int(moved) + n_pre, int(plain)

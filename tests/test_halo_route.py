@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from graphdist.exchange.route import build_routes
+from tests.conftest import requires_cuda
 
 
 def _simulate(routes, rows):
@@ -159,6 +160,103 @@ def test_plan_moves_what_the_direct_exchange_moves(hosts):
     assert sum(r.cross_back for r in routes) == moved
 
 
+def _random_lists(hosts, seed):
+    """Send lists of ``len(hosts)`` ranks: raw rows shared by several peers (ids 100 s + 0..11)
+    and partial sums (-1)."""
+    g = torch.Generator().manual_seed(seed)
+    k = len(hosts)
+    keys, counts = [], []
+    for s in range(k):
+        ks, cs = [], []
+        for p in range(k):
+            if p == s:
+                cs.append(0)
+                continue
+            raw = torch.unique(torch.randint(0, 12, (int(torch.randint(0, 9, (1,), generator=g)),), generator=g))
+            pre = int(torch.randint(0, 3, (1,), generator=g))
+            ks.append(torch.cat([raw + 100 * s, torch.full((pre,), -1)]))
+            cs.append(raw.numel() + pre)
+        keys.append(torch.cat(ks) if ks else torch.zeros(0, dtype=torch.int64))
+        counts.append(cs)
+    return keys, counts
+
+
+def _plans_alone(keys, counts, hosts, n_keys):
+    """Every rank's plan as gather_route builds it on a job (each rank from its own list, one
+    all-to-all of the senders' messages, moved here in one process)."""
+    from graphdist.exchange.route import RankRoute
+    from graphdist.exchange.route_plan import receiver_plan, sender_plan
+    k = len(hosts)
+    sides = [sender_plan(s, keys[s], counts[s], hosts, n_keys) for s in range(k)]
+    parts = [list(torch.split(sd.message, sd.message_counts)) for sd in sides]
+    out = []
+    for r in range(k):
+        got = torch.cat([parts[s][r] for s in range(k)])
+        recv = receiver_plan(r, [counts[s][r] for s in range(k)], hosts, got, [sd.message_counts[r] for sd in sides])
+        out.append(RankRoute(rank=r, hosts=list(hosts), routed=True, n_send=sum(counts[r]),
+                             n_recv=sum(counts[s][r] for s in range(k)), send1_idx=sides[r].send1_idx,
+                             send1_counts=sides[r].send1_counts, cross_send=sides[r].cross_send, **recv))
+    return out
+
+
+def _same_plan(a, b) -> None:
+    import dataclasses
+    for f in dataclasses.fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, torch.Tensor):
+            assert torch.equal(x.cpu(), y.cpu()), (a.rank, f.name, x, y)
+        else:
+            assert x == y, (a.rank, f.name, x, y)
+
+
+@pytest.mark.parametrize("hosts", [[0, 0, 1, 1], [0, 0, 0, 1, 1, 2], [0, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1, 1]])
+def test_each_rank_plans_from_its_own_list_what_the_whole_plan_says(hosts):
+    """The bounded plan (each rank from its own send list and what the senders tell it) is
+    build_routes' plan from every rank's lists, field by field; and what a rank receives to
+    build it is one row per message row it receives from another host plus one per row it
+    forwards: no rank sees another's send list."""
+    keys, counts = _random_lists(hosts, len(hosts) + 7)
+    want = build_routes(keys, counts, hosts)
+    got = _plans_alone(keys, counts, hosts, 100 * len(hosts))
+    assert sum(r.send2_src.numel() for r in want) > 0
+    for a, b in zip(got, want):
+        _same_plan(a, b)
+    from graphdist.exchange.route_plan import sender_plan
+    k = len(hosts)
+    sides = [sender_plan(s, keys[s], counts[s], hosts, 100 * k) for s in range(k)]
+    for r in range(k):
+        far_in = sum(counts[s][r] for s in range(k) if hosts[s] != hosts[r])
+        assert sum(sd.message_counts[r] for sd in sides) == far_in + want[r].send2_src.numel()
+
+
+def test_the_route_lives_where_the_rows_are():
+    """The exchanger moves its route's index tensors to its device (torch takes no index from
+    another device: a CUDA run indexed CUDA rows with CPU indices); the plan refuses rows of
+    another device in one line. Checked here on the meta device."""
+    from graphdist.exchange.exchanger import HaloExchanger
+    from graphdist.exchange.route import RankRoute
+    keys, counts = _random_lists([0, 0, 1, 1], 3)
+    r = build_routes(keys, counts, [0, 0, 1, 1])[2]
+    assert r.device.type == "cpu" and r.to("cpu") is r
+    n_recv = r.n_recv
+    recv_counts = [counts[s][2] for s in range(4)]
+    ex = HaloExchanger(None, counts[2], recv_counts, "meta", mode="mvc", route=r)
+    assert all(getattr(ex.route, f).device.type == "meta" for f in RankRoute.INDEX_FIELDS)
+    assert r.send1_idx.device.type == "cpu"  # the plan given is left as it was
+    with pytest.raises(ValueError, match="the route's index tensors are on cpu but the rows on meta") as e:
+        r.start(torch.zeros(r.n_send, 3, device="meta"), "forward", None, None)
+    assert "\n" not in str(e.value) and n_recv == sum(recv_counts)
+
+
+def _plan_fields(route, counts_only=False) -> dict:
+    """A plan as plain values (index tensors as lists, unless ``counts_only``)."""
+    import dataclasses
+    return {f.name: (getattr(route, f.name).tolist() if isinstance(getattr(route, f.name), torch.Tensor)
+                     else getattr(route, f.name))
+            for f in dataclasses.fields(route)
+            if not (counts_only and isinstance(getattr(route, f.name), torch.Tensor))}
+
+
 def _as_hosts(rank, per_host):
     """The forked ranks' job placed on hosts of ``per_host`` ranks, host-major: what the ranks of a
     job on real hosts agree on as their group forms (:mod:`graphdist.hosts`; these share one)."""
@@ -183,8 +281,17 @@ def _exchange_case(rank, ws, graph, a, state, halo):
     lg = build_layout(graph, a, rank, ws).reordered("rcm")
     adj = SparseAdj.for_model(lg, "gcn", halo=halo)
     res = {}
+    # the plan built on the job from this rank's own list is the whole plan's share of this rank
+    from graphdist.exchange.route import build_routes, send_keys
+    every = [send_keys(build_layout(graph, a, r, ws).reordered("rcm"), halo) for r in range(ws)]
+    want = build_routes([e[0] for e in every], [e[1] for e in every], [r // 2 for r in range(ws)], ranks=[rank])[0]
+    on_meta = gather_route(lg, halo, True, device="meta")[0]
     for routed in (False, True):
         route, info = gather_route(lg, halo, routed)
+        if routed:
+            res["same_plan"] = _plan_fields(route) == _plan_fields(want)
+            res["meta"] = sorted({getattr(on_meta, f).device.type for f in route.INDEX_FIELDS})
+            res["meta_counts"] = _plan_fields(on_meta, counts_only=True) == _plan_fields(want, counts_only=True)
         ex = HaloExchanger.from_local_graph(lg, halo=halo, route=route)
         model = GNN("gcn", graph.x.shape[1], HID, C, 3, dropout=0.0)
         model.load_state_dict(state)
@@ -232,6 +339,9 @@ def test_hosts_route_equals_direct_on_4_ranks():
     a = assignment(graph, 4, "random")
     res = run_ranks(_rank_job, 4, args=(graph, a, init_state("gcn")), timeout=240)
     for halo in ("plain", "mvc"):
+        for r in range(4):  # each rank's plan from its own list is the whole plan's; on the device asked for
+            assert res[r][("exchange", halo)]["same_plan"] and res[r][("exchange", halo)]["meta_counts"], (halo, r)
+            assert res[r][("exchange", halo)]["meta"] == ["meta"], (halo, r)
         info = res[0][("exchange", halo)][True]["info"]
         assert info["hosts"] == 2 and info["ranks_per_host"] == [2]
         assert 0 < info["rows_between_hosts"] < info["rows_between_hosts_direct"], info
@@ -269,3 +379,43 @@ def test_refusal_on_the_command_line(capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1, err
     assert "--halo-route hosts cannot be combined with --halo-bits 8, --halo-staleness 1" in err
+
+
+def _cuda_job(rank, ws, graph, a):
+    """The routed and the direct exchange on CUDA rows (gloo carries CUDA tensors; the four
+    ranks share one GPU), through the trainer as a run builds them: the report of each route."""
+    import dataclasses
+
+    import torch.distributed as dist
+
+    from graphdist.gnn.trainer import GCNConfig, fit
+    from graphdist.partition.layout import build_layout
+    from graphdist.runtime import init_distributed
+    from tests.test_gcn_parity import HID
+    _as_hosts(rank, 2)
+    ctx = init_distributed("cpu") if dist.is_initialized() else None
+    out = {}
+    for dev in ("cpu", "cuda"):
+        for route in ("direct", "hosts"):
+            cfg = GCNConfig(spec="test", layers=3, hidden=HID, epochs=3, seed=5, progress=False, halo="mvc",
+                            halo_route=route)
+            cfg.validate()
+            r = fit(cfg, build_layout(graph, a, rank, ws), {}, dataclasses.replace(ctx, device=torch.device(dev, 0)
+                                                                                  if dev == "cuda" else torch.device("cpu")))
+            out[(dev, route)] = (r["losses"], r["comm/halo_route"], r["device"])
+    return out
+
+
+@requires_cuda
+def test_hosts_route_on_cuda():
+    """--halo-route hosts on CUDA (4 gloo ranks on one GPU as 2 hosts x 2): the route's index
+    tensors are moved to the rows' device, and the losses are the CPU run's (to 1e-5) and the
+    direct route's."""
+    from graphdist.testing import run_ranks
+    from tests.test_gcn_parity import assignment, make_graph
+    graph = make_graph()
+    res = run_ranks(_cuda_job, 4, args=(graph, assignment(graph, 4, "random")), timeout=300)[0]
+    cpu, gpu = res[("cpu", "hosts")], res[("cuda", "hosts")]
+    assert gpu[1] == "hosts" and gpu[2].startswith("cuda") and res[("cuda", "direct")][1] == "direct"
+    for ref in (cpu[0], res[("cuda", "direct")][0]):
+        assert max(abs(x - y) / abs(y) for x, y in zip(gpu[0], ref)) <= 1e-5, (gpu, ref)

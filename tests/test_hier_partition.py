@@ -6,6 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
+import torch
 
 from graphdist.cli import main
 from graphdist.data.graph import Graph
@@ -119,8 +120,10 @@ def test_cli_hosts(tmp_path, capsys):
     assert meta["params"]["hosts"] == 2 and sorted(set(a.tolist())) == [0, 1, 2, 3]
     from partitioners.hostsplit import rows_between_hosts
     from graphdist.data import load_graph
-    moved, plain = rows_between_hosts(load_graph(spec), a, 4, 2)
-    assert f"between hosts  {moved:,} rows moved (mvc), {plain:,} plain, per layer" in printed
+    moved, plain = rows_between_hosts(load_graph(spec), a, 4, 2, routed=True)
+    d_moved, d_plain = rows_between_hosts(load_graph(spec), a, 4, 2)
+    assert (f"between hosts  {moved:,} rows moved (mvc), {plain:,} plain, per layer with --halo-route hosts "
+            f"({d_moved:,} and {d_plain:,} with the direct route)") in printed
     assert main(["partition", spec, "--parts", "6", "--hosts", "4", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--parts 6 is not a multiple of --hosts 4" in err[0]
@@ -173,6 +176,26 @@ def rows_between_hosts_brute(edges, a: np.ndarray, per: int) -> tuple[int, int]:
     return moved, plain
 
 
+def routed_rows_between_hosts_brute(edges, a: np.ndarray, per: int) -> tuple[int, int]:
+    """The same through ``--halo-route hosts`` on a host-aware artifact, by brute force: plain,
+    the distinct (source, other host) pairs; mvc, per (sending part, other host) the smallest set
+    of sources and (destination) partial sums that touches every cut edge."""
+    directed = [(u, v) for u, v in edges] + [(v, u) for u, v in edges]
+    moved = plain = 0
+    k = int(a.max()) + 1
+    for s in range(k):
+        for h in range(k // per):
+            if s // per == h:
+                continue
+            cut = [(u, v) for u, v in directed if a[u] == s and a[v] // per == h]
+            ends = sorted({("u", u) for u, _ in cut} | {("v", v) for _, v in cut})
+            plain += len({u for u, _ in cut})
+            moved += next(size for size in range(len(ends) + 1)
+                          if any(all(("u", u) in c or ("v", v) in c for u, v in cut)
+                                 for c in map(set, itertools.combinations(ends, size))))
+    return moved, plain
+
+
 def test_host_aware_moves_the_fewest_rows_between_hosts():
     from partitioners.hostsplit import rows_between_hosts
     g = Graph.from_edges(np.array([u for u, _ in CYCLES]), np.array([v for _, v in CYCLES]), 8)
@@ -185,13 +208,15 @@ def test_host_aware_moves_the_fewest_rows_between_hosts():
             for tail in (assignments(rest, part + 1) if rest else [{}]):
                 yield {**{x: part for x in pair}, **tail}
     for d in assignments(tuple(range(8)), 0):  # 28 * 15 * 6 = 2,520
-        key = rows_between_hosts_brute(CYCLES, np.array([d[i] for i in range(8)]), 2)
+        x = np.array([d[i] for i in range(8)])
+        key = routed_rows_between_hosts_brute(CYCLES, x, 2) + rows_between_hosts_brute(CYCLES, x, 2)
+        assert rows_between_hosts(g, x, 4, 2, routed=True) + rows_between_hosts(g, x, 4, 2) == key
         best = key if best is None else min(best, key)
-    assert best == (4, 4)  # rows 0, 2, 4, 6 cross once each
+    assert best == (4, 4, 4, 4)  # rows 0, 2, 4, 6 cross once each, through the route or not
     a = partition(g, 4, method="metis", hosts=2, imbalance=0.0).numpy()
     assert np.bincount(a, minlength=4).tolist() == [2, 2, 2, 2]
-    assert rows_between_hosts_brute(CYCLES, a, 2) == best
-    assert rows_between_hosts(g, a, 4, 2) == best  # the count the partitioner minimises agrees
+    # the count the partitioner minimises (through the route first, then direct) agrees
+    assert routed_rows_between_hosts_brute(CYCLES, a, 2) + rows_between_hosts_brute(CYCLES, a, 2) == best
     # host-major: the crossing rows' nodes share a part on each host
     assert {frozenset(np.flatnonzero(a == p).tolist()) for p in range(4)} == \
         {frozenset(s) for s in ({0, 2}, {1, 3}, {4, 6}, {5, 7})}
@@ -209,3 +234,66 @@ def test_groups_too_large_for_the_cross_net_split_are_split_by_the_method(monkey
     assert cut(g, host_groups(a, 4, 2)) <= cut(g, host_groups(partition(g, 4, method="metis", seed=1).numpy(), 4, 2))
     with pytest.raises(ValueError, match="above 0"):
         hs.cross_split(g, host_groups(a, 4, 2), 0, 2, np.ones(200, dtype=np.int64), imbalance=0.03, seed=0)
+
+
+# host 0: parts 0 = {0, 1} (no edges), 1 = {2, 3}; host 1: parts 2 = {4, 5}, 3 = {6, 7}. Part 1
+# sends into part 2 along 2-5, 3-4, 3-5 (a matching of 2: both 2 and 3 raw) and into part 3 along
+# 2-7, 3-7 (one partial sum for 7, cheaper than 2 raw rows): per part pair 3 rows leave part 1,
+# and through the route 2 and 3 cross to host 1 anyway, so the sum for 7 is one row too many.
+# Per (sending part, receiving host) the cover is {2, 3}: 2 rows. Host 1 sends 4-3, 5-2, 5-3 (a
+# cover of 2) and 7-2, 7-3 (one raw row 7): 3 either way.
+SHARE = [(2, 5), (3, 4), (3, 5), (2, 7), (3, 7)]
+SHARE_PARTS = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+
+
+def test_a_cover_per_rank_and_host_lets_mvc_share_the_crossing():
+    from graphdist.exchange.route import build_routes, send_keys
+    from graphdist.partition.layout import build_layouts
+    from partitioners.cover import halo_cover
+    from partitioners.hostsplit import rows_between_hosts
+    g = Graph.from_edges(np.array([u for u, _ in SHARE]), np.array([v for _, v in SHARE]), 8)
+    pairs, hosts = halo_cover(g, SHARE_PARTS, 4), halo_cover(g, SHARE_PARTS, 4, hosts=2)
+    assert sorted(pairs.pre_node[pairs.pre_cover].tolist()) == [7]  # one sum for 7 from part 1
+    assert sorted(hosts.pre_node[hosts.pre_cover].tolist()) == []
+    raw = lambda c: sorted(zip(c.raw_node[c.raw_cover].tolist(), c.raw_part[c.raw_cover].tolist()))  # noqa: E731
+    assert raw(hosts) == [(2, 2), (2, 3), (3, 2), (3, 3), (4, 1), (5, 1), (7, 1)]  # 2, 3 raw to both parts
+    assert rows_between_hosts(g, SHARE_PARTS, 4, 2, routed=True) == (5, 5)
+    assert routed_rows_between_hosts_brute(SHARE, SHARE_PARTS, 2) == (5, 5)
+    crossing = {}
+    for h in (1, 2):  # the layouts as an artifact stores them, and what the route moves across
+        plans = build_layouts(g, torch.as_tensor(SHARE_PARTS), 4, hosts=h)
+        keys = [send_keys(p, "mvc") for p in plans]
+        for routed in (False, True):
+            r = build_routes([x[0] for x in keys], [x[1] for x in keys], [0, 0, 1, 1], routed=routed)
+            crossing[(h, routed)] = sum(x.cross_send for x in r)
+    # per pair: 6 rows cross either way; per rank and host: 5 through the route (7 direct: 2 and 3
+    # go raw to both ranks of host 1)
+    assert crossing == {(1, False): 6, (1, True): 6, (2, False): 7, (2, True): 5}
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_a_cover_per_rank_and_host_computes_the_same_product(model):
+    """mvc layouts whose cover across hosts is per (sending part, receiving host): every
+    rank's A @ [h ; halo] equals the dense product, and fewer rows cross through the route."""
+    from graphdist.exchange.route import build_routes, send_keys
+    from graphdist.partition.layout import build_layouts
+    from tests.test_halo import _simulated
+    gen = torch.Generator().manual_seed(3)
+    n = 80
+    g = Graph.from_edges(torch.randint(0, n, (400,), generator=gen), torch.randint(0, n, (400,), generator=gen), n)
+    a = torch.randint(0, 4, (n,), generator=gen)
+    (whole,) = build_layouts(g, torch.zeros(n, dtype=torch.long), 1)
+    rows, cols, vals = whole.edges(model)
+    dense = torch.zeros(n, n, dtype=torch.float64)
+    dense[rows, cols] = vals
+    h = torch.randn(n, 5, generator=gen)
+    want = (dense @ h.double()).float()
+    moved = {}
+    for hosts in (1, 2):
+        plans = build_layouts(g, a, 4, hosts=hosts)
+        for p, out in zip(plans, _simulated(plans, model, "mvc", h)):
+            assert torch.allclose(out, want[p.owned], atol=1e-5), (model, hosts, p.rank)
+        keys = [send_keys(p, "mvc") for p in plans]
+        moved[hosts] = sum(r.cross_send for r in build_routes([x[0] for x in keys], [x[1] for x in keys], [0, 0, 1, 1]))
+    from partitioners.hostsplit import rows_between_hosts
+    assert moved[2] == rows_between_hosts(g, a.numpy(), 4, 2, routed=True)[0] < moved[1]

@@ -137,3 +137,25 @@ def test_boundary_sampling_bytes_match_the_trainer(tmp_path, capsys):
     whole = _plan(capsys, part, "--input-halo", "exchange")["comm/halo_bytes_per_epoch"]  # sampling exchanges the input
     assert want < 0.8 * whole
     assert got == pytest.approx(want, rel=0.03)
+
+
+def test_the_route_plan_is_counted_in_each_rank(artifact, capsys):
+    """--halo-route hosts: each rank's memory counts the route's plan (its peak while built,
+    from the rank's own message rows: graphdist.exchange.route_plan.plan_peak_bytes) and the
+    buffers of its two phases; the direct route's does not. Without --hosts: one line."""
+    from graphdist.exchange.route_plan import plan_index_bytes, plan_peak_bytes
+    direct = _plan(capsys, artifact, "--hosts", "2")
+    routed = _plan(capsys, artifact, "--hosts", "2", "--halo-route", "hosts")
+    b = brute(EDGES, PARTS, HOST)
+    pairs = {(u, int(PARTS[v])) for x, y in EDGES for u, v in ((x, y), (y, x)) if PARTS[u] != PARTS[v]}
+    for r in range(4):
+        sent = sum(1 for u, _ in pairs if PARTS[u] == r)
+        got = sum(1 for _, p in pairs if p == r)
+        want = plan_peak_bytes(sent, got, 2)
+        assert routed["ranks"][r]["route_plan_bytes"] == want > plan_index_bytes(sent, got, 2) > 0, r
+        assert direct["ranks"][r]["route_plan_bytes"] == 0
+        assert routed["ranks"][r]["peak_bytes"] >= direct["ranks"][r]["peak_bytes"] + plan_index_bytes(sent, got, 2)
+    assert b["all"] == len(pairs)
+    assert main(["plan", "--partition", str(artifact), "--halo-route", "hosts"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--halo-route hosts: give the hosts the ranks run on with --hosts H" in err[0], err

@@ -69,3 +69,66 @@ def test_a_bad_node_range_is_one_line(value, match, capsys):
     assert main(["train-gcn", SPEC, "--nnodes", value, "--rdzv-endpoint", "h0:29500"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and match in err[0], err
+
+
+def _regroup_rank(rank, ws, cfg, blind):
+    """parts_for_world on a job of ``ws`` ranks; the ranks in ``blind`` see no sibling on their
+    node's filesystem. The one line each rank stops with, or the partition it took."""
+    import graphdist.partition.regroup as rg
+    if rank in blind:
+        rg.sibling_artifact = lambda *a, **k: None
+    try:
+        return rg.parts_for_world(cfg, ws)[0].partition
+    except ArtifactError as e:
+        return "error: " + str(e)
+
+
+def test_a_rank_that_does_not_find_the_sibling_another_found_says_so(parts):
+    """The sibling is looked for on each rank's own filesystem: where one rank finds it and
+    another does not (no shared storage), every rank stops with one line naming both, instead of
+    ranks training on different partitions."""
+    from graphdist.testing import run_ranks
+    cfg = _cfg("1:4", partition=str(parts["a-k4"]))
+    assert run_ranks(_regroup_rank, 2, args=(cfg, ())) == [str(parts["c-k2-random"])] * 2  # both find it
+    got = run_ranks(_regroup_rank, 2, args=(cfg, (1,)))
+    want = (f"error: rank 1 finds no artifact with k = 2 next to {parts['a-k4']} on its node's filesystem, where rank 0 "
+            f"found {parts['c-k2-random']}: a sibling artifact must be on every node's filesystem")
+    assert all(g.startswith(want) and "\n" not in g for g in got), got
+    assert got[0].endswith("(seen from rank 0)") and got[1].endswith("or a copy on each node)")
+
+
+_LIMITED = """
+import resource, sys
+from graphdist.gnn import GCNConfig
+from graphdist.launch import Nodes
+from graphdist.partition.regroup import parts_for_world
+from graphdist.errors import ConfigError
+import partitioners.cover, partitioners.quality, partitioners.refine  # noqa: E401 (OpenBLAS starts before the limit)
+vm = {l.split(':')[0]: int(l.split()[1]) * 1024 for l in open('/proc/self/status') if l.startswith('VmData')}
+resource.setrlimit(resource.RLIMIT_DATA, (vm['VmData'] + 64 * 2**20, resource.RLIM_INFINITY))
+cfg = GCNConfig(spec=sys.argv[1], partition=sys.argv[2], nodes=Nodes(nnodes='1:4', rdzv_endpoint='h0:1'))
+try:
+    print(parts_for_world(cfg, 3)[0].parts)
+except ConfigError as e:
+    print('refused: ' + str(e))
+"""
+
+
+def test_without_a_sibling_nor_room_the_in_process_partition_is_refused_before_loading(parts):
+    """No artifact with k = 3 beside the k = 4 one: the in-process fallback would load the whole
+    graph on every rank and partition it on one. Under a process limit with no room for that
+    (ulimit -d: 64 MiB left), it stops before loading anything, in one line with the numbers and
+    the `graphdist partition` command that prepares the sibling."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    out = subprocess.run([sys.executable, "-c", _LIMITED, SPEC, str(parts["a-k4"])], capture_output=True, text=True,
+                         env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = out.stdout.strip()
+    assert "\n" not in line and line.startswith("refused: the group has 3 ranks, not the 4 that --partition"), line
+    assert (f"partitioning {SPEC} in-process needs about" in line and " per rank, and a rank may hold only" in line
+            and "ulimit -d" in line), line
+    assert f"prepare one with `graphdist partition {SPEC} --parts 3 --out {parts['a-k4'].parent}/NAME`" in line, line

@@ -62,8 +62,10 @@ def _partition(args) -> int:
             ("method", how), ("time", f"{r['seconds']:.2f} s"), ("artifact", str(r["out"]))]
     if cfg.hosts > 1 and "assignment" in r:
         from partitioners.hostsplit import rows_between_hosts
-        moved, plain = rows_between_hosts(g, r["assignment"], r["k"], cfg.hosts)
-        head.append(("between hosts", f"{moved:,} rows moved (mvc), {plain:,} plain, per layer"))
+        moved, plain = rows_between_hosts(g, r["assignment"], r["k"], cfg.hosts, routed=True)
+        d_moved, d_plain = rows_between_hosts(g, r["assignment"], r["k"], cfg.hosts)
+        head.append(("between hosts", f"{moved:,} rows moved (mvc), {plain:,} plain, per layer with --halo-route hosts "
+                                      f"({d_moved:,} and {d_plain:,} with the direct route)"))
     _print_quality(r["quality"], head)
     return 0
 

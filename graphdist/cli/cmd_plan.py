@@ -14,8 +14,9 @@ from graphdist.gnn.plan import PlanConfig
 
 _TRAINING_ONLY = ("nproc", "nodes", "lr", "weight_decay", "weight_decay_all", "epochs", "row_normalize", "patience",
                   "reorder", "device", "report", "checkpoint_dir", "checkpoint_every", "keep_checkpoints", "resume",
-                  "timeout_s", "malloc_mmap_mb", "progress", "summary", "max_restarts", "tensorboard",
-                  "halo_route")  # (--hosts: plan counts the direct route's bytes between hosts)
+                  "timeout_s", "malloc_mmap_mb", "progress", "summary", "max_restarts", "tensorboard")
+# (--halo-route hosts with --hosts H: the route's plan and buffers are counted in each rank's memory;
+# the bytes and times between hosts are the direct route's)
 
 
 def _handler(args) -> int:
@@ -40,6 +41,11 @@ def _handler(args) -> int:
     print(f"{'rank':<{width}}   owned    halo  features adjacency activations optimizer+plan      peak  epoch s (est.)")
     for label, text in runs:
         print(f"{label:>{width}} {text}")
+    route = max(r.get("route_plan_bytes", 0) for r in out["ranks"])
+    if route:
+        print(f"route across hosts (--halo-route hosts): its plan takes at most {human_bytes(route)} on a rank while it "
+              "is built (in the peak above, as are the buffers of its two phases; bytes between hosts below are the "
+              "direct route's)")
     modes = ", ".join(f"{m} {b / 1e6:,.1f} MB" for m, b in out["comm/halo_bytes_per_epoch_by_mode"].items())
     print(f"halo bytes per epoch (all ranks, {cfg.halo_bits} bit): {modes or 'none (k=1)'}")
     if cfg.hosts and out["world_size"] > 1:

@@ -155,10 +155,12 @@ class HaloExchanger:
         if bits < 32 and self.active and comm.backend(group) not in ("gloo", "nccl"):
             raise ConfigError(f"--halo-bits {bits}: the {comm.backend(group)} backend cannot carry "
                               "quantised halo rows (gloo or nccl needed); use --halo-bits 32")
-        self.route = route
-        """:class:`~graphdist.exchange.route.RankRoute` (None: no host map, the direct exchange)."""
         if route is not None:
             route.check(self.n_send, self.n_recv, bits < 32 or stale is not None or link is not None)
+            route = route.to(self.device)  # its index tensors where the rows are (the same plan if there)
+        self.route = route
+        """:class:`~graphdist.exchange.route.RankRoute` (None: no host map, the direct exchange), its
+        index tensors on this exchanger's device."""
         self._built = True
 
     def __setattr__(self, name: str, value) -> None:

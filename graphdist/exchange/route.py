@@ -22,14 +22,19 @@ reversed), which adds it to the gradient of its own copy; the one sum crosses ho
 get zero, so the transpose of the send operator adds the same total (in another order: equal
 up to float rounding).
 
-The plan is plain data, computed before any communication from every rank's *send lists*
-(per message row: the global id of the raw row, or -1 for a partial sum, grouped by peer)
-and each rank's host: :func:`build_routes` builds all ranks' plans in one process (what the
-tests check); :func:`gather_route` gathers the lists and builds this rank's plan on a running
-job. The wire calls are :mod:`graphdist.comm`'s.
+The plan is plain data, computed before any training from every rank's *send lists* (per
+message row: the global id of the raw row, or -1 for a partial sum, grouped by peer) and each
+rank's host: :func:`build_routes` builds all ranks' plans in one process (the reference the
+tests and ``plan`` use); :func:`gather_route` builds this rank's plan on a running job in
+memory bounded by the rank's own message rows (:mod:`graphdist.exchange.route_plan`: a sender
+picks its carriers from its own list, one all-to-all tells each rank of another host which of
+its rows come through a carrier and each carrier what to forward), not by the job's. The
+plan's index tensors live on the device of the rows they index (:meth:`RankRoute.to`). The
+wire calls are :mod:`graphdist.comm`'s.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -37,7 +42,7 @@ import torch
 
 from graphdist import comm
 
-__all__ = ["RankRoute", "build_routes", "send_keys", "gather_route", "RoutedPending"]
+__all__ = ["RankRoute", "build_routes", "send_keys", "exchange_counts", "gather_route", "RoutedPending"]
 
 
 @dataclass
@@ -75,6 +80,26 @@ class RankRoute:
     cross_back: int
     """Rows this rank sends to other hosts per backward exchange (phase 1 reversed)."""
 
+    INDEX_FIELDS = ("send1_idx", "recv1_pos", "send2_src", "recv2_pos")
+    """The index tensors (the rest is counts and plain numbers)."""
+
+    @property
+    def device(self) -> torch.device:
+        """Where the index tensors are (that of the rows they index)."""
+        return self.send1_idx.device
+
+    def to(self, device) -> "RankRoute":
+        """This plan with its index tensors on ``device`` (itself when they are there already):
+        an exchange indexes rows with them, and torch takes no index from another device."""
+        device = torch.device(device)
+        if all(getattr(self, f).device == device for f in self.INDEX_FIELDS):
+            return self
+        return dataclasses.replace(self, **{f: getattr(self, f).to(device) for f in self.INDEX_FIELDS})
+
+    def index_bytes(self) -> int:
+        """Bytes of the index tensors (what the plan holds while the job runs)."""
+        return sum(int(getattr(self, f).numel()) * 8 for f in self.INDEX_FIELDS)
+
     @property
     def remote(self) -> list[bool]:
         """Per peer: on another host."""
@@ -99,6 +124,9 @@ class RankRoute:
         backward); ``.wait()`` gives the direct exchange's result. ``stats`` (a
         :class:`~graphdist.exchange.exchanger.CommStats`) counts the rows this rank sends."""
         rows = rows.contiguous()
+        if rows.device != self.device:
+            raise ValueError(f"the route's index tensors are on {self.device} but the rows on {rows.device}: "
+                             "move the plan with RankRoute.to(device) (HaloExchanger does)")
         if direction == "forward":
             send = rows.index_select(0, self.send1_idx)
             out = rows.new_empty((int(self.recv1_pos.numel()),) + tuple(rows.shape[1:]))
@@ -243,36 +271,74 @@ def _direct(r: int, cnt: torch.Tensor, host: torch.Tensor) -> RankRoute:
 
 def send_keys(lg, halo: str) -> tuple[torch.Tensor, list[int]]:
     """``(keys, counts)``: the send list of ``lg``'s exchange in ``halo`` mode (the global id of
-    each raw row sent, -1 for each partial sum; rows per peer)."""
-    lay = lg.exchange_layout(halo)
-    keys = torch.full((sum(lay.send_counts),), -1, dtype=torch.int64)
-    raw = lg.send_idx if halo == "plain" else lg.send_idx[lg.send_raw]
-    keys[lay.send_raw_pos] = lg.owned[raw]
-    return keys, list(lay.send_counts)
+    each raw row sent, -1 for each partial sum; rows per peer), in the message order of
+    ``lg.exchange_layout(halo)`` (per peer: its raw rows in send order, then its partial sums),
+    built without the layout's position arrays."""
+    if halo == "plain":
+        return lg.owned[lg.send_idx], [int(c) for c in lg.send_counts]
+    raw_n, _ = _mvc_counts(lg)
+    raw = lg.owned[lg.send_idx[lg.send_raw]]  # grouped by peer, in send order
+    pieces, at = [], 0
+    for r, p in zip(raw_n, lg.pre_send_counts):
+        pieces += [raw[at:at + r], torch.full((int(p),), -1, dtype=torch.int64)]
+        at += r
+    keys = torch.cat(pieces) if pieces else raw
+    return keys, [r + int(p) for r, p in zip(raw_n, lg.pre_send_counts)]
 
 
-def gather_route(lg, halo: str, routed: bool) -> tuple[RankRoute, dict]:
-    """This rank's plan on a running job (collective: every rank calls it): the send lists of all
-    ranks gathered, their hosts as the job agreed on them (:func:`graphdist.hosts.placement`), then
-    :func:`build_routes`. Also ``{"hosts", "ranks_per_host", "rows_between_hosts",
-    "rows_between_hosts_direct"}`` (rows per forward exchange, all ranks). With one host or one
-    rank per host the route is the direct one (``routed`` False)."""
+def _mvc_counts(lg) -> tuple[list[int], list[int]]:
+    """Raw rows ``lg`` sends to and receives from each peer in ``mvc`` mode."""
+    def per_peer(flags, counts):
+        at = torch.cumsum(torch.tensor([0] + [int(c) for c in counts]), 0).tolist()
+        return [int(flags[a:b].sum()) for a, b in zip(at[:-1], at[1:])]
+    return per_peer(lg.send_raw, lg.send_counts), per_peer(lg.halo_raw, lg.recv_counts)
+
+
+def exchange_counts(lg, halo: str) -> tuple[list[int], list[int]]:
+    """``(rows sent to each peer, rows received from each peer)`` per exchange in ``halo`` mode:
+    ``lg.exchange_layout(halo)``'s counts, without its position arrays."""
+    if halo == "plain":
+        return [int(c) for c in lg.send_counts], [int(c) for c in lg.recv_counts]
+    raw_out, raw_in = _mvc_counts(lg)
+    return ([r + int(p) for r, p in zip(raw_out, lg.pre_send_counts)],
+            [r + int(p) for r, p in zip(raw_in, lg.pre_recv_counts)])
+
+
+def gather_route(lg, halo: str, routed: bool, group=None, device=None) -> tuple[RankRoute, dict]:
+    """This rank's plan on a running job (collective: every rank calls it), its index tensors
+    on ``device`` (that of the rows it will index; default CPU). Every rank's row counts are
+    gathered (``k`` numbers a rank), its host is the job's agreed placement's
+    (:func:`graphdist.hosts.placement`); a routed plan is then built in memory bounded by
+    this rank's own message rows (:mod:`graphdist.exchange.route_plan`: one all-to-all, each
+    rank receiving what its plan needs), never from every rank's send lists. Also ``{"hosts",
+    "ranks_per_host", "rows_between_hosts", "rows_between_hosts_direct"}`` (rows per forward
+    exchange, all ranks). With one host or one rank per host the route is the direct one
+    (``routed`` False)."""
+    from graphdist.exchange.route_plan import receiver_plan, sender_plan
     from graphdist.hosts import placement
-    rank = comm.world()[0]
-    counts = [int(c) for c in lg.exchange_layout(halo).send_counts]
-    seen = [[None, c] for c in comm.all_gather_json(counts)]
+    rank, k = comm.world(group)
+    send_counts, recv_counts = exchange_counts(lg, halo)
+    mine = torch.tensor([send_counts], dtype=torch.int64)
+    cnt = comm.all_gather_rows(mine, group)  # [k, k]: rows to each peer
     hosts = list(placement().host_of_rank)
     per_host = {h: hosts.count(h) for h in hosts}
     routed = routed and len(per_host) > 1 and max(per_host.values()) > 1
     if routed:
-        every = comm.all_gather_rows(send_keys(lg, halo)[0])
-        all_keys = list(torch.split(every, [sum(s[1]) for s in seen]))
-        route = build_routes(all_keys, [s[1] for s in seen], hosts, ranks=[rank])[0]
+        keys, counts = send_keys(lg, halo)
+        side = sender_plan(rank, keys, counts, hosts, lg.num_global_nodes)
+        del keys
+        got, got_counts = comm.all_to_all_varied(side.message, side.message_counts, group)
+        side.message = None
+        recv = receiver_plan(rank, recv_counts, hosts, got, got_counts)
+        del got
+        route = RankRoute(rank=rank, hosts=hosts, routed=True, n_send=int(cnt[rank].sum()),
+                          n_recv=int(cnt[:, rank].sum()), send1_idx=side.send1_idx,
+                          send1_counts=side.send1_counts, cross_send=side.cross_send, **recv)
     else:  # the direct route: the counts say it all
-        cnt = torch.tensor([s[1] for s in seen], dtype=torch.int64)
         route = _direct(rank, cnt, torch.tensor(hosts, dtype=torch.int64))
-    direct = sum(int(c) for s, sc in enumerate(seen) for p, c in enumerate(sc[1]) if hosts[p] != hosts[s])
-    moved = int(comm.all_reduce_sum(torch.tensor([route.cross_send], dtype=torch.float64))[0])
+    far = torch.tensor(hosts)[:, None] != torch.tensor(hosts)[None, :]
+    direct = int(cnt[far].sum())
+    moved = int(comm.all_reduce_sum(torch.tensor([route.cross_send], dtype=torch.float64), group)[0])
     info = {"hosts": len(per_host), "ranks_per_host": sorted(set(per_host.values())),
             "rows_between_hosts": moved, "rows_between_hosts_direct": direct}
-    return route, info
+    return route.to(device if device is not None else "cpu"), info

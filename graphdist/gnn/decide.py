@@ -277,8 +277,8 @@ def _fewest_fitting(cfg, facts: Facts, mode: str, hold: bool, cands: list[int]):
     figures = None
     for r in cands:
         c = dataclasses.replace(cfg, halo_rounds=r)
-        peaks = [rank_memory(p, c, facts.f_in, facts.n_classes, facts.k, mode, hold)["peak_bytes"]
-                 for p in facts.parts]
+        peaks = [rank_memory(p, c, facts.f_in, facts.n_classes, facts.k, mode, hold, per_host[h])["peak_bytes"]
+                 for p, h in zip(facts.parts, facts.hosts)]
         need = {h: max(pk for pk, hh in zip(peaks, facts.hosts) if hh == h) * per_host[h] for h in hosts}
         room = {h: min(rm for rm, hh in zip(facts.room, facts.hosts) if hh == h) for h in hosts}
         figures = {"rounds": r, "peak_bytes_per_rank": peaks, "need_bytes_per_host": [need[h] for h in hosts],

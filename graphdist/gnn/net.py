@@ -55,7 +55,7 @@ class BuiltinNet:
             stale = Staleness(cfg.layers, width, cfg.staleness_smoothing)
         self.route = self.route_info = None
         if comm.world()[1] > 1:  # the hosts of the ranks: the route, or the bytes between hosts counted
-            self.route, self.route_info = gather_route(lg, cfg.halo, cfg.halo_route == "hosts")
+            self.route, self.route_info = gather_route(lg, cfg.halo, cfg.halo_route == "hosts", device=dev)
             _log_route(cfg, self.route, self.route_info)
         self.ex = HaloExchanger.from_local_graph(lg, dev, halo=cfg.halo, bits=cfg.halo_bits, seed=cfg.seed,
                                                  link=self.link, stale=stale, route=self.route)

@@ -101,6 +101,10 @@ class PlanConfig(GCNConfig):
             raise ConfigError(f"--compute-s must be >= 0, got {self.compute_s}")
         if self.hosts < 0 or self.intra_gbps < 0:
             raise ConfigError(f"--hosts and --intra-gbps must be >= 0, got {self.hosts} and {self.intra_gbps}")
+        if self.halo_route == "hosts":
+            if self.hosts < 2:
+                raise ConfigError("--halo-route hosts: give the hosts the ranks run on with --hosts H (H >= 2)")
+            dataclasses.replace(self, link_gbps=0.0, link_latency_us=0.0)._check_route()  # (plan's own link)
 
 
 def plan(cfg: PlanConfig) -> dict:
@@ -178,8 +182,8 @@ def _figures(cfg, dec: Decisions, facts: Facts, parts: list[PartStats], rates) -
     if cfg.boundary_rate < 1.0 and active:  # the expected bytes of the sampled training exchanges
         halo[cfg.halo] = links["comm/inter_host_bytes_per_epoch"] + links["comm/intra_host_bytes_per_epoch"]
     ranks = []
-    for ps, w in zip(parts, wire):
-        row = rank_memory(ps, cfg, f_in, n_classes, k, cfg.halo, held)
+    for ps, w, h in zip(parts, wire, facts.hosts):
+        row = rank_memory(ps, cfg, f_in, n_classes, k, cfg.halo, held, facts.hosts.count(h))
         share = ps.send.get(cfg.halo, 0) / max(1, sum(p.send.get(cfg.halo, 0) for p in parts))
         row["halo_bytes_sent_per_epoch"] = int(halo.get(cfg.halo, 0) * share)
         row["time/epoch_s"] = epoch_seconds(ps, layers, cfg, cfg.halo, active, rates, w, codec)

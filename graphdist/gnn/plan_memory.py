@@ -1,7 +1,9 @@
 """The memory model of a ``train-gcn`` rank (``graphdist plan`` and the check before a run):
 the arrays it holds plus the largest bytes of activations and gradients live at one time in an
 epoch, replayed tensor by tensor (:func:`activation_peak`), with the allocator's slack on top
-(:data:`ALLOC_SLACK`), over the process's own footprint (:data:`RUNTIME_BYTES`)."""
+(:data:`ALLOC_SLACK`), over the process's own footprint (:data:`RUNTIME_BYTES`); and what the route
+across hosts holds (``--halo-route hosts``, :func:`route_bytes`): its plan, built before training,
+and the buffers of its two phases in every exchange."""
 from __future__ import annotations
 
 from graphdist.gnn.stats import PartStats, layer_plan
@@ -19,12 +21,26 @@ BENCHMARKS.md "Memory model constants"), the middle of that range; with it the p
 the footprint was 0.985-1.010 of the measured one."""
 
 
-def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, k: int = 1) -> int:
+def route_bytes(ps: PartStats, mode: str, per_host: int) -> tuple[int, int]:
+    """``(bytes of the route plan's index tensors, held while training; most bytes the plan takes
+    while it is built, those included)`` of a rank routed across hosts with ``per_host`` ranks on
+    its host (:mod:`graphdist.exchange.route_plan`: bounded by the rank's own message rows)."""
+    from graphdist.exchange.route_plan import plan_index_bytes, plan_peak_bytes
+    sent, got = ps.send.get(mode, 0), ps.recv.get(mode, 0)
+    return plan_index_bytes(sent, got, per_host), plan_peak_bytes(sent, got, per_host)
+
+
+def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, k: int = 1,
+                    per_host: int = 0) -> int:
     """Largest bytes of activations and gradients live at one time in an epoch (training
-    forward, backward, evaluation), replaying the tensors the layers allocate and free."""
+    forward, backward, evaluation), replaying the tensors the layers allocate and free.
+    ``per_host`` > 1: the exchanges take the route across hosts (``--halo-route hosts``), whose
+    two phases hold, beside the direct exchange's buffers, a copy of the rows sent, the rows
+    received and those forwarded (at most ``per_host - 1`` copies of each row received)."""
     n, f4 = ps.n, 4
     ms, mr = (ps.send.get(mode, 0), ps.recv.get(mode, 0)) if active else (0, 0)
     rounds = max(1, int(getattr(cfg, "halo_rounds", 1) or 1)) if active else 1
+    routed = active and per_host > 1
     live = peak = 0
 
     def alloc(b):
@@ -40,6 +56,9 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
         s = -(-sent // rounds) + (k if rounds > 1 and sent else 0)  # a round takes ceil(c/R) of a peer's rows
         q = -(-got // rounds) + (k if rounds > 1 and got else 0)
         alloc((s + q) * w * f4)
+        two = (s + q + (per_host - 1) * max(s, q)) * w * f4 if routed else 0  # the route's phase buffers
+        alloc(two)
+        alloc(-two)
         alloc(n * w * f4)
         for r in range(rounds):
             if r + 1 < rounds:
@@ -116,10 +135,16 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
     return int(max(train_peak, peak) * ALLOC_SLACK)
 
 
-def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str, held: bool) -> dict:
+def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str, held: bool,
+                per_host: int = 0) -> dict:
     """Bytes of one rank, by what holds them (the exchange in ``cfg.halo_rounds`` rounds; ``held``:
-    the input's halo rows are held, ``--input-halo resident`` as resolved)."""
+    the input's halo rows are held, ``--input-halo resident`` as resolved). ``per_host``: ranks on
+    this rank's host (0: not known); with ``--halo-route hosts``, several ranks on a host and more
+    than one host, the route's plan and the buffers of its two phases count too
+    (``route_plan_bytes``: the plan's index tensors, held throughout, plus what building it takes
+    at once, before the activations exist)."""
     active = k > 1
+    routed = active and getattr(cfg, "halo_route", "direct") == "hosts" and 1 < per_host < k
     layers = layer_plan(cfg, f_in, n_classes, active, held)
     n = ps.n
     loops_added = n if cfg.model == "gcn" else 0
@@ -140,13 +165,18 @@ def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str
     widths = [f_in] + [cfg.hidden] * (cfg.layers - 1) + [n_classes]
     params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
     optimizer = params * 4 * 3  # gradient and two Adam moments
-    act = activation_peak(ps, layers, cfg, mode, active, k)
+    act = activation_peak(ps, layers, cfg, mode, active, k, per_host if routed else 0)
+    route_held, route_peak = route_bytes(ps, mode, per_host) if routed else (0, 0)
     if active and getattr(cfg, "halo_staleness", 0):  # last epoch's rows held per layer and direction
         smooth = 2 if getattr(cfg, "staleness_smoothing", 0.0) > 0 else 1
         act += smooth * 4 * sum(lay["train_width"] * (ps.recv.get(mode, 0) + (ps.send.get(mode, 0) if lay["needs_input_grad"] else 0))
                                 for lay in layers)
-    total = RUNTIME_BYTES + feats + resident + ps.plan_bytes + adj + kept + params * 4 + optimizer + act
+    # the route's plan is built before training: its build peak stands beside the part's CSR
+    # (let go once the net is built), where the activations will stand later
+    build = route_peak - route_held + ps.edges * 4 + (n + 1) * 8 if routed else 0
+    total = (RUNTIME_BYTES + feats + resident + ps.plan_bytes + adj + kept + params * 4 + optimizer + route_held
+             + max(act, build))
     return {"owned_rows": n, "halo_rows": ps.halo, "message_rows_in": ps.recv.get(mode, 0) if active else 0,
             "features_bytes": feats, "held_halo_bytes": resident, "adjacency_bytes": adj, "activation_bytes": act + kept,
             "optimizer_bytes": params * 4 + optimizer, "plan_bytes": ps.plan_bytes, "runtime_bytes": RUNTIME_BYTES,
-            "peak_bytes": int(total)}
+            "route_plan_bytes": route_peak, "peak_bytes": int(total)}

@@ -91,7 +91,7 @@ def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, qua
     tmp = begin_artifact(out)
     try:
         np.save(tmp / ASSIGNMENT, a.numpy())
-        parts = write_parts(tmp, graph, a, k)
+        parts = write_parts(tmp, graph, a, k, hosts=int(params.get("hosts", 1) or 1))
         meta = artifact_meta(fingerprint=graph.fingerprint, graph=getattr(graph, "name", "") or "", num_nodes=n,
                              num_edges=int(graph.num_edges), k=int(k), method=method, params=params,
                              quality=quality, seconds=seconds, parts=parts)

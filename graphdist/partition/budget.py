@@ -85,7 +85,23 @@ def graph_bytes(graph) -> int:
 def estimate(graph, method: str, k: int) -> int:
     """Estimated peak resident bytes of partitioning ``graph`` with ``method`` into ``k`` parts
     and writing the artifact (the process and the graph included)."""
-    e, n = int(graph.num_edges), int(graph.num_nodes)
+    x = getattr(graph, "x", None)
+    x_bytes = x.numel() * x.element_size() if x is not None else 0
+    return estimate_sizes(int(graph.num_nodes), int(graph.num_edges), graph_bytes(graph), x_bytes, method, k)
+
+
+def sized_graph_bytes(num_nodes: int, num_edges: int, features: int) -> tuple[int, int]:
+    """``(bytes of the graph as the loaders build it, of which features)`` from its sizes alone
+    (what :func:`graph_bytes` would count once it is loaded): the CSR (int32 ids below 2^31
+    nodes), float32 features, int64 labels and three masks."""
+    n, e = int(num_nodes), int(num_edges)
+    x = 4 * n * int(features)
+    return 8 * (n + 1) + (4 if n < 2**31 - 1 else 8) * e + x + 8 * n + 3 * n, x
+
+
+def estimate_sizes(n: int, e: int, g: int, x_bytes: int, method: str, k: int) -> int:
+    """:func:`estimate` from the graph's sizes: ``n`` nodes, ``e`` stored edges, ``g`` bytes of
+    the loaded graph of which ``x_bytes`` features."""
     per_edge = PER_EDGE.get(method, 96)
     if method in ("metis", "auto"):  # the backend's own choice: METIS' coarse levels on disk or not
         from partitioners.backends import METIS_BYTES_PER_EDGE, metis_backend, metis_levels
@@ -99,9 +115,7 @@ def estimate(graph, method: str, k: int) -> int:
     dense_part, dense_write = dense_bytes(n, k, method)
     part = per_edge * e + dense_part
     write = WRITE_PER_EDGE * e + dense_write
-    x = getattr(graph, "x", None)
-    spilled = x.numel() * x.element_size() if x is not None and x.numel() * x.element_size() > SPILL_BYTES else 0
-    g = graph_bytes(graph)
+    spilled = x_bytes if x_bytes > SPILL_BYTES else 0
     return PROCESS_BYTES + max(g - spilled + part, g + write)
 
 

@@ -6,9 +6,10 @@ Both exchange layouts are cut from whole-graph arrays computed once (:class:`Sha
 * plain: the distinct ``(source u, receiving part)`` pairs of the cut edges, sorted by
   ``(receiving part, owner of u, u)`` for the receive side and ``(owner, receiving part, u)``
   for the send side, so rank s's send list to r is exactly r's halo block from s, in order;
-* mvc: the König cover of all ordered part pairs at once (:func:`partitioners.cover.halo_cover`):
-  covered ``(u, r)`` pairs are sent raw; every other cut edge ``u -> v`` enters the partial
-  sum of ``(v, owner of u)``, a covered pair, sent in ascending order of ``v``.
+* mvc: the König cover of all ordered part pairs at once (:func:`partitioners.cover.halo_cover`;
+  for a host-aware partition, across hosts per sending part and receiving host): covered
+  ``(u, r)`` pairs are sent raw; every other cut edge ``u -> v`` enters the partial sum of
+  ``(v, owner of u)``, a covered pair, sent in ascending order of ``v``.
 
 Sorting uses :func:`graphdist.sparse.lex_order` (no ``a * n + b`` keys that could overflow
 int64 on huge graphs). :func:`validate_layouts` checks, for every ordered pair, that the raw rows,
@@ -48,9 +49,12 @@ def _t(x) -> torch.Tensor:
 
 
 class SharedArrays:
-    """Whole-graph arrays every part's layout is cut from (computed once, vectorised)."""
+    """Whole-graph arrays every part's layout is cut from (computed once, vectorised). ``hosts``
+    > 1: the parts are host-major for that many hosts, and mvc's cover of the cut across hosts is
+    one per (sending part, receiving host), so a raw row counts once per host, as ``--halo-route
+    hosts`` moves it (:func:`partitioners.cover.halo_cover`)."""
 
-    def __init__(self, graph, a, k):
+    def __init__(self, graph, a, k, hosts: int = 1):
         from partitioners.cover import halo_cover
         n = graph.num_nodes
         self.a, self.k, self.n = a, k, n
@@ -61,7 +65,7 @@ class SharedArrays:
         loops = torch.from_numpy(self_loops_per_row(graph.indptr.numpy(), graph.indices.numpy()))
         self.deg = graph.in_degree() - loops
         an = a.numpy()
-        c = halo_cover(graph, an, k)
+        c = halo_cover(graph, an, k, hosts=hosts if hosts > 1 and k % hosts == 0 else 1)
         # plain halo pairs (u, receiving part q); receive order (q, owner, u), send order (owner, q, u)
         u, q, raw = _t(c.raw_node), _t(c.raw_part), torch.from_numpy(c.raw_cover)
         own = a[u]
@@ -139,10 +143,11 @@ def _fp(graph) -> str:
         return ""
 
 
-def build_layouts(graph, assignment, k: int) -> list[LocalGraph]:
-    """Plans of all ``k`` parts, built in one process; validated with :func:`validate_layouts`."""
+def build_layouts(graph, assignment, k: int, hosts: int = 1) -> list[LocalGraph]:
+    """Plans of all ``k`` parts, built in one process; validated with :func:`validate_layouts`
+    (``hosts``: as :class:`SharedArrays`)."""
     a = checked_assignment(graph, assignment, k)
-    sh = SharedArrays(graph, a, k)
+    sh = SharedArrays(graph, a, k, hosts=hosts)
     plans = [build_layout(graph, a, r, k, shared=sh) for r in range(k)]
     validate_layouts(plans)
     return plans

@@ -34,10 +34,12 @@ def part_path(directory, rank: int) -> Path:
     return Path(directory) / f"part_{rank:05d}.pt"
 
 
-def write_parts(directory, graph, assignment, k: int | None = None) -> dict:
+def write_parts(directory, graph, assignment, k: int | None = None, hosts: int = 1) -> dict:
     """Write ``part_%05d.pt`` for every part of ``graph`` under ``assignment`` (atomically).
 
-    ``k`` defaults to ``max(assignment) + 1``. Returns a small JSON-able summary
+    ``k`` defaults to ``max(assignment) + 1``; ``hosts`` > 1: a host-major partition for that many
+    hosts, whose mvc cover across hosts is per sending part and receiving host
+    (:class:`~graphdist.partition.layout.SharedArrays`). Returns a small JSON-able summary
     (``parts``, ``files``, per-part ``owned_nodes``/``halo_rows``/``local_edges``, ``bytes``).
     """
     a = torch.as_tensor(assignment).to(torch.int64)
@@ -46,7 +48,7 @@ def write_parts(directory, graph, assignment, k: int | None = None) -> dict:
     a = checked_assignment(graph, a, k)
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
-    sh = SharedArrays(graph, a, k)
+    sh = SharedArrays(graph, a, k, hosts=hosts)
     plans, sizes = [], []
     for r in range(k):
         p = build_layout(graph, a, r, k, shared=sh)

@@ -9,6 +9,7 @@ that this part is 0.6-1.0 times the footprint (measured): a model predicting the
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -210,3 +211,19 @@ def test_what_plan_does_not_model_is_refused(argv, words, capsys):
                  "--parts", "2", "--replication", "1.2", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0]
+
+
+def test_small_graphs_print_their_bytes(capsys):
+    """Every byte figure plan prints shows the figure: on a 400-node graph an epoch's halo is a
+    few KiB, which a table in MB printed as 0.0 in every row."""
+    assert main(["plan", TINY, "--parts", "2", "--method", "metis", "--compute-s", "1e-3", "--hosts", "2"]) == 0
+    text = capsys.readouterr().out
+    assert main(["plan", TINY, "--parts", "2", "--method", "metis", "--compute-s", "1e-3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    unit = {"B": 1, "KiB": 2 ** 10, "MiB": 2 ** 20}
+    got = [float(v) * unit[u] for v, u in re.findall(r"(\d+(?:\.\d+)?) (B|KiB|MiB)\b", text)]
+    want = [c["comm/halo_bytes_per_epoch"] for c in out["comm/choices"]]
+    assert want and all(0 < b < 2 ** 20 for b in want)  # the case: every figure under a MB
+    for b in want + list(out["comm/halo_bytes_per_epoch_by_mode"].values()):
+        assert any(abs(g - b) <= 0.05 * b for g in got), (b, text)  # printed, to its first decimal
+    assert " 0.0 " not in text

@@ -46,24 +46,24 @@ def _handler(args) -> int:
         print(f"route across hosts (--halo-route hosts): its plan takes at most {human_bytes(route)} on a rank while it "
               "is built (in the peak above, as are the buffers of its two phases; bytes between hosts below are the "
               "direct route's)")
-    modes = ", ".join(f"{m} {b / 1e6:,.1f} MB" for m, b in out["comm/halo_bytes_per_epoch_by_mode"].items())
+    modes = ", ".join(f"{m} {human_bytes(b)}" for m, b in out["comm/halo_bytes_per_epoch_by_mode"].items())
     print(f"halo bytes per epoch (all ranks, {cfg.halo_bits} bit): {modes or 'none (k=1)'}")
     if cfg.hosts and out["world_size"] > 1:
         intra = f"{cfg.intra_gbps:g} Gbit/s" if cfg.intra_gbps else "memory, not charged"
         print(f"links ({out['hosts']} hosts x {out['world_size'] // out['hosts']} ranks, {cfg.halo_bits} bit): "
-              f"between hosts {out['comm/inter_host_bytes_per_epoch'] / 1e6:,.1f} MB per epoch, "
+              f"between hosts {human_bytes(out['comm/inter_host_bytes_per_epoch'])} per epoch, "
               f"{out['time/inter_host_s_per_epoch']:.3f} s at {cfg.link_gbps:g} Gbit/s (busiest host); "
-              f"within hosts {out['comm/intra_host_bytes_per_epoch'] / 1e6:,.1f} MB, "
+              f"within hosts {human_bytes(out['comm/intra_host_bytes_per_epoch'])}, "
               f"{out['time/intra_host_s_per_epoch']:.3f} s ({intra})")
     if out["comm/choices"]:
         print(f"exchange choices at {cfg.link_gbps:g} Gbit/s"
               + (f", {cfg.link_latency_us:g} us per exchange" if cfg.link_latency_us else "") + ", fastest first:")
-        print("  halo  bits  bytes/epoch  epoch s (est.)")
+        print("  halo  bits   bytes/epoch  epoch s (est.)")
         for c in out["comm/choices"]:
             mark = " <- --halo/--halo-bits" if (c["comm/halo"], c["comm/halo_bits"]) == (out['comm/halo'], cfg.halo_bits) else ""
             exact = "" if c["exact"] else " (inexact)"
-            print(f"  {c['comm/halo']:<5} {c['comm/halo_bits']:>4} {c['comm/halo_bytes_per_epoch'] / 1e6:9.1f} MB "
-                  f"{c['time/epoch_s']:12.3f}{exact}{mark}")
+            print(f"  {c['comm/halo']:<5} {c['comm/halo_bits']:>4} {human_bytes(c['comm/halo_bytes_per_epoch']):>12} "
+                  f"{c['time/epoch_s']:15.3f}{exact}{mark}")
     verdict = "fits" if out["fits"] else "does NOT fit"
     print(f"peak {human_bytes(out['mem/peak_bytes'])} per rank {verdict} in {human_bytes(out['mem/per_rank_bytes'])}")
     return 0
@@ -94,7 +94,7 @@ def _pyg_report(cfg, out: dict) -> int:
         back = "" if k == 1 else f", {row['backward']} with gradients back" if row["backward"] else ", no gradients back"
         print(f"  {row['layer'] or '<model>'} ({row['class']}, {row['call']}, {row['halo']}): {n} "
               f"exchange{'' if n == 1 else 's'} of {cols} columns{back}")
-    modes = ", ".join(f"{m} {b / 1e6:,.3f} MB" for m, b in out["comm/halo_bytes_per_epoch_by_mode"].items())
+    modes = ", ".join(f"{m} {human_bytes(b)}" for m, b in out["comm/halo_bytes_per_epoch_by_mode"].items())
     print(f"halo bytes per epoch (all ranks; training forward and backward at {cfg.halo_bits} bit, evaluation "
           f"at {cfg.eval_halo_bits}): {modes if k > 1 else 'none (k=1)'}")
     print(out["plan/not_modelled"])

@@ -11,13 +11,17 @@ def measured_rates() -> tuple[float, float]:
     """``(sparse entries x columns per second, dense flops per second)`` of this machine, from a
     short CSR product and a matrix product (about a quarter second)."""
     import time
+    import warnings
 
     import torch
     gen = torch.Generator().manual_seed(0)
     n, deg, w = 100_000, 16, 64
     crow = torch.arange(0, n * deg + 1, deg, dtype=torch.int32)
     col = torch.randint(0, n, (n * deg,), generator=gen, dtype=torch.int32)
-    a = torch.sparse_csr_tensor(crow, col, torch.rand(n * deg, generator=gen), size=(n, n), check_invariants=False)
+    with warnings.catch_warnings():  # torch's "sparse CSR support is in beta": not the user's concern
+        warnings.simplefilter("ignore", UserWarning)
+        a = torch.sparse_csr_tensor(crow, col, torch.rand(n * deg, generator=gen), size=(n, n),
+                                    check_invariants=False)
     x, out = torch.rand(n, w, generator=gen), torch.empty(n, w)
     best_s = best_d = float("inf")
     m = torch.rand(20_000, 128, generator=gen)
@@ -126,9 +130,9 @@ def compute_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
 def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, rates: tuple[float, float],
                   wire: tuple[float, float] | None = None, codec: dict | None = None) -> float:
     """:func:`compute_seconds` plus the link: ``wire`` = ``(training, evaluation)`` seconds of
-    the rank's halo bytes on the links (:func:`link_seconds`; None: a link of its own, as
-    :func:`link_seconds` with one rank per host gives), and the link's latency once per exchange
-    and round. Exact exchanges are waited for where they are posted (no overlap assumed); with
+    the rank's halo bytes on the links (:func:`link_seconds`; None: :func:`rank_link_seconds`,
+    its sent and received bytes at a rate measured for this job's all-to-all, as ``--halo
+    auto`` has it), and the link's latency once per exchange and round. Exact exchanges are waited for where they are posted (no overlap assumed); with
     ``--halo-staleness`` the training exchanges are used an epoch later, so they run behind the
     whole epoch's compute and only what exceeds it shows (the evaluation's stay exact)."""
     rounds = max(1, int(getattr(cfg, "halo_rounds", 1) or 1))  # the link's latency is paid once a round
@@ -145,10 +149,11 @@ def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: boo
 
 
 def rank_link_seconds(ps: PartStats, layers: list[dict], cfg, mode: str) -> tuple[float, float]:
-    """``(training, evaluation)`` seconds of one rank's halo bytes on a link of its own at
-    ``cfg.link_gbps``, which carries the bytes it sends and receives one after the other, as a
-    gloo all-to-all over a real capped link does (``graphdist.exchange.link``, BENCHMARKS.md "Real
-    hosts")."""
+    """``(training, evaluation)`` seconds of one rank's halo bytes sent and received, one after
+    the other, at ``cfg.link_gbps``: the rate ``--halo auto`` measures (two timed all-to-alls
+    of the job itself, :func:`graphdist.gnn.auto.measure_link`, whose figure counts sent +
+    received bytes, so whatever its hosts overlap is in the rate), and the simulated link of
+    ``--link-gbps`` (``graphdist.exchange.link``)."""
     tr, ev = row_bytes_per_epoch(layers, cfg)
     s, r = ps.send.get(mode, 0), ps.recv.get(mode, 0)
     ss, sr = sampled_share(ps, mode, cfg.boundary_rate)
@@ -168,13 +173,20 @@ def peer_rows(ps: PartStats, mode: str, k: int, r: int) -> tuple[list, list]:
 def link_seconds(parts: list[PartStats], layers: list[dict], cfg, mode: str) -> tuple[list[tuple[float, float]], dict]:
     """Per rank the ``(training, evaluation)`` seconds its halo bytes spend on the links in an
     epoch, and the bytes and seconds per link class. Ranks are host-major on ``cfg.hosts``
-    hosts (0: one rank per host). A host's link carries the bytes its ranks send to and receive
-    from other hosts at ``cfg.link_gbps``: one direction after the other where the host runs one
-    rank (2 hosts x 1 rank, a gloo all-to-all over a capped link, measured), both at once (the
-    larger direction) where it runs several, whose connections fill both directions (2 hosts x
-    2 ranks, measured: BENCHMARKS.md "Real hosts"). Bytes between ranks of one host go at
-    ``cfg.intra_gbps`` (0: not charged). A rank is taken to wait for the slower of its host's
-    link and its own traffic within the host (the two classes of peers served together).
+    hosts (0: one rank per host), every host behind one switch on a link of ``cfg.link_gbps``
+    in each direction. An all-to-all on them is bound, per host, by the larger of (measured on
+    the test bed, BENCHMARKS.md "Real hosts"):
+
+    - the bytes its ranks send to other hosts, and those they receive (the link's two
+      directions, each at the rate);
+    - the bytes of its busiest connection, sent and received together: one connection (a pair of
+      ranks on two hosts) carries its two directions one after the other, as a gloo all-to-all
+      does (2 hosts x 1 rank: sent + received at the rate; 4 hosts x 1 rank: three connections,
+      so the directions overlap; 2 hosts x 2 ranks: four).
+
+    Bytes between ranks of one host go at ``cfg.intra_gbps`` (0: not charged). A rank is taken to
+    wait for the slower of its host's link and its own traffic within the host (the two classes
+    of peers served together).
 
     Keys (bytes are what ranks send, summed over ranks, training exchanges at their expected
     ``--boundary-rate`` share; seconds the busiest host or rank):
@@ -184,35 +196,30 @@ def link_seconds(parts: list[PartStats], layers: list[dict], cfg, mode: str) -> 
     hosts = int(getattr(cfg, "hosts", 0) or 0) or k
     per = k // hosts
     tr_row, ev_row = row_bytes_per_epoch(layers, cfg)
-    # per rank and phase (training, evaluation): bytes sent and received across hosts; bytes
-    # sent + received within the host
-    out_b, in_b = [[0.0, 0.0] for _ in range(k)], [[0.0, 0.0] for _ in range(k)]
+    # per host and phase (training, evaluation): bytes sent and received across hosts, and the
+    # busiest connection's bytes both ways; per rank: bytes sent + received within the host
+    out_b, in_b = [[0.0, 0.0] for _ in range(hosts)], [[0.0, 0.0] for _ in range(hosts)]
+    conn = [[0.0, 0.0] for _ in range(hosts)]
     intra = [[0.0, 0.0] for _ in range(k)]
     sent = {"inter": 0.0, "intra": 0.0}
     for r, ps in enumerate(parts):
         to, frm = peer_rows(ps, mode, k, r)
         ss, sr = sampled_share(ps, mode, cfg.boundary_rate)
+        h = r // per
         for p in range(k):
             if p == r:
                 continue
-            if r // per == p // per:
-                intra[r][0] += (to[p] * ss + frm[p] * sr) * tr_row
-                intra[r][1] += (to[p] + frm[p]) * ev_row
+            pair = ((to[p] * ss + frm[p] * sr) * tr_row, (to[p] + frm[p]) * ev_row)
+            if h == p // per:
+                intra[r] = [a + b for a, b in zip(intra[r], pair)]
                 sent["intra"] += to[p] * (ss * tr_row + ev_row)
-            else:
-                out_b[r][0] += to[p] * ss * tr_row
-                out_b[r][1] += to[p] * ev_row
-                in_b[r][0] += frm[p] * sr * tr_row
-                in_b[r][1] += frm[p] * ev_row
-                sent["inter"] += to[p] * (ss * tr_row + ev_row)
+                continue
+            out_b[h] = [out_b[h][0] + to[p] * ss * tr_row, out_b[h][1] + to[p] * ev_row]
+            in_b[h] = [in_b[h][0] + frm[p] * sr * tr_row, in_b[h][1] + frm[p] * ev_row]
+            conn[h] = [max(a, b) for a, b in zip(conn[h], pair)]
+            sent["inter"] += to[p] * (ss * tr_row + ev_row)
     per_bit = 8 / (cfg.link_gbps * 1e9)
-    duplex = per > 1  # several ranks on a host: several connections fill both directions
-    host = []
-    for h in range(hosts):
-        mine = range(h * per, (h + 1) * per)
-        o = [sum(out_b[q][i] for q in mine) for i in (0, 1)]
-        n = [sum(in_b[q][i] for q in mine) for i in (0, 1)]
-        host.append([(max(o[i], n[i]) if duplex else o[i] + n[i]) * per_bit for i in (0, 1)])
+    host = [[max(out_b[h][i], in_b[h][i], conn[h][i]) * per_bit for i in (0, 1)] for h in range(hosts)]
     intra_gbps = float(getattr(cfg, "intra_gbps", 0.0) or 0.0)
     own = [[b * 8 / (intra_gbps * 1e9) if intra_gbps > 0 else 0.0 for b in x] for x in intra]
     wire = []

@@ -22,8 +22,8 @@ import torch.distributed as dist
 from embeddings.config import DLRMTrainConfig
 from embeddings.data import ID_STATS_ROWS, ClickData, id_stats, load_click_data, split_eval
 from embeddings.model import LossWrapper, build_model, init_rows, table_name
-from embeddings.sharding import (EBC_PATH, build_plan, check_memory, describe_plan, expand_2d, optimizer_state_floats,
-                                 plan_hash)
+from embeddings.sharding import (EBC_PATH, build_plan, check_memory, describe_plan, expand_2d, memory_line,
+                                 optimizer_state_floats, plan_hash)
 from embeddings.twod import Layout, build_dmp_2d, layout_for
 from graphdist import comm
 from graphdist.errors import ConfigError
@@ -49,7 +49,8 @@ def load_splits(cfg: DLRMTrainConfig) -> tuple[ClickData, ClickData]:
 
 def validate(cfg: DLRMTrainConfig, train: ClickData, world_size: int) -> None:
     cfg.validate()
-    layout_for(world_size, cfg.sparse_groups)  # G divides W
+    if cfg.sparse_groups != "auto":
+        layout_for(world_size, cfg.sparse_groups)  # G divides W
     if cfg.batch_size < 1 or cfg.batch_size % world_size:
         raise ConfigError(f"--batch-size {cfg.batch_size} must be a positive multiple of the world size {world_size}")
     if cfg.eval_batch_size < 1:
@@ -58,7 +59,7 @@ def validate(cfg: DLRMTrainConfig, train: ClickData, world_size: int) -> None:
         raise ConfigError(f"{len(train)} training rows are fewer than one global batch of {cfg.batch_size}")
     if cfg.steps is None and cfg.epochs < 1:
         raise ConfigError(f"--epochs must be >= 1, got {cfg.epochs}")
-    if cfg.sparse_groups > 1 and cfg.embedding_optimizer == "adam":
+    if cfg.sparse_groups != "auto" and cfg.sparse_groups > 1 and cfg.embedding_optimizer == "adam":
         raise ConfigError("--sparse-groups > 1 averages the replicas' row-wise/element-wise AdaGrad "
                           "state ('sum', as DMPCollection.sync); --embedding-optimizer adam has none: use "
                           "rowwise_adagrad, rowwise_adagrad_scaled, adagrad or sgd")
@@ -299,7 +300,11 @@ def build_sharded(cfg: DLRMTrainConfig, train: ClickData, device: torch.device, 
     module, plan, desc = plan_for(cfg, train, world, local, device.type, pg)
     digest = plan_hash(plan, layout.describe() if layout.groups > 1 else None)
     comm.check_same(digest, "the torchrec sharding plan (digest)")
-    check_memory(desc, memory_budget(cfg, device, local))
+    budget = memory_budget(cfg, device, local)
+    check_memory(desc, budget)
+    if comm.world()[0] == 0 and cfg.print_plan:
+        from graphdist.runtime import get_logger
+        get_logger("graphdist.dlrm").info(memory_line(desc, budget))
     dmp, sync = shard(module, plan, device, layout, pg)
     fill_embeddings(dmp, cfg.seed, train.num_embeddings, cfg.model.embedding_dim)
     return ShardedModel(dmp, make_optimizer(cfg, dmp), desc, layout, sync, digest)

@@ -16,6 +16,7 @@ import logging
 import warnings
 
 from embeddings.config import DLRMTrainConfig
+from graphdist.errors import ConfigError
 
 __all__ = ["run", "worker", "train_rank", "quiet_torchrec", "require_torchrec", "summary_line"]
 
@@ -39,16 +40,28 @@ class _DropTorchrec(logging.Filter):
 
 
 def precheck(cfg: DLRMTrainConfig, world: int, device_type: str) -> None:
-    """Everything that can be wrong with the input, checked once before workers start."""
+    """Everything that can be wrong with the input, checked once before workers start; says the
+    memory per rank of the layout (of every candidate with ``--sparse-groups auto``)."""
     import torch
 
     from embeddings.build import load_splits, memory_budget, plan_for, validate
-    from embeddings.sharding import check_memory
+    from embeddings.sharding import check_memory, memory_line
+    from graphdist.runtime import get_logger
+    log = get_logger("graphdist.dlrm")
     train, _ = load_splits(cfg)  # also builds the criteo binary cache once
     validate(cfg, train, world)  # --sparse-groups G divides the world size
     local = cfg.nproc  # ranks per node
+    budget = memory_budget(cfg, torch.device(device_type), local)
+    if cfg.sparse_groups == "auto":
+        from embeddings.auto import evaluate, memory_lines, no_fit
+        cands = evaluate(cfg, train, world, local, device_type, budget)
+        if not any(c["fits"] for c in cands):
+            raise ConfigError(no_fit(cands))
+        log.info("\n".join(["--sparse-groups auto, the layouts' memory:", *memory_lines(cands)]))
+        return
     _, _, desc = plan_for(cfg, train, world, local, device_type)  # for S = W / G ranks with G > 1
-    check_memory(desc, memory_budget(cfg, torch.device(device_type), local))
+    check_memory(desc, budget)
+    log.info(memory_line(desc, budget))
 
 
 def train_rank(cfg: DLRMTrainConfig) -> dict:
@@ -94,7 +107,7 @@ def run(cfg: DLRMTrainConfig) -> dict | None:
     cfg.check_outputs()
     _, dev_type = pick_backend(cfg.device)
     world = cfg.nproc * cfg.nodes.max_nodes
-    if not under_launcher():
+    if not under_launcher() and cfg.sparse_groups != "auto":
         from embeddings.twod import layout_for
         layout_for(world, cfg.sparse_groups)  # G divides W: before any data is read
     if world > 1 and not under_launcher():
@@ -109,6 +122,7 @@ def summary_line(report: dict) -> str:
             f"world_size {report['world_size']}"
             + (f" ({report['sparse_groups']} replicas x {report['world_size'] // report['sparse_groups']})"
                if report.get("sparse_groups", 1) > 1 else "")
+            + ("  (--sparse-groups auto)" if report.get("sparse_auto") else "")
             + (f"  replica sync {fmt_bytes(report['comm/replica_sync_bytes_per_step'])}/step"
                if report.get("sparse_groups", 1) > 1 else "")
             + f"  peak mem {report['mem/peak_bytes'] / 2**20:.0f} MiB/rank"

@@ -72,6 +72,7 @@ def run(tb: Testbed, a, hosts: int, nproc: int, config: str, out: Path) -> dict:
     auto = r.get("sparse_auto") or {}
     return {**row, "sparse_groups": r["sparse_groups"], "sparse_layout": r.get("sparse_layout"),
             "samples_per_s": r["throughput/samples_per_s"], "step_s": r["time/step_s"],
+            "sync_s_per_step": r.get("time/replica_sync_s_per_step"), "sync_every": r["config"].get("sync_every"),
             "between_hosts_bytes_per_step": tx / a.steps, "auc": r["auc"],
             "peak_bytes_per_rank": r["mem/peak_bytes_per_rank"],
             "replica_sync_bytes_per_step": r.get("comm/replica_sync_bytes_per_step"),

@@ -62,9 +62,11 @@ def candidates(world: int, optimizer: str) -> list[tuple[int, str]]:
     return out
 
 
-def evaluate(cfg, train, world: int, local: int, device_type: str, budget: int) -> list[dict]:
-    """Every candidate's plan: memory per rank, whether it fits ``budget``, and its phases
-    (:func:`embeddings.cost.phases`; key ``_phases``, not JSON). No process group needed."""
+def evaluate(cfg, train, world: int, local: int, device_type: str, budget: int, room: int | None = None) -> list[dict]:
+    """Every candidate's plan: memory per rank, whether it fits (at most ``budget`` per rank,
+    and ``local`` ranks' at most ``room``, a host's room for tables,
+    :func:`embeddings.build.host_room`), and its phases (:func:`embeddings.cost.phases`; key
+    ``_phases``, not JSON). No process group needed."""
     from embeddings.build import plan_for, state_optimizer
     from embeddings.data import id_stats
     from embeddings.sharding import EBC_PATH
@@ -79,8 +81,8 @@ def evaluate(cfg, train, world: int, local: int, device_type: str, budget: int) 
                           cfg.batch_size // g, stats, state_optimizer(cfg.embedding_optimizer), g, cfg.sync_every)
         dense = 4 * sum(p.numel() for n, p in module.named_parameters() if not n.startswith(EBC_PATH))
         out.append({"sparse_groups": g, "sparse_layout": kind, "sharding_group_size": layout.size,
-                    "memory_bytes": int(mem), "fits": mem <= budget,
-                    "budget_bytes": int(budget), "types": list(tr.types),
+                    "memory_bytes": int(mem), "fits": mem <= budget and (room is None or local * mem <= room),
+                    "budget_bytes": int(budget), "host_ranks": local, "host_room_bytes": room, "types": list(tr.types),
                     "_phases": phases(tr, layout, local, dense, cfg.sync_every)})
     return out
 
@@ -107,9 +109,17 @@ def choose(cands: list[dict], links: Links, world: int) -> dict:
 def no_fit(cands: list[dict]) -> str:
     """The one line when no candidate fits: the smallest one's memory against the budget."""
     least = min(cands, key=lambda r: r["memory_bytes"])
-    return (f"--sparse-groups auto: no layout fits: the smallest, {name(least)}, needs "
-            f"{fmt_bytes(least['memory_bytes'])} of embeddings and optimizer state per rank, "
-            f"budget is {fmt_bytes(least['budget_bytes'])} per rank (--memory-budget-gb)")
+    return f"--sparse-groups auto: no layout fits: the smallest, {name(least)}, {_short(least)}"
+
+
+def _short(c: dict) -> str:
+    """Why a candidate does not fit, with the numbers."""
+    mem, room, L = c["memory_bytes"], c.get("host_room_bytes"), c.get("host_ranks", 1)
+    if mem > c["budget_bytes"]:
+        return (f"needs {fmt_bytes(mem)} of embeddings and optimizer state per rank, budget is "
+                f"{fmt_bytes(c['budget_bytes'])} per rank (--memory-budget-gb)")
+    return (f"needs {fmt_bytes(mem)} of embeddings and optimizer state per rank, {fmt_bytes(L * mem)} for the "
+            f"{L} rank(s) of a host, which has {fmt_bytes(room)} available")
 
 
 def name(r: dict) -> str:
@@ -120,7 +130,7 @@ def name(r: dict) -> str:
 def _why(r: dict, best: dict) -> str:
     e = r["estimate"]
     if not r["fits"]:
-        return f"does not fit: {fmt_bytes(r['memory_bytes'])} per rank, budget {fmt_bytes(r['budget_bytes'])}"
+        return f"does not fit: it {_short(r)}"
     parts = {"compute": e["compute_s"], "latency of its collectives": e["latency_s"],
              f"{e['between_hosts_bytes_per_step'] / 1e6:.2f} MB between hosts": e["between_hosts_s"],
              f"{e['within_host_bytes_per_step'] / 1e6:.2f} MB within hosts": e["within_hosts_s"]}
@@ -130,9 +140,12 @@ def _why(r: dict, best: dict) -> str:
 
 
 def memory_lines(cands: list[dict]) -> list[str]:
-    """One line per candidate: its memory per rank against the budget."""
-    return [f"  {name(c):<16} {fmt_bytes(c['memory_bytes']):>10} per rank of embeddings and optimizer state"
-            f"{'' if c['fits'] else '  does NOT fit'} (budget {fmt_bytes(c['budget_bytes'])})" for c in cands]
+    """One line per candidate: its memory per rank against the budget (and the host's room)."""
+    room = lambda c: "" if c.get("host_room_bytes") is None else (  # noqa: E731
+        f"; {c['host_ranks']} per host: {fmt_bytes(c['host_ranks'] * c['memory_bytes'])} of "
+        f"{fmt_bytes(c['host_room_bytes'])} available")
+    return [f"  {name(c):<16} {fmt_bytes(c['memory_bytes']):>10} per rank of embeddings and optimizer state "
+            f"(budget {fmt_bytes(c['budget_bytes'])}{room(c)}){'' if c['fits'] else '  does NOT fit'}" for c in cands]
 
 
 def format_choice(auto: dict) -> str:
@@ -261,12 +274,13 @@ def resolve(cfg, train, device: torch.device, local: int):
     else:
         choice = resumed(cfg)
     if choice is None:
-        from embeddings.build import memory_budget
+        from embeddings.build import host_room, memory_budget
         links = measure(cfg, train, device, local)
         out = None
         if rank == 0:
             try:
-                cands = evaluate(cfg, train, world, local, device.type, memory_budget(cfg, device, local))
+                room = host_room(local, True) if device.type == "cpu" else None
+                cands = evaluate(cfg, train, world, local, device.type, memory_budget(cfg, device, local), room)
                 out = choose(cands, links, world)
             except ConfigError as e:
                 out = {"error": str(e)}

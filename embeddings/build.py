@@ -179,6 +179,42 @@ def memory_budget(cfg: DLRMTrainConfig, device: torch.device, local_size: int) -
     return host_memory_bytes() // max(local_size, 1)
 
 
+def host_room(local_size: int, started: bool) -> int | None:
+    """Bytes this host has for its ``local_size`` ranks' tables (embeddings and optimizer
+    state): ``MemAvailable`` (or its memory cgroup's room) while the ranks run, what they hold
+    already being in use; before they start (the launcher's check), less what each will hold
+    before its tables, taken as what this process holds now (the runtime and the data). None
+    where the OS does not say."""
+    from graphdist.memory import resident_bytes
+    from partitioners.sysmem import mem_available
+    avail, rss = mem_available(), resident_bytes() or 0
+    if avail is None:
+        return None
+    return avail if started else avail + rss - local_size * rss
+
+
+def check_host_memory(desc: dict, local_size: int) -> None:
+    """On every rank, before the tables are placed (CPU): the ranks of each host (host-major)
+    together need their embeddings and optimizer state; stop every rank with one line when
+    that is more than the host has available (:func:`host_room`, the least any of its ranks
+    saw)."""
+    rank, world = comm.world()
+    L = max(1, min(local_size, world))
+    room = host_room(L, True)
+    mine = torch.tensor([[desc["ranks"][rank]["embedding_bytes"], -1 if room is None else room]], dtype=torch.float64)
+    seen = comm.all_gather_rows(mine).tolist()
+    for h in range(world // L):
+        ranks = seen[h * L:(h + 1) * L]
+        rooms = [r[1] for r in ranks if r[1] >= 0]
+        need = sum(r[0] for r in ranks)
+        if rooms and need > min(rooms):
+            raise ConfigError(f"the sharding plan does not fit in memory: the {L} rank(s) of host {h} need "
+                              f"{fmt_bytes(need)} of embeddings and optimizer state (up to "
+                              f"{fmt_bytes(max(r[0] for r in ranks))} per rank) and the host has {fmt_bytes(min(rooms))} "
+                              "available; use fewer --sparse-groups, more ranks or hosts, smaller tables or "
+                              "a smaller --embedding-dim")
+
+
 def plan_for(cfg: DLRMTrainConfig, train: ClickData, world_size: int, local_size: int,
              device_type: str, pg=None):
     """``(module, plan, description)`` - the unsharded module with tables on ``meta``.
@@ -302,6 +338,8 @@ def build_sharded(cfg: DLRMTrainConfig, train: ClickData, device: torch.device, 
     comm.check_same(digest, "the torchrec sharding plan (digest)")
     budget = memory_budget(cfg, device, local)
     check_memory(desc, budget)
+    if device.type == "cpu":
+        check_host_memory(desc, local)
     if comm.world()[0] == 0 and cfg.print_plan:
         from graphdist.runtime import get_logger
         get_logger("graphdist.dlrm").info(memory_line(desc, budget))

@@ -44,8 +44,9 @@ def precheck(cfg: DLRMTrainConfig, world: int, device_type: str) -> None:
     memory per rank of the layout (of every candidate with ``--sparse-groups auto``)."""
     import torch
 
-    from embeddings.build import load_splits, memory_budget, plan_for, validate
+    from embeddings.build import host_room, load_splits, memory_budget, plan_for, validate
     from embeddings.sharding import check_memory, memory_line
+    from graphdist.fmt import fmt_bytes
     from graphdist.runtime import get_logger
     log = get_logger("graphdist.dlrm")
     train, _ = load_splits(cfg)  # also builds the criteo binary cache once
@@ -54,14 +55,23 @@ def precheck(cfg: DLRMTrainConfig, world: int, device_type: str) -> None:
     budget = memory_budget(cfg, torch.device(device_type), local)
     if cfg.sparse_groups == "auto":
         from embeddings.auto import evaluate, memory_lines, no_fit
-        cands = evaluate(cfg, train, world, local, device_type, budget)
+        room = host_room(local, False) if device_type == "cpu" else None
+        cands = evaluate(cfg, train, world, local, device_type, budget, room)
         if not any(c["fits"] for c in cands):
             raise ConfigError(no_fit(cands))
         log.info("\n".join(["--sparse-groups auto, the layouts' memory:", *memory_lines(cands)]))
         return
     _, _, desc = plan_for(cfg, train, world, local, device_type)  # for S = W / G ranks with G > 1
     check_memory(desc, budget)
-    log.info(memory_line(desc, budget))
+    room = host_room(local, False) if device_type == "cpu" else None
+    need = sum(r["embedding_bytes"] for r in desc["ranks"][:local])
+    if room is not None and need > room:
+        raise ConfigError(f"the sharding plan does not fit in memory: the {local} ranks of this host need "
+                          f"{fmt_bytes(need)} of embeddings and optimizer state and it has {fmt_bytes(room)} available "
+                          "(after what each rank holds before its tables); use fewer --sparse-groups, more ranks or "
+                          "hosts, smaller tables or a smaller --embedding-dim")
+    log.info(memory_line(desc, budget) + ("" if room is None else f"; this host's {local} ranks: {fmt_bytes(need)} "
+                                          f"of {fmt_bytes(room)} available"))
 
 
 def train_rank(cfg: DLRMTrainConfig) -> dict:

@@ -88,6 +88,7 @@ class _DLRMTask(Task):
         self.local: list[torch.Tensor] = []
         self.t_train, self.steps_run, self.done, self.synced_at, self.syncs = 0.0, 0, 0, 0, 0
         self.step_times: list[float] = []
+        self.t_sync = 0.0
 
     def run(self, units):
         cfg, sm, pipe = self.cfg, self.sm, self.pipe
@@ -131,7 +132,9 @@ class _DLRMTask(Task):
             self._sync(self.done)
 
     def _sync(self, step: int) -> None:
+        t0 = time.perf_counter()
         self.sm.sync()
+        self.t_sync += time.perf_counter() - t0
         self.synced_at, self.syncs = step, self.syncs + 1
 
     def sync_bytes(self, rank: int) -> tuple[int, int]:
@@ -256,6 +259,7 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
             "eval_click_rate": metrics["eval_click_rate"], "train_samples": len(train_data),
             "bad_lines": int(train_data.bad_lines + (eval_data.bad_lines if cfg.eval_data else 0)),
             "time/train_s": task.t_train, "time/step_s": _steady(task.step_times),
+            "time/replica_sync_s_per_step": task.t_sync / per_step,
             "sparse_layout": cfg.sparse_layout, "sparse_auto": auto,
             "pipeline": task.pipe is not None, "config": _cfg_dict(cfg)}
 

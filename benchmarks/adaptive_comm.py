@@ -62,8 +62,8 @@ def _job(rank, world, spec, method, seeds, epochs, variants, links, time_epochs,
          acc_link=0.0):
     from graphdist.data import load_graph
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.halo import build_layout
-    from graphdist.halo.setup import partition_in_process
+    from graphdist.partition.layout import build_layout
+    from graphdist.partition.setup import partition_in_process
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
     g = load_graph(spec)

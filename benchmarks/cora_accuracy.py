@@ -35,8 +35,8 @@ def _parse(variant: str) -> dict:
 def _job(rank, world, spec, method, seeds, epochs, variants):
     from graphdist.data import load_graph
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.halo import build_layout
-    from graphdist.halo.setup import partition_in_process
+    from graphdist.partition.layout import build_layout
+    from graphdist.partition.setup import partition_in_process
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
     g = load_graph(spec)

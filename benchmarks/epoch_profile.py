@@ -50,7 +50,7 @@ def _rank(rank, ws, art, epochs, flags):
 
     from graphdist.gnn.config import GCNConfig
     from graphdist.gnn.trainer import fit
-    from graphdist.halo.parts import load_part
+    from graphdist.partition.parts import load_part
     from graphdist.runtime import init_distributed
     import torch
     torch.set_num_threads(1)
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
     ap.add_argument("--flags", default="", help="GCNConfig fields as k=v,k=v (e.g. reorder=community)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    from graphdist.halo.artifact import read_meta
+    from graphdist.partition.artifact import read_meta
     from graphdist.testing import run_ranks
     k = int(read_meta(args.dir)["k"])
     flags = [tuple(f.split("=", 1)) for f in args.flags.split(",") if f]

@@ -53,7 +53,7 @@ def _median_ms(f, reps=7, clock=time.process_time) -> float:
 
 def graphdist_step(lg, model, opt, halo="plain", ex=None):
     """One train-gcn epoch on ``lg`` (keyed dropout by global id, as the trainer)."""
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.exchange.spmm import SparseAdj
     adj = SparseAdj.for_model(lg, "gcn", halo=halo)
     tm, y, x, ids = lg.train_mask, lg.y, lg.x, lg.owned
     n_train = float(tm.sum()) if ex is None else None
@@ -116,8 +116,8 @@ def pyg_convs(state, dims):
 
 def _spmm_share(step, epochs: int) -> tuple[float, float]:
     """``(CPU s inside the sparse products, CPU s)`` per epoch of ``step``, the products timed
-    where they run (``graphdist.halo.spmm._product`` wrapped for these epochs only)."""
-    from graphdist.halo import spmm as S
+    where they run (``graphdist.exchange.spmm._product`` wrapped for these epochs only)."""
+    from graphdist.exchange import spmm as S
     orig, inside = S._product, [0.0]
 
     def timed(a, x):
@@ -146,7 +146,7 @@ def spmm_kernels(lg, width: int) -> dict:
     ip = index2ptr(rows, n)
     a64 = torch.sparse_csr_tensor(ip, cols, vals, (n, lg.num_cols))
     a32 = torch.sparse_csr_tensor(ip.int(), cols.int(), vals, (n, lg.num_cols))
-    from graphdist.halo.spmm import CSRPair
+    from graphdist.exchange.csr import CSRPair
     pair = CSRPair(rows, cols, vals, n, lg.num_cols)
     coo = torch.sparse_coo_tensor(torch.stack([rows, cols]), vals, (n, lg.num_cols)).coalesce()
     s = sp.csr_matrix((vals.numpy(), cols.numpy(), ip.numpy()), shape=(n, lg.num_cols))
@@ -172,11 +172,11 @@ def _k_job(rank, world, spec, hidden, layers, epochs, warmup, threads, variants,
     import torch.distributed as dist
 
     from graphdist import comm
-    from graphdist.halo.exchange import HaloExchanger
+    from graphdist.exchange.exchanger import HaloExchanger
     from graphdist.data import load_graph
     from graphdist.gnn.models import GNN
-    from graphdist.halo import build_layout
-    from graphdist.halo.setup import partition_in_process
+    from graphdist.partition.layout import build_layout
+    from graphdist.partition.setup import partition_in_process
     torch.set_num_threads(threads)
     if mmap_mb > 0:
         from graphdist.runtime import set_mmap_threshold
@@ -231,7 +231,7 @@ def main(argv=None) -> int:
         set_mmap_threshold(args.malloc_mmap_mb)
     from graphdist.data import load_graph
     from graphdist.gnn.models import GNN
-    from graphdist.halo import build_layout
+    from graphdist.partition.layout import build_layout
     g = load_graph(args.spec)
     res = {"spec": args.spec, "nodes": g.num_nodes, "edges": g.num_edges, "hidden": args.hidden,
            "layers": args.layers, "threads": args.threads, "malloc_mmap_mb": args.malloc_mmap_mb}

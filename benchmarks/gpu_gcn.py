@@ -93,7 +93,7 @@ def main(argv=None) -> int:
     print(f"graph: {n:,} nodes, {cols.numel():,} directed edges ({cols.numel() // 2:,} undirected), "
           f"built in {build_s:.1f} s on {name}", flush=True)
     from graphdist.gnn.models import GNN
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.exchange.spmm import SparseAdj
     torch.manual_seed(0)
     model = GNN("gcn", FEATS, args.hidden, CLASSES, args.layers, 0.5).to(dev)
     state = {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -19,7 +19,7 @@ which the counters do not see. Also printed: each partition's halo rows between 
 (``quality`` over the host groups) and the final losses (same model, same epochs).
 ``--route``: each artifact trained with each of these ``train-gcn --halo-route`` values
 (``direct``: every row on its rank pair; ``hosts``: a raw row crosses to a host once and is
-forwarded inside it, :mod:`graphdist.halo.route`); the ratio column is to flat + the first route.
+forwarded inside it, :mod:`graphdist.exchange.route`); the ratio column is to flat + the first route.
 Every worker runs with OMP_NUM_THREADS=1.
 """
 from __future__ import annotations

@@ -49,8 +49,8 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     from graphdist.gnn.config import GCNConfig
     from graphdist.gnn.trainer import fit
-    from graphdist.halo.parts import load_part
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.partition.parts import load_part
+    from graphdist.exchange.spmm import SparseAdj
     from graphdist.runtime import init_distributed
     out = {"artifact": str(args.dir), "reorder": args.reorder, "cols": args.cols}
     t0 = time.perf_counter()

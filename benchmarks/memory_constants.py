@@ -85,7 +85,7 @@ def plan_bytes(work: Path) -> list[dict]:
 
     from graphdist.data import load_graph
     from graphdist.gnn.plan import part_stats
-    from graphdist.halo import build_layouts
+    from graphdist.partition.layout import build_layouts
     from partitioners import partition
     rows = []
     for spec in ("sbm:nodes=20000,classes=8,avg_degree=16,features=8,seed=0", "rmat:scale=14,edge_factor=8,seed=0"):

@@ -28,7 +28,7 @@ def _status(key: str) -> int:
 
 def one(directory: str, rank: int, how: str) -> dict:
     import torch
-    from graphdist.halo.parts import load_part, part_path
+    from graphdist.partition.parts import load_part, part_path
     path = part_path(directory, rank)
     base = _status("VmRSS")
     with open("/proc/self/clear_refs", "w") as f:

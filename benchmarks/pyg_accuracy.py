@@ -152,7 +152,7 @@ def _rank_job(rank, ws, kind, graph, seeds, method):
 def _train_gcn_job(rank, ws, kind, graph, seeds, method):
     from graphdist.gnn.config import GCNConfig
     from graphdist.gnn.trainer import fit
-    from graphdist.halo.setup import load_local
+    from graphdist.partition.setup import load_local
     from graphdist.runtime import init_distributed
     torch.set_num_threads(1)
     ctx = init_distributed("cpu")

@@ -34,7 +34,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from torch_geometric.nn import GCNConv
 
-    from graphdist.halo.parts import load_part
+    from graphdist.partition.parts import load_part
     lg = load_part(args.partition, 0)
     if lg.world_size != 1:
         raise SystemExit(f"{args.partition}: has {lg.world_size} parts; give a one-part artifact")

@@ -84,7 +84,7 @@ def wrapped_step(model, part):
 
 def builtin_step(part, f_in, hidden, classes):
     from graphdist.gnn.models import GNN
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.exchange.spmm import SparseAdj
     torch.manual_seed(0)
     model = GNN("gcn", f_in, hidden, classes, 2, 0.5)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     import graphdist.gnn.pyg as gd
     from graphdist.data import load_graph
-    from graphdist.halo import build_layout
+    from graphdist.partition.layout import build_layout
     g = load_graph(args.spec)
     part = gd.Part.from_local_graph(build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1))
     f_in, c = g.num_features, g.num_classes

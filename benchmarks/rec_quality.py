@@ -38,7 +38,7 @@ def pyg_run(spec: str, epochs: int, eval_every: int, seed: int, dim=64, layers=3
 
     from graphdist.rec.data import load_ratings
     from graphdist.rec.metrics import RankingEval
-    from graphdist.rec.setup import RankData
+    from graphdist.rec.rank import RankData
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     r = load_ratings(spec)

@@ -22,7 +22,7 @@ SPEC = "rec-synth:users=50000,items=20000,avg_items=25,seed=0"
 
 
 def old_step(model, adj, halo, plan, l2, opt):
-    from graphdist.halo.exchange import HaloExchanger
+    from graphdist.exchange.exchanger import HaloExchanger
     opt.zero_grad(set_to_none=True)
     final = model(adj, halo)
     # the plan's positions refer to the batch's rows; the old step indexed the whole table
@@ -50,12 +50,12 @@ def main():
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=os.environ.get("MASTER_PORT", "29737"), RANK="0",
                       WORLD_SIZE="1", LOCAL_RANK="0")
-    from graphdist.halo import build_layout
+    from graphdist.partition.layout import build_layout
     from graphdist.rec.data import load_ratings
     from graphdist.rec.model import (LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency,
                                      schedule_epoch)
     from graphdist.rec.sampling import sample_epoch
-    from graphdist.rec.setup import rank_data
+    from graphdist.rec.rank import rank_data
     from graphdist.runtime import init_distributed
     r = load_ratings(a.spec)
     init_distributed("cpu")

@@ -76,8 +76,8 @@ def main(argv=None) -> int:
     if "avx512" not in torch.backends.cpu.get_cpu_capability().lower():
         print("spmm_prefetch: needs an AVX-512 CPU", file=sys.stderr)
         return 2
-    from graphdist.halo.parts import load_part
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.partition.parts import load_part
+    from graphdist.exchange.spmm import SparseAdj
     ext = load_inline("graphdist_spmm_prefetch", cpp_sources=_SRC, functions=["spmm64"],
                       extra_cflags=["-O3", "-mavx512f", "-mfma"])
     lg = load_part(args.dir, 0)

@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def measure(art: Path, cols: int, repeats: int, order: str = "rcm") -> dict:
     import torch
 
-    from graphdist.halo.parts import load_part
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.partition.parts import load_part
+    from graphdist.exchange.spmm import SparseAdj
     t0 = time.perf_counter()
     lg = load_part(art, 0).reordered(order, cols)
     order_s = time.perf_counter() - t0

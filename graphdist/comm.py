@@ -6,9 +6,9 @@ process group's device (NCCL needs CUDA tensors, gloo CPU ones), returning resul
 caller's device. They are no-ops without a process group or at world size 1.
 
 Data movement: :func:`all_to_all_rows` (blocking or asynchronous ``all_to_all_single`` of
-row blocks, the halo exchange's wire, :mod:`graphdist.halo.exchange`),
+row blocks, the halo exchange's wire, :mod:`graphdist.exchange.exchanger`),
 :func:`all_to_all_varied` (rows whose counts the receivers learn first: edges to the owners of
-their destinations, :mod:`graphdist.halo.build`), :func:`all_reduce_mean_coalesced` and
+their destinations, :mod:`graphdist.partition.build`), :func:`all_reduce_mean_coalesced` and
 :func:`all_gather_rows` (replica synchronisation of sharded tables: the touched row ids, then
 those rows).
 

@@ -12,7 +12,7 @@ Per element that is an xor and a multiply (the hashes run once per row and once 
 several times cheaper than torch's generators on a CPU. Used for dropout masks keyed by global
 node id (:func:`graphdist.gnn.models.keyed_dropout`) and, through :func:`keyed_uniform` (rows
 keyed by position), for the stochastic rounding of quantised halo rows
-(:mod:`graphdist.halo.quant`).
+(:mod:`graphdist.exchange.quant`).
 
 One number per id (the recommender's BPR sampling, :mod:`graphdist.rec.sampling`, and its
 evaluation users) takes two hashes of the id under two keys, 53 bits of a float64::

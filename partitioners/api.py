@@ -77,7 +77,7 @@ def partition(graph, k: int, *, method: str = "auto", imbalance: float = 0.03, s
         return torch.zeros(n, dtype=torch.int64)
     if hosts != 1:
         from partitioners.hier import hier_partition
-        a = hier_partition(graph, k, hosts, method=method, imbalance=float(imbalance), seed=int(seed),
+        a = hier_partition(graph, k, hosts, flat=partition, method=method, imbalance=float(imbalance), seed=int(seed),
                            balance=balance, node_weights=node_weights, options=options)
     else:
         a = _run(graph, k, method, float(imbalance), int(seed), weights, options)

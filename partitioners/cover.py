@@ -22,7 +22,7 @@ cover::
 
 A part's block depends only on the cut edges into that part, in canonical order (rows by
 source id, columns by (destination, sending part)), so the rank that holds those edges computes
-the very same cover (:mod:`graphdist.halo.build`, the artifact built by k ranks together).
+the very same cover (:mod:`graphdist.partition.build`, the artifact built by k ranks together).
 """
 from __future__ import annotations
 

@@ -139,30 +139,28 @@ def group_parts(graph, flat: np.ndarray, k: int, hosts: int) -> np.ndarray:
     return relabel[flat]
 
 
-def _host_splits(graph, hosts: int, *, method: str, imbalance: float, seed: int, balance: str,
+def _host_splits(graph, hosts: int, *, flat, method: str, imbalance: float, seed: int, balance: str,
                  node_weights, options: dict) -> list:
     """Candidate ``hosts``-way groupings: by ``method``; METIS twice, on its communication-volume
     objective (the rows that cross hosts are volume, not edge cut) and on edge cut (neither wins
     on every graph: SNAP p2p-Gnutella24 vs an 8-class SBM, BENCHMARKS.md). ``auto`` (moved rows)
     and ``mtkahypar`` (km1) are volume objectives already."""
     from partitioners import backends
-    from partitioners.api import partition
     from partitioners.common import make_weights
     if method == "metis":
         w = make_weights(graph, hosts, imbalance, balance, node_weights)
         return [backends.metis_partition(graph, hosts, w, imbalance=imbalance, seed=seed, objective=o)
                 for o in ("vol", "cut")]
-    return [as_numpy(partition(graph, hosts, method=method, imbalance=imbalance, seed=seed, balance=balance,
-                               node_weights=node_weights, **options)).astype(np.int64)]
+    return [as_numpy(flat(graph, hosts, method=method, imbalance=imbalance, seed=seed, balance=balance,
+                          node_weights=node_weights, **options)).astype(np.int64)]
 
 
-def _inner(graph, top: np.ndarray, h: int, per: int, w, *, method: str, imbalance: float, seed: int,
+def _inner(graph, top: np.ndarray, h: int, per: int, w, *, flat, method: str, imbalance: float, seed: int,
            balance: str, node_weights, options: dict) -> np.ndarray:
     """Parts ``0 .. per-1`` of host group ``h``'s nodes: the cross-net split of
     :mod:`partitioners.hostsplit` (Mt-KaHyPar, one blended weight), moved back under every cap of
     the k-way weights ``w`` inside the group where it is over one; without Mt-KaHyPar ``method``
     on the induced subgraph."""
-    from partitioners.api import partition
     from partitioners.backends import single_weight
     from partitioners.common import Weights
     from partitioners.errors import MissingBackendError
@@ -174,21 +172,24 @@ def _inner(graph, top: np.ndarray, h: int, per: int, w, *, method: str, imbalanc
     try:
         a = cross_split(graph, top, h, per, single_weight(wg), imbalance=imbalance, seed=seed)
     except (MissingBackendError, ValueError):  # no Mt-KaHyPar, or a group too large for it
-        return as_numpy(partition(sub, per, method=method, imbalance=imbalance, seed=seed, balance=balance,
-                                  node_weights=nw, **options)).astype(np.int64)
+        return as_numpy(flat(sub, per, method=method, imbalance=imbalance, seed=seed, balance=balance,
+                             node_weights=nw, **options)).astype(np.int64)
     refiner = VolumeRefiner(sub, per, wg)
     if (refiner.loads(a) > refiner.caps[:, None]).any():
         refiner.rebalance(a)
     return a
 
 
-def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, seed: int,
+def hier_partition(graph, k: int, hosts: int, *, flat, method: str, imbalance: float, seed: int,
                    balance: str, node_weights=None, options: dict | None = None) -> np.ndarray:
     """``int64[N]`` part of every node, host-major: ``hosts`` groups by ``method`` (volume
     objective) on the whole graph, then each group into ``k // hosts`` parts by the cross-net
     split; or the flat ``k``-way partition grouped onto hosts, whichever moves fewer rows between
-    hosts (:func:`partitioners.hostsplit.rows_between_hosts`) within the balance limits."""
-    from partitioners.api import partition
+    hosts (:func:`partitioners.hostsplit.rows_between_hosts`) within the balance limits.
+
+    ``flat``: the partitioner of one level, ``flat(graph, k, method=..., ...)`` as
+    :func:`partitioners.partition` without ``hosts`` (the caller's, so this module stays below
+    it)."""
     from partitioners.common import loads, make_weights
     from partitioners.hostsplit import rows_between_hosts
     if isinstance(hosts, bool) or int(hosts) != hosts or hosts < 1:
@@ -202,7 +203,7 @@ def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, 
     per = k // hosts
     half = float(imbalance) / 2
     nw = None if node_weights is None else as_numpy(node_weights)
-    kw = dict(method=method, seed=seed, balance=balance, node_weights=nw, options=options)
+    kw = dict(flat=flat, method=method, seed=seed, balance=balance, node_weights=nw, options=options)
     w = make_weights(graph, k, float(imbalance), balance, nw)
     caps = np.asarray(w.caps)
     cands = []
@@ -219,9 +220,9 @@ def hier_partition(graph, k: int, hosts: int, *, method: str, imbalance: float, 
             out[top == h] = h * per + _inner(graph, top, h, per, w, imbalance=min(inner_imb, 10.0) * 0.999, **kw)
         if not (loads(w, out, k) > caps[:, None]).any():  # within every balance limit
             cands.append(out)
-    flat = group_parts(graph, as_numpy(partition(graph, k, method=method, imbalance=imbalance, seed=seed,
-                                                 balance=balance, node_weights=nw, **options)).astype(np.int64),
-                       k, hosts)
-    cands.append(flat)  # last: the flat one wins ties
+    grouped = group_parts(graph, as_numpy(flat(graph, k, method=method, imbalance=imbalance, seed=seed,
+                                               balance=balance, node_weights=nw, **options)).astype(np.int64),
+                          k, hosts)
+    cands.append(grouped)  # last: the flat one wins ties
     keys = [rows_between_hosts(graph, a, k, hosts) for a in cands]
     return cands[min(range(len(cands)), key=lambda i: (keys[i], i != len(cands) - 1))]

@@ -1,7 +1,8 @@
 """The import direction ARCHITECTURE.md draws, read from the code of every module of every
 package: ``partitioners`` imports nothing of graphdist; the core (``graphdist/*.py`` and
-``graphdist/data/``) no room above it; ``halo/`` the core; ``partition/`` the core and ``halo/``;
-the graph workloads the core, ``halo/`` and ``partition/`` but not each other; DLRM
+``graphdist/data/``) no room above it; ``exchange/`` (the exchange of halo rows) the core;
+``partition/`` (the partitioned graph) the core and ``exchange/``; the graph workloads the core,
+``exchange/`` and ``partition/`` but not each other; DLRM
 (``embeddings``) the core only; the CLI everything. No module imports another's private name.
 Only ``graphdist/comm.py`` calls torch.distributed collectives."""
 from __future__ import annotations
@@ -16,14 +17,14 @@ OURS = ("graphdist", "embeddings", "partitioners")
 CORE = "graphdist (core)"
 BANNED = {  # room -> the rooms it may not import
     "partitioners": ("graphdist", "embeddings"),
-    CORE: ("graphdist.halo", "graphdist.partition", "graphdist.gnn", "graphdist.rec", "graphdist.cli", "embeddings"),
-    "graphdist.data": ("graphdist.halo", "graphdist.partition", "graphdist.gnn", "graphdist.rec", "graphdist.cli",
+    CORE: ("graphdist.exchange", "graphdist.partition", "graphdist.gnn", "graphdist.rec", "graphdist.cli", "embeddings"),
+    "graphdist.data": ("graphdist.exchange", "graphdist.partition", "graphdist.gnn", "graphdist.rec", "graphdist.cli",
                        "embeddings"),
-    "graphdist.halo": ("graphdist.partition", "graphdist.gnn", "graphdist.rec", "graphdist.cli", "embeddings"),
+    "graphdist.exchange": ("graphdist.partition", "graphdist.gnn", "graphdist.rec", "graphdist.cli", "embeddings"),
     "graphdist.partition": ("graphdist.gnn", "graphdist.rec", "graphdist.cli", "embeddings"),
     "graphdist.gnn": ("graphdist.rec", "graphdist.cli", "embeddings"),
     "graphdist.rec": ("graphdist.gnn", "graphdist.cli", "embeddings"),
-    "embeddings": ("graphdist.halo", "graphdist.partition", "graphdist.gnn", "graphdist.rec", "graphdist.cli"),
+    "embeddings": ("graphdist.exchange", "graphdist.partition", "graphdist.gnn", "graphdist.rec", "graphdist.cli"),
     "graphdist.cli": (),
 }
 
@@ -97,10 +98,11 @@ def test_no_private_name_is_taken_from_another_module(path):
 def test_the_checks_see_a_wrong_import(tmp_path):
     """The two readers catch what they are for (a module written here, read like the others)."""
     bad = tmp_path / "m.py"
-    bad.write_text("import graphdist.halo.layout as hp\nfrom graphdist.gnn.plan import _x\nfrom graphdist.rec import trainer\n"
+    bad.write_text("import graphdist.partition.layout as hp\nfrom graphdist.gnn.plan import _x\nfrom graphdist.rec import trainer\n"
                    "hp._Shared\ntrainer._RecTask\n")
-    assert _bad(bad, BANNED["graphdist.halo"]) == ["graphdist.gnn.plan", "graphdist.gnn.plan._x", "graphdist.rec",
-                                                   "graphdist.rec.trainer"]
+    assert _bad(bad, BANNED["graphdist.exchange"]) == ["graphdist.gnn.plan", "graphdist.gnn.plan._x",
+                                                       "graphdist.partition.layout", "graphdist.rec",
+                                                       "graphdist.rec.trainer"]
     assert _bad(bad, BANNED["graphdist.gnn"]) == ["graphdist.rec", "graphdist.rec.trainer"]
     assert len(_private_uses(bad)) == 3
 
@@ -131,9 +133,9 @@ def test_only_comm_calls_collectives():
 def test_an_exchanger_is_changed_only_through_its_methods():
     """HaloExchanger's modes (stale buffers, widths per layer, calibration, statistics, error
     measurement, rounds) are constructor arguments or methods: assigning a public attribute of a
-    built exchanger raises, so no module outside halo/exchange.py can set one."""
-    from graphdist.halo.exchange import CommStats, HaloExchanger
-    from graphdist.halo.stale import Staleness
+    built exchanger raises, so no module outside exchange/exchanger.py can set one."""
+    from graphdist.exchange.exchanger import CommStats, HaloExchanger
+    from graphdist.exchange.stale import Staleness
     import torch
     stats = CommStats()
     ex = HaloExchanger(torch.tensor([0, 1]), [1, 1], [1, 1], stats=stats, stale=Staleness(2, 4))
@@ -150,3 +152,73 @@ def test_an_exchanger_is_changed_only_through_its_methods():
     assert ex.end_calibration() == {("forward", 0): [1]} and not ex.calibrating and stats.calib == {}
     ex.measure_errors(True)
     assert ex.measure
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """File-level imports between the product's modules, those inside functions too: module ->
+    the modules it imports (``from a import b`` names module ``a.b`` where that is a module)."""
+    names = {_module_name(p) for p in MODULES}
+
+    def module_of(m: str) -> str:
+        while m and m not in names:
+            m = m.rpartition(".")[0]
+        return m
+
+    graph = {}
+    for path in MODULES:
+        me, edges = _module_name(path), set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                edges.update(module_of(a.name) for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                edges.update(module_of(f"{node.module}.{a.name}") for a in node.names)
+        graph[me] = edges - {"", me}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]; counter[0] += 1; stack.append(root); on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = counter[0]; counter[0] += 1; stack.append(w); on.add(w)
+                    work.append((w, iter(sorted(graph.get(w, ())))))
+                elif w in on:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop(); on.discard(w); comp.append(w)
+                    if w == v:
+                        break
+                if len(comp) > 1:
+                    out.append(sorted(comp))
+    return out
+
+
+def test_no_import_circle():
+    """No two modules of the product import each other, directly or around a circle, lazily inside
+    a function or not: every room reads from the top down."""
+    assert circles(import_graph()) == []
+
+
+def test_the_circle_reader_sees_a_circle():
+    assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from graphdist.cli import main
-from graphdist.halo.boundary import kept
+from graphdist.exchange.boundary import kept
 from graphdist.testing import run_ranks
 from tests.test_stale import BASE, SPEC, _graph, initial_state, reference_losses
 
@@ -25,7 +25,7 @@ def test_kept_is_keyed_and_has_the_rate():
 
 def _job(rank, ws, graph, a, runs, root=None):
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.halo import build_layout
+    from graphdist.partition.layout import build_layout
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
     lg = build_layout(graph, a, rank, ws)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from graphdist.cli import main
-from graphdist.halo.artifact import read_artifact
-from graphdist.halo.parts import load_part
+from graphdist.partition.artifact import read_artifact
+from graphdist.partition.parts import load_part
 from graphdist.testing import RankFailure, run_ranks
 
 N_IDS = 10_000
@@ -64,8 +64,8 @@ def _build_all(rank, world, d, jobs):
     """On every rank: build each job's artifact in this one process group, with the fingerprint
     streamed in blocks of 97 edges, so rows of every rank interleave across many blocks (the CLI
     test builds with the default block, larger than its graph)."""
-    from graphdist.halo import build
-    from graphdist.halo.build import build_artifact
+    from graphdist.partition import build
+    from graphdist.partition.build import build_artifact
     build.BLOCK_EDGES = 97
     from graphdist.partition.tools import PartitionConfig
     return [build_artifact(PartitionConfig(spec=spec, assignment=a, out=out, nproc=world)) for spec, a, out in jobs]

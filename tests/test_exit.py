@@ -164,7 +164,7 @@ def test_start_hint_names_the_flags_of_the_launcher(launcher_env, monkeypatch):
 def test_world_size_mismatch_under_torchrun_names_torchrun_flags(launcher_env, tmp_path):
     from graphdist.errors import ArtifactError, ConfigError
     from graphdist.gnn.config import GCNConfig
-    from graphdist.halo.setup import load_local
+    from graphdist.partition.setup import load_local
     launcher_env()
     with pytest.raises(ConfigError, match=r"--parts 3 does not match the world size 2 \(start 3 workers, "
                                           r"e\.g\. torchrun --nproc-per-node 3\)"):

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.testing import run_ranks
 from tests.conftest import requires_cuda
 from tests.test_gcn_parity import C, FEAT, HID, METHODS, MODELS, assignment, init_state, make_graph, pyg_reference
@@ -16,9 +16,9 @@ requires_2_gpus = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="need
 
 def _forward_backward(lg, kind, state, dev, halo, bits=32):
     from graphdist import comm
-    from graphdist.halo.exchange import HaloExchanger
+    from graphdist.exchange.exchanger import HaloExchanger
     from graphdist.gnn.models import GNN
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.exchange.spmm import SparseAdj
     model = GNN(kind, FEAT, HID, C, 3, dropout=0.0).to(dev)
     model.load_state_dict(state)
     adj = SparseAdj.for_model(lg, kind, dev, halo=halo)

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from graphdist.data import Graph
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.gnn.models import GNN
 from graphdist.testing import run_ranks
 
@@ -48,7 +48,7 @@ def assignment(graph: Graph, k: int, method: str) -> torch.Tensor:
         return torch.zeros(graph.num_nodes, dtype=torch.int64)
     if method == "random":
         return torch.randint(0, k, (graph.num_nodes,), generator=torch.Generator().manual_seed(k))
-    from graphdist.halo.setup import partition_in_process
+    from graphdist.partition.setup import partition_in_process
     return partition_in_process(graph, k, "metis", 0)
 
 
@@ -130,8 +130,8 @@ def pyg_train_losses(kind, graph, state, epochs=20, layers=2, batch_norm=False):
 
 # ------------------------------------------------------------------ distributed side
 def _dist_case(rank, ws, graph, a, kind, state, halo):
-    from graphdist.halo.exchange import HaloExchanger
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.exchange.exchanger import HaloExchanger
+    from graphdist.exchange.spmm import SparseAdj
     lg = build_layout(graph, a, rank, ws).reordered("rcm")
     model = GNN(kind, FEAT, HID, C, 3, dropout=0.0)
     model.load_state_dict(state)
@@ -163,8 +163,8 @@ def _exchange_check(rank, ws, graph, a, halo):
     """The exchange through the product path (``SparseAdj.propagate``): with h = global node ids
     and the mean adjacency, every owned row gets the mean id of its in-neighbours, and the
     gradient of sum(out * w) reaches each owned row as sum_v w_v / deg_v over its out-edges."""
-    from graphdist.halo.exchange import HaloExchanger
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.exchange.exchanger import HaloExchanger
+    from graphdist.exchange.spmm import SparseAdj
     lg = build_layout(graph, a, rank, ws)
     adj = SparseAdj.for_model(lg, "sage", halo=halo)
     ex = HaloExchanger.from_local_graph(lg, halo=halo)

@@ -13,7 +13,7 @@ import torch
 
 from graphdist.cli import main
 from graphdist.errors import ConfigError
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.testing import run_ranks
 from tests.conftest import requires_cuda
 
@@ -92,7 +92,7 @@ def test_world_size_must_equal_parts(capsys):
     assert main(["train-gcn", SPEC, "--parts", "2", "--nproc", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--nproc 3" in err[0] and "2 parts" in err[0]
-    from graphdist.halo.setup import load_local
+    from graphdist.partition.setup import load_local
     from graphdist.gnn.config import GCNConfig
     with pytest.raises(ConfigError, match="--parts 4 does not match the world size 2"):
         load_local(GCNConfig(spec=SPEC, parts=4), 0, 2)
@@ -156,8 +156,8 @@ def test_dead_worker_is_named_by_survivor():
 
 
 def _write_artifact(path, k=2, method="metis"):
-    from graphdist.halo.artifact import write_artifact
-    from graphdist.halo.setup import partition_in_process
+    from graphdist.partition.artifact import write_artifact
+    from graphdist.partition.setup import partition_in_process
     g, _ = _graph_and_assignment()
     a = partition_in_process(g, k, method, 0)
     from partitioners.quality import quality
@@ -166,7 +166,7 @@ def _write_artifact(path, k=2, method="metis"):
 
 def test_artifact_mismatches_name_both_values(tmp_path, capsys):
     from graphdist.errors import ArtifactError
-    from graphdist.halo.setup import load_local
+    from graphdist.partition.setup import load_local
     from graphdist.gnn.config import GCNConfig
     d = _write_artifact(tmp_path / "p")
     with pytest.raises(ArtifactError, match="k=2 parts but the world size is 1"):
@@ -240,9 +240,9 @@ def _halo_modes_job(rank, ws, graph, a):
 
 
 def test_halo_modes_report_exact_losses_and_bytes_on_the_wire():
-    from graphdist.halo.quant import row_bytes
+    from graphdist.exchange.quant import row_bytes
     g, _ = _graph_and_assignment()
-    from graphdist.halo.setup import partition_in_process
+    from graphdist.partition.setup import partition_in_process
     out = run_ranks(_halo_modes_job, 2, args=(g, partition_in_process(g, 2, "metis", 0)), timeout=240)
     reps = out[0][0]
     plain, mvc = reps[("plain", 32, 32)], reps[("mvc", 32, 32)]
@@ -308,7 +308,7 @@ def _plan_job(rank, ws):
     from unittest import mock
 
     from graphdist.gnn.config import GCNConfig
-    from graphdist.halo import setup
+    from graphdist.partition import setup
     from graphdist.runtime import init_distributed
     init_distributed("cpu")
 

@@ -6,8 +6,8 @@ import torch
 
 from graphdist.data import Graph
 from graphdist.errors import ArtifactError, MissingFileError
-from graphdist.halo.layout import build_layout, build_layouts, validate_layouts
-from graphdist.halo.parts import load_part, part_path, write_parts
+from graphdist.partition.layout import build_layout, build_layouts, validate_layouts
+from graphdist.partition.parts import load_part, part_path, write_parts
 
 
 def path6() -> Graph:
@@ -156,7 +156,7 @@ def test_mvc_plan_by_hand():
 
 
 def test_mvc_operators_by_hand():
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.exchange.spmm import SparseAdj
     p0, p1 = build_layouts(star(), STAR, 2)
     t = SparseAdj.for_model(p0, "sage", halo="mvc").send.A.to_dense()
     assert t.tolist() == [[1, 0, 0], [0, 1, 1]]          # row 0 raw; 4 + 5 summed (mean: right = 1)
@@ -172,7 +172,7 @@ def test_mvc_operators_by_hand():
 
 def _simulated(plans, model, halo, h_global):
     """Every rank's ``A @ [h ; halo]`` with the exchange simulated in one process."""
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.exchange.spmm import SparseAdj
     adjs = [SparseAdj.for_model(p, model, halo=halo) for p in plans]
     lays = [p.exchange_layout(halo) for p in plans]
     sends = []
@@ -271,7 +271,7 @@ def _two_cliques():
 
 def test_community_order_groups_communities_on_paper():
     """``--reorder community`` puts each clique's rows next to each other."""
-    from graphdist.halo.order import community_order
+    from graphdist.partition.order import community_order
     ptr, c, n = _two_cliques()
     perm = community_order(ptr, c, n)
     assert sorted(perm.tolist()) == list(range(n))
@@ -284,7 +284,7 @@ def test_block_order_puts_each_clique_in_its_own_block():
     each, every row once."""
     import torch
 
-    from graphdist.halo import order
+    from graphdist.partition import order
     ptr, c, n = _two_cliques()
     width = order.BLOCK_BYTES // (4 * 10)
     assert order.block_count(n, width) == 2
@@ -300,7 +300,7 @@ def test_block_order_of_a_directed_graph_cuts_its_symmetrised_pattern():
     import numpy as np
     import scipy.sparse as sp
 
-    from graphdist.halo.order import cache_blocks
+    from graphdist.partition.order import cache_blocks
     ptr, c, n = _two_cliques()
     m = sp.triu(sp.csr_matrix((np.ones(c.size, dtype=np.int8), c, ptr), shape=(n, n)), k=1).tocsr()
     m.sort_indices()

@@ -8,7 +8,7 @@ import pytest
 
 from graphdist.gnn.auto import choose_bits
 from graphdist.gnn.plan import PlanConfig, plan
-from graphdist.halo.quant import row_bytes
+from graphdist.exchange.quant import row_bytes
 from tests.cli_ranks import run_cli
 
 SPEC = "sbm:nodes=3000,classes=4,avg_degree=12,features=32,seed=0"

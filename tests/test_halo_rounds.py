@@ -1,5 +1,5 @@
 """``--halo-rounds R``: the exchange in R all-to-alls of a slice of every peer's rows
-(:mod:`graphdist.halo.rounds`). The slices on paper; on k = 2 and 4 ranks (random parts, so
+(:mod:`graphdist.exchange.rounds`). The slices on paper; on k = 2 and 4 ranks (random parts, so
 peers send uneven counts, and R above some counts, so some rounds are empty for some peers) the
 logits and gradients equal PyG's and the one-round run's, 20 epochs of training give PyG's
 losses, quantised rows cost the one-round bytes, and no more than two rounds are ever in
@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from graphdist.halo import build_layout
-from graphdist.halo.rounds import round_of
+from graphdist.partition.layout import build_layout
+from graphdist.exchange.rounds import round_of
 from graphdist.gnn.models import GNN
 from graphdist.testing import run_ranks
 from tests.test_gcn_parity import (C, HID, MODELS, _dist_train, _rel_close, assignment, init_state, make_graph,
@@ -44,7 +44,7 @@ def test_round_slices_on_paper():
 
 def _spy(ex):
     """Record, on ``ex``, the rows of every round posted and the most rounds in flight at once."""
-    from graphdist.halo import exchange
+    from graphdist.exchange import exchanger as exchange
     log = {"rows": [], "in_flight": 0, "max_in_flight": 0}
     start = ex._start
 
@@ -68,8 +68,8 @@ def _spy(ex):
 
 def _case(rank, ws, graph, a, kind, state, halo, rounds, bits=32):
     from graphdist import comm
-    from graphdist.halo.exchange import HaloExchanger
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.exchange.exchanger import HaloExchanger
+    from graphdist.exchange.spmm import SparseAdj
     lg = build_layout(graph, a, rank, ws).reordered("rcm")
     model = GNN(kind, graph.x.shape[1], HID, C, 3, dropout=0.0)
     model.load_state_dict(state)
@@ -217,8 +217,9 @@ def test_a_split_adjacency_keeps_no_whole_block():
     """in_rounds replaces the whole halo and send operators by their rounds' blocks (no second
     copy), keeps their shapes and entry counts, and a product with an exchanger that is not in
     the same rounds is refused before anything moves."""
-    from graphdist.halo.exchange import HaloExchanger
-    from graphdist.halo.spmm import CSRPair, SparseAdj
+    from graphdist.exchange.exchanger import HaloExchanger
+    from graphdist.exchange.csr import CSRPair
+    from graphdist.exchange.spmm import SparseAdj
     graph = make_graph()
     lg = build_layout(graph, assignment(graph, 2, "random"), 0, 2)
     adj = SparseAdj.for_model(lg, "gcn", "cpu", halo="mvc")

@@ -1,4 +1,4 @@
-"""The two-level halo route across hosts (graphdist.halo.route, ``--halo-route hosts``): the plan on
+"""The two-level halo route across hosts (graphdist.exchange.route, ``--halo-route hosts``): the plan on
 a graph checked on paper, the plan against the direct exchange simulated in one process, and
 4 gloo ranks as 2 hosts x 2 training with the route equal to the direct exchange."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from graphdist.halo.route import build_routes
+from graphdist.exchange.route import build_routes
 
 
 def _simulate(routes, rows):
@@ -93,8 +93,8 @@ def test_plan_of_a_tiny_graph_on_paper():
     against 6. mvc: rank 0 sends one partial sum for node 3 and one for node 4 (each destination
     has both sources), which are per destination and never shared: 4 rows either way."""
     from graphdist.data import Graph
-    from graphdist.halo.layout import build_layouts
-    from graphdist.halo.route import send_keys
+    from graphdist.partition.layout import build_layouts
+    from graphdist.exchange.route import send_keys
     g = Graph.from_edges(torch.tensor([0, 1, 0, 1]), torch.tensor([3, 3, 4, 4]), 5, x=torch.ones(5, 1),
                          y=torch.zeros(5, dtype=torch.int64), train_mask=torch.ones(5, dtype=torch.bool))
     plans = build_layouts(g, torch.tensor([0, 0, 1, 2, 3]), 4)
@@ -172,10 +172,10 @@ def _exchange_case(rank, ws, graph, a, state, halo):
 
     from graphdist import comm
     from graphdist.gnn.models import GNN
-    from graphdist.halo import build_layout
-    from graphdist.halo.exchange import HaloExchanger
-    from graphdist.halo.route import gather_route
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.partition.layout import build_layout
+    from graphdist.exchange.exchanger import HaloExchanger
+    from graphdist.exchange.route import gather_route
+    from graphdist.exchange.spmm import SparseAdj
     from tests.test_gcn_parity import C, HID
     lg = build_layout(graph, a, rank, ws).reordered("rcm")
     adj = SparseAdj.for_model(lg, "gcn", halo=halo)
@@ -198,7 +198,7 @@ def _train_case(rank, ws, graph, a, halo, route, input_halo):
     import torch.distributed as dist
 
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.halo import build_layout
+    from graphdist.partition.layout import build_layout
     from graphdist.runtime import init_distributed
     from tests.test_gcn_parity import HID
     cfg = GCNConfig(spec="test", layers=3, hidden=HID, epochs=4, seed=5, progress=False, halo=halo,

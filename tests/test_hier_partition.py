@@ -9,7 +9,7 @@ import pytest
 
 from graphdist.cli import main
 from graphdist.data.graph import Graph
-from graphdist.halo.artifact import read_artifact
+from graphdist.partition.artifact import read_artifact
 from partitioners import PartitionError, partition
 from partitioners.hier import host_groups, induced
 

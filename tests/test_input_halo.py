@@ -1,4 +1,4 @@
-"""``--input-halo resident`` (:mod:`graphdist.halo.resident`): the features' halo rows are
+"""``--input-halo resident`` (:mod:`graphdist.exchange.resident`): the features' halo rows are
 received once and their dropout mask drawn by the rank that reads them, so the first layer
 exchanges nothing. On k = 1, 2 and 4 ranks (random parts: uneven peers), plain and mvc, one and
 two exchange rounds, dropout on: the training losses equal the exchanged run's bit for bit, and
@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 import torch
 
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.testing import run_ranks
 
 SPEC = "sbm:nodes=240,classes=3,avg_degree=6,features=10,seed=1"

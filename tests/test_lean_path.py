@@ -161,7 +161,7 @@ def test_cut_edges_equal_brute_force():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
 def test_a_part_file_is_memory_mapped_not_copied(tmp_path):
-    from graphdist.halo.parts import load_part, write_parts
+    from graphdist.partition.parts import load_part, write_parts
     g = load_graph(SBM)
     write_parts(tmp_path, g, torch.arange(g.num_nodes) % 2, 2)
     lg = load_part(tmp_path, 1)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from graphdist.data import Graph
-from graphdist.halo.parts import load_part, write_parts
-from graphdist.halo.layout import build_layouts
-from graphdist.halo.spmm import SparseAdj
+from graphdist.partition.parts import load_part, write_parts
+from graphdist.partition.layout import build_layouts
+from graphdist.exchange.spmm import SparseAdj
 from graphdist.sparse import coo_to_csr
 
 

@@ -1,11 +1,11 @@
-"""The simulated link's model (graphdist.halo.link): both directions of an exchange share the
+"""The simulated link's model (graphdist.exchange.link): both directions of an exchange share the
 link (sent + received bytes), and exchanges in flight together queue one after another; the
 figures behind it are measured on real links (BENCHMARKS.md, "Real hosts")."""
 from __future__ import annotations
 
 import pytest
 
-from graphdist.halo.link import Link
+from graphdist.exchange.link import Link
 
 
 def test_both_directions_count():

@@ -10,9 +10,9 @@ import torch
 
 from graphdist.cli import main
 from graphdist.data import load_graph
-from graphdist.halo.artifact import read_artifact
-from graphdist.halo.parts import load_part
-from graphdist.halo.layout import build_layout
+from graphdist.partition.artifact import read_artifact
+from graphdist.partition.parts import load_part
+from graphdist.partition.layout import build_layout
 from partitioners import partition, quality
 
 SPEC = "sbm:nodes=300,classes=3,avg_degree=6,features=4,seed=1"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphdist.halo.artifact import FORMAT_VERSION, check_artifact, read_artifact, write_artifact
+from graphdist.partition.artifact import FORMAT_VERSION, check_artifact, read_artifact, write_artifact
 from graphdist.cli import main
 from graphdist.data import load_graph
 from graphdist.errors import ArtifactError
@@ -142,7 +142,7 @@ def test_replaced_files_and_old_formats_are_refused(artifact, tmp_path, capsys):
     assert err.count("\n") == 1 and "assignment.npy was changed after partitioning" in err
     assert f"graphdist partition {SPEC} --parts 4 --method ldg --out {other}" in err
     # a replaced part file: quality and the rank loading it refuse
-    from graphdist.halo.parts import load_part
+    from graphdist.partition.parts import load_part
     swapped = _copy(artifact, tmp_path / "swapped")
     import shutil
     shutil.copy(swapped / "part_00001.pt", swapped / "part_00002.pt")
@@ -178,12 +178,12 @@ def test_killed_write_leaves_old_artifact_intact(artifact, tmp_path, monkeypatch
     out = _copy(artifact, tmp_path / "keep")
     before = read_artifact(out)[1]
     g = load_graph(SPEC)
-    import graphdist.halo.parts as parts
+    import graphdist.partition.artifact as artifact_module
 
     def boom(*a, **kw):
         raise KeyboardInterrupt  # like a kill in the middle of writing part files
 
-    monkeypatch.setattr(parts, "write_parts", boom)
+    monkeypatch.setattr(artifact_module, "write_parts", boom)
     with pytest.raises(KeyboardInterrupt):
         write_artifact(out, g, torch.zeros(400, dtype=torch.int64), method="x", params={}, quality={},
                        seconds=0.0, k=4)

@@ -125,7 +125,7 @@ def test_a_rank_that_cannot_fit_stops_with_one_line(artifacts, monkeypatch):
     from graphdist.gnn.config import GCNConfig
     from graphdist.gnn.plan import check_fits
     from graphdist import memory
-    from graphdist.halo.parts import load_part
+    from graphdist.partition.parts import load_part
     lg = load_part(artifacts / "k1", 0)
     cfg = GCNConfig(partition=str(artifacts / "k1"), layers=2, hidden=64)
     check_fits(cfg, lg, 1)  # this machine has room for a 40k-node graph
@@ -147,7 +147,7 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
     from graphdist.gnn.config import GCNConfig
     from graphdist.gnn.plan import ROUNDS, check_fits, part_stats, rank_memory
     from graphdist import memory
-    from graphdist.halo import build_layout
+    from graphdist.partition.layout import build_layout
     g = load_graph("sbm:nodes=8000,classes=4,avg_degree=12,features=64,seed=0")
     a = torch.randint(0, 4, (g.num_nodes,), generator=torch.Generator().manual_seed(0))
     lg = build_layout(g, a, 0, 4)

@@ -12,7 +12,7 @@ from torch_geometric.nn.aggr import SumAggregation
 
 import graphdist.gnn.pyg as gd
 from graphdist.errors import ConfigError
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.testing import run_ranks
 
 SPEC = "sbm:nodes=300,classes=3,avg_degree=6,homophily=0.8,features=8,seed=1"

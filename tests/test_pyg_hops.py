@@ -23,7 +23,7 @@ from torch_geometric.nn import (APPNP, ARMAConv, ChebConv, DNAConv, GatedGraphCo
                                 TAGConv)
 
 import graphdist.gnn.pyg as gd
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.testing import run_ranks
 from tests.test_gcn_parity import assignment
 from tests.test_pyg_parity import C, FEAT, HID, METHODS, N, _rel_err, make_graph

@@ -12,7 +12,7 @@ from torch_geometric.data import Data
 import graphdist.gnn.pyg as gd
 from graphdist.data import Graph
 from graphdist.errors import ConfigError
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.testing import run_ranks
 
 N, C = 300, 4

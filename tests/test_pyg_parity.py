@@ -27,7 +27,7 @@ from torch_geometric.nn.models import GIN, GraphSAGE
 
 import graphdist.gnn.pyg as gd
 from graphdist.data import Graph
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.testing import run_ranks
 from tests.test_gcn_parity import assignment  # the same random / METIS parts
 

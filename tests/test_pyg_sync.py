@@ -16,7 +16,7 @@ from torch_geometric.nn import GCNConv, SAGEConv
 import graphdist.gnn.pyg as gd
 from graphdist.data import load_graph
 from graphdist.errors import ConfigError
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.testing import run_ranks
 
 SPEC = "sbm:nodes=120,classes=3,avg_degree=5,homophily=0.8,features=6,seed=2"

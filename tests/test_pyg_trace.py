@@ -15,7 +15,7 @@ from torch import nn
 from torch_geometric.nn import APPNP, ChebConv, GCNConv
 
 import graphdist.gnn.pyg as gd
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.testing import run_ranks
 from tests.test_gcn_parity import assignment
 from tests.test_pyg_parity import C, FEAT, HID, _rel_err, make_graph

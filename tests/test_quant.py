@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from graphdist.cli import main
-from graphdist.halo import quant
-from graphdist.halo.quant import decode, encode, row_bytes
+from graphdist.exchange import quant
+from graphdist.exchange.quant import decode, encode, row_bytes
 from graphdist.testing import run_ranks
 
 QBITS = (16, 8, 4, 2)
@@ -152,11 +152,11 @@ def _exchange_job(rank, ws, variants):
     is linear, ``sum(y * w)``, so the backward rows do not depend on the forward's rounding.
     Returns per variant the outputs, gradients, byte counts, the rows received (as float32) and
     the scale of every row received in each direction, read off the wire bytes."""
-    import graphdist.halo.quant as quant
-    from graphdist.halo.exchange import HaloExchanger, Pending
+    import graphdist.exchange.quant as quant
+    from graphdist.exchange.exchanger import HaloExchanger, Pending
     from graphdist.data import load_graph
-    from graphdist.halo import build_layout
-    from graphdist.halo.spmm import SparseAdj
+    from graphdist.partition.layout import build_layout
+    from graphdist.exchange.spmm import SparseAdj
     g = load_graph("sbm:nodes=300,classes=3,avg_degree=6,features=16,seed=1")
     lg = build_layout(g, torch.arange(g.num_nodes) % ws, rank, ws)
     w = torch.randn(lg.num_owned, 16, generator=torch.Generator().manual_seed(rank))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.rec.data import make_ratings
 from graphdist.testing import run_ranks
 
@@ -15,7 +15,7 @@ from graphdist.testing import run_ranks
 def _eval_job(rank, ws, cases):
     from graphdist import comm
     from graphdist.rec.metrics import RankingEval
-    from graphdist.rec.setup import rank_data
+    from graphdist.rec.rank import rank_data
     from graphdist.runtime import init_distributed
     init_distributed("cpu")
     gather = comm.all_gather_rows

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.rec.data import Ratings, make_ratings
 from graphdist.testing import run_ranks
 
@@ -29,7 +29,7 @@ def assignment(graph, k: int, method: str) -> torch.Tensor:
         return torch.zeros(graph.num_nodes, dtype=torch.int64)
     if method == "random":
         return torch.randint(0, k, (graph.num_nodes,), generator=torch.Generator().manual_seed(k))
-    from graphdist.halo.setup import partition_in_process
+    from graphdist.partition.setup import partition_in_process
     return partition_in_process(graph, k, "metis", 0)
 
 
@@ -50,7 +50,7 @@ def _job(rank, ws, ratings, assignments, table, epochs):
     from graphdist.rec.adam import TableAdam
     from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, lightgcn_adjacency, schedule_epoch
     from graphdist.rec.sampling import sample_epoch
-    from graphdist.rec.setup import rank_data
+    from graphdist.rec.rank import rank_data
     from graphdist.runtime import init_distributed
     init_distributed("cpu")
     out = {}

@@ -12,11 +12,11 @@ from graphdist.testing import run_ranks
 
 
 def test_bpr_steps_make_no_host_sync(monkeypatch):
-    from graphdist.halo import build_layout
+    from graphdist.partition.layout import build_layout
     from graphdist.rec.model import (LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency,
                                      schedule_epoch)
     from graphdist.rec.sampling import sample_epoch
-    from graphdist.rec.setup import rank_data
+    from graphdist.rec.rank import rank_data
     g = np.random.default_rng(1)
     r = make_ratings(np.stack([g.integers(0, 40, 400), g.integers(0, 30, 400)], 1), np.zeros((0, 2), np.int64),
                      40, 30, {})
@@ -68,10 +68,10 @@ def test_steps_cap_and_eval_user_sample_are_reported():
 def _fits_job(rank, ws):
     from graphdist import memory
     from graphdist.errors import ConfigError
-    from graphdist.halo import build_layout
+    from graphdist.partition.layout import build_layout
     from graphdist.rec.config import RecConfig
     from graphdist.rec.memory import check_rank_fits, estimate_rank_bytes
-    from graphdist.rec.setup import rank_data
+    from graphdist.rec.rank import rank_data
     from graphdist.runtime import init_distributed
     init_distributed("cpu")
     g = np.random.default_rng(1)

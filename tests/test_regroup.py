@@ -1,5 +1,5 @@
 """``--nnodes MIN:MAX``: which partition a group re-formed on fewer ranks trains on
-(:func:`graphdist.halo.regroup.parts_for_world`), and the flag's bad values. The end-to-end run
+(:func:`graphdist.partition.regroup.parts_for_world`), and the flag's bad values. The end-to-end run
 (a node lost, the job finishing on the node left) is in tests/test_launch.py."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from graphdist.cli import main
 from graphdist.errors import ArtifactError
 from graphdist.gnn import GCNConfig
-from graphdist.halo.regroup import parts_for_world
+from graphdist.partition.regroup import parts_for_world
 from graphdist.launch import Nodes
 
 SPEC = "sbm:nodes=300,classes=3,avg_degree=5,features=8,seed=0"

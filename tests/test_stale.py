@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from graphdist.cli import main
-from graphdist.halo import build_layout
+from graphdist.partition.layout import build_layout
 from graphdist.testing import run_ranks
 
 SPEC = "sbm:nodes=300,classes=3,avg_degree=5,features=8,seed=0"

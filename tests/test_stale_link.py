@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from graphdist.cli import main
-from graphdist.halo import build_layout
-from graphdist.halo.link import Link
+from graphdist.partition.layout import build_layout
+from graphdist.exchange.link import Link
 from graphdist.testing import run_ranks
 
 SPEC = "sbm:nodes=300,classes=3,avg_degree=5,features=8,seed=0"
@@ -25,7 +25,7 @@ def test_link_seconds():
 
 
 def _exchange_job(rank, ws):
-    from graphdist.halo.exchange import HaloExchanger
+    from graphdist.exchange.exchanger import HaloExchanger
     rows = 4000  # 4000 x 8 float32 = 128 kB each way
     out = {}
     for gbps in (0.0, 0.05):  # 128 kB at 50 Mbit/s: 20.48 ms

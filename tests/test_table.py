@@ -77,7 +77,7 @@ def test_generated_node_data(tmp_path):
 
 def test_training_without_node_data_names_the_option(tmp_path):
     from graphdist.gnn.trainer import GCNConfig, fit
-    from graphdist.halo import build_layout
+    from graphdist.partition.layout import build_layout
     from graphdist.runtime import DistContext
     p = _w(tmp_path, "g.txt", b"0 1\n1 2\n")
     g = load_graph(f"edgelist:{p}")

@@ -70,7 +70,7 @@ def _partition(args) -> int:
 
 def _build(cfg) -> int:
     """``--nproc K``: K workers build the artifact of a given partition together."""
-    from graphdist.halo.build import build_worker, check_build_request
+    from graphdist.partition.build import build_worker, check_build_request
     from graphdist.partition.tools import check_request
     from graphdist.launch import run_job
     from graphdist.runtime import env_world

@@ -60,7 +60,7 @@ class Fingerprint:
     """The streaming hash behind :attr:`Graph.fingerprint`: ``field(name, shape)`` for every
     name of :data:`FINGERPRINT_FIELDS` in order (``shape`` None when the graph lacks it), each
     followed by its values in any blocks (``update``). A graph built by several ranks
-    (:mod:`graphdist.halo.build`) is hashed by streaming its rows in order, never held whole."""
+    (:mod:`graphdist.partition.build`) is hashed by streaming its rows in order, never held whole."""
 
     def __init__(self, num_nodes: int):
         self._h = hashlib.blake2b(digest_size=8)

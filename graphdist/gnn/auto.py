@@ -13,7 +13,7 @@ as it moves fewer rows). Every rank decides from the same gathered numbers, so a
 **Bits** (``--halo-bits 32``, ``--halo-error E > 0``, graphdist's own models). The first epoch
 runs exact and *calibrates*: every training exchange records the rows it sends and receives,
 their squared norm, the expected squared rounding error at 16, 8, 4 and 2 bits
-(:func:`graphdist.halo.quant.expected_sq_error`, exact for those rows), the time to encode
+(:func:`graphdist.exchange.quant.expected_sq_error`, exact for those rows), the time to encode
 and decode them at each width (timed there, under the job's real load), and the compute that
 ran between posting the exchange and waiting for it. Then, for each layer and direction
 (forward activations, backward gradients), :func:`choose_bits` takes the width whose predicted
@@ -40,7 +40,7 @@ import torch
 
 from graphdist import comm
 from graphdist.checkpoint import recorded_setting
-from graphdist.halo.quant import BITS, row_bytes
+from graphdist.exchange.quant import BITS, row_bytes
 
 __all__ = ["choose_halo", "measure_link", "resumed_choice", "choose_bits", "AutoBits"]
 
@@ -49,7 +49,7 @@ def measure_link(group=None) -> tuple[float, float]:
     """``(bytes per second, seconds of latency)`` of this job's all-to-all, the same on every rank
     (rank 0's fit of the slowest rank's times). The rate counts the bytes a rank sends and
     receives together (the probe is symmetric): a real capped link carries an all-to-all's two
-    directions one after the other (``graphdist.halo.link``), and every estimate charges sent +
+    directions one after the other (``graphdist.exchange.link``), and every estimate charges sent +
     received bytes against it."""
     _, world = comm.world(group)
     times = []

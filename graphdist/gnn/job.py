@@ -28,7 +28,7 @@ def run(cfg: GCNConfig) -> dict | None:
     """Check ``cfg``, then train here or on local workers; returns the report (the dict the
     ``--report`` JSON holds). Errors raise (:class:`~graphdist.errors.GraphdistError`; from
     launched workers, which printed theirs, :class:`~graphdist.errors.JobFailed`)."""
-    from graphdist.halo.job import workers_for
+    from graphdist.partition.job import workers_for
     from graphdist.launch import run_job
     from graphdist.runtime import pick_backend
     cfg.validate()

@@ -2,7 +2,7 @@
 
 A layer sees ``h`` = rows of the nodes this rank owns ``[n_own, F_in]``, a sparse adjacency
 over local columns ``[owned | halo]`` (``[n_own, n_own + n_halo]``) and ``exchange``, the
-rank's :class:`~graphdist.halo.exchange.HaloExchanger` (None at world size 1: then this is plain
+rank's :class:`~graphdist.exchange.exchanger.HaloExchanger` (None at world size 1: then this is plain
 single-device code). ``adj.propagate(z, exchange)`` = ``A @ [z ; halo rows of z]``.
 
 Where the linear goes: both orders are the same math, ``A (h W^T) = (A h) W^T``, so a layer
@@ -41,7 +41,7 @@ from graphdist import comm
 from graphdist.errors import ConfigError
 from graphdist.keyed import key32 as _key32
 from graphdist.keyed import bits_into, blocks, id_hashes, keyed_bits
-from graphdist.halo.spmm import SparseAdj
+from graphdist.exchange.spmm import SparseAdj
 
 
 def _glorot(w: torch.Tensor) -> None:
@@ -63,7 +63,7 @@ def _propagate_first(f_in: int, f_out: int, h: torch.Tensor, exchange, params, k
 
 def held_input(f_in: int, f_out: int, training: bool) -> bool:
     """Whether a first layer can multiply held halo rows of its input
-    (:mod:`graphdist.halo.resident`): only when it propagates the input itself, in training by
+    (:mod:`graphdist.exchange.resident`): only when it propagates the input itself, in training by
     the exchange's rule (``F_in < 2 F_out``, so the product is the one the exchange gives) and
     in evaluation by the local one (``F_in <= 2 F_out``, the product kept)."""
     return f_in < 2 * f_out if training else f_in <= 2 * f_out

@@ -157,7 +157,7 @@ class PartStats:
 
 
 def part_stats(lg, check_symmetry: bool = True) -> PartStats:
-    """:class:`PartStats` of a :class:`~graphdist.halo.local.LocalGraph` (without
+    """:class:`PartStats` of a :class:`~graphdist.partition.local.LocalGraph` (without
     ``check_symmetry`` the owned block counts as unsymmetric: an upper bound, and no transpose
     is built)."""
     import scipy.sparse as sp
@@ -207,7 +207,7 @@ def stats_parts(cfg: PlanConfig) -> list[PartStats]:
 
 def input_held_why_not(cfg, k: int) -> str | None:
     """None when a run holds its input's halo rows (``--input-halo resident``,
-    :mod:`graphdist.halo.resident`), else why it exchanges them. Held rows are the exact rows
+    :mod:`graphdist.exchange.resident`), else why it exchanges them. Held rows are the exact rows
     the exchange would bring, so they stand in for 32-bit, fresh, whole exchanges only."""
     if getattr(cfg, "input_halo", "exchange") != "resident":
         return "--input-halo exchange asked for"
@@ -270,7 +270,7 @@ def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str
 def halo_bytes_per_epoch(total_rows: int, layers: list[dict], cfg) -> int:
     """Bytes of halo rows all ranks send in one epoch (training forward and backward at
     ``--halo-bits``, evaluation forward at ``--eval-halo-bits``), as ``CommStats`` counts them."""
-    from graphdist.halo.quant import row_bytes
+    from graphdist.exchange.quant import row_bytes
     per_row = 0
     held = input_held_why_not(cfg, 2) is None  # the first layer's held rows travel only at start-up
     for lay in layers:
@@ -353,13 +353,13 @@ def fewest_rounds(cfg, parts: list[PartStats], f_in: int, n_classes: int, k: int
 def _parts(cfg: PlanConfig):
     """The LocalGraph of every part: mapped from the artifact, or cut from the spec here."""
     if cfg.partition:
-        from graphdist.halo.artifact import read_meta
-        from graphdist.halo.parts import load_part
+        from graphdist.partition.artifact import read_meta
+        from graphdist.partition.parts import load_part
         k = int(read_meta(cfg.partition)["k"])
         return [load_part(cfg.partition, r) for r in range(k)], str(cfg.partition)
     from graphdist.data import load_graph
-    from graphdist.halo.layout import SharedArrays, build_layout, checked_assignment
-    from graphdist.halo.setup import partition_in_process
+    from graphdist.partition.layout import SharedArrays, build_layout, checked_assignment
+    from graphdist.partition.setup import partition_in_process
     g = load_graph(cfg.spec)
     k = int(cfg.parts or 1)
     a = checked_assignment(g, partition_in_process(g, k, cfg.method, cfg.seed), k)

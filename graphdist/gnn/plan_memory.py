@@ -25,7 +25,7 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
         peak = max(peak, live)
 
     def exchange(w, sent, got):
-        """One product with its exchange in ``rounds`` rounds (``graphdist.halo.spmm``): a
+        """One product with its exchange in ``rounds`` rounds (``graphdist.exchange.spmm``): a
         round's send rows and receive buffer, the owned product (kept: the output), then per
         round the next round posted, the send rows let go at the wait, the halo block's product
         added into the output in place, the received rows let go."""

@@ -17,7 +17,7 @@ in autograd) sits wherever :func:`graphdist.gnn.pyg.distribute` exchanges the ha
 A probe records the width of the rows (values per node) and, when the backward pass reaches it,
 that the rows' gradients go home as well. The bytes of one exchange are the message rows of the
 part's plan in that halo mode (a rank sends ``send`` rows forward; backward, each rank sends the
-gradients of the ``recv`` rows it got) times ``graphdist.halo.quant.row_bytes(width, bits)``:
+gradients of the ``recv`` rows it got) times ``graphdist.exchange.quant.row_bytes(width, bits)``:
 ``--halo-bits`` in training, ``--eval-halo-bits`` in evaluation, as the exchangers count them.
 
 Not modelled: a PyG model's memory (its activations depend on each layer's internals) and its
@@ -200,7 +200,7 @@ def layer_table(events: list[dict]) -> list[dict]:
 
 def _bytes(events: list[dict], cfg, rows) -> int:
     """Bytes of ``events`` over one epoch; ``rows(mode)``: ``(forward rows, backward rows)``."""
-    from graphdist.halo.quant import row_bytes
+    from graphdist.exchange.quant import row_bytes
     total = 0
     for ev in events:
         fwd, bwd = rows(ev["halo"])

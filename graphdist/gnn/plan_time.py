@@ -33,13 +33,13 @@ def measured_rates() -> tuple[float, float]:
 
 
 def codec_rates() -> dict[int, float]:
-    """``{bits: values per second}`` one process encodes and decodes (:mod:`graphdist.halo.quant`)
+    """``{bits: values per second}`` one process encodes and decodes (:mod:`graphdist.exchange.quant`)
     at each quantised width, from a 32768 x 64 block (best of three)."""
     import time
 
     import torch
 
-    from graphdist.halo import quant
+    from graphdist.exchange import quant
     x = torch.randn(32768, 64, generator=torch.Generator().manual_seed(0))
     out = {}
     for bits in quant.BITS[1:]:
@@ -71,7 +71,7 @@ def exchange_list(layers: list[dict], cfg) -> list[tuple[str, int, int]]:
 def sampled_share(ps: PartStats, mode: str, rate: float) -> tuple[float, float]:
     """``(sent, received)`` message rows of a training exchange with ``--boundary-rate rate``
     over those of the exact one: every raw row is kept with probability ``rate``; ``mvc``'s
-    partial sums are always sent (``graphdist.halo.boundary``)."""
+    partial sums are always sent (``graphdist.exchange.boundary``)."""
     if rate >= 1.0:
         return 1.0, 1.0
     if mode != "mvc":
@@ -82,7 +82,7 @@ def sampled_share(ps: PartStats, mode: str, rate: float) -> tuple[float, float]:
 
 def row_bytes_per_epoch(layers: list[dict], cfg) -> tuple[float, float]:
     """``(training, evaluation)`` bytes one message row costs per epoch, over its exchanges."""
-    from graphdist.halo.quant import row_bytes
+    from graphdist.exchange.quant import row_bytes
     ex = exchange_list(layers, cfg)
     return (float(sum(row_bytes(w, b) for ph, w, b in ex if ph == "train")),
             float(sum(row_bytes(w, b) for ph, w, b in ex if ph == "eval")))
@@ -143,7 +143,7 @@ def epoch_seconds(ps: PartStats, layers: list[dict], cfg, mode: str, active: boo
 def rank_link_seconds(ps: PartStats, layers: list[dict], cfg, mode: str) -> tuple[float, float]:
     """``(training, evaluation)`` seconds of one rank's halo bytes on a link of its own at
     ``cfg.link_gbps``, which carries the bytes it sends and receives one after the other, as a
-    gloo all-to-all over a real capped link does (``graphdist.halo.link``, BENCHMARKS.md "Real
+    gloo all-to-all over a real capped link does (``graphdist.exchange.link``, BENCHMARKS.md "Real
     hosts")."""
     tr, ev = row_bytes_per_epoch(layers, cfg)
     s, r = ps.send.get(mode, 0), ps.recv.get(mode, 0)
@@ -239,7 +239,7 @@ def exchange_choices(parts: list[PartStats], layers: list[dict], cfg, active: bo
     import dataclasses
 
     from graphdist.gnn.plan import halo_bytes_per_epoch
-    from graphdist.halo.quant import BITS
+    from graphdist.exchange.quant import BITS
     if not active:
         return []
     out = []

@@ -33,19 +33,19 @@ from graphdist.errors import ConfigError
 from graphdist.gnn.config import BUILTIN_MODELS, GCNConfig
 from graphdist.gnn.models import GNN, held_input
 from graphdist.gnn.plan import check_fits, input_held_why_not
-from graphdist.halo.boundary import BoundarySampler
-from graphdist.halo.exchange import HaloExchanger
-from graphdist.halo.job import check_halo_bits
-from graphdist.halo.order import BLOCK_BYTES, block_count
-from graphdist.halo.link import Link
-from graphdist.halo.quant import rel_error as quant_rel_error
-from graphdist.halo.regroup import parts_for_world
-from graphdist.halo.resident import ResidentHalo
-from graphdist.halo.route import gather_route
-from graphdist.halo.rounds import in_rounds
-from graphdist.halo.stale import STALE_RESHARD, Staleness
-from graphdist.halo.setup import check_layout, load_local
-from graphdist.halo.spmm import SparseAdj
+from graphdist.exchange.boundary import BoundarySampler
+from graphdist.exchange.exchanger import HaloExchanger
+from graphdist.partition.job import check_halo_bits
+from graphdist.partition.order import BLOCK_BYTES, block_count
+from graphdist.exchange.link import Link
+from graphdist.exchange.quant import rel_error as quant_rel_error
+from graphdist.partition.regroup import parts_for_world
+from graphdist.exchange.resident import ResidentHalo
+from graphdist.exchange.route import gather_route
+from graphdist.exchange.rounds import in_rounds
+from graphdist.exchange.stale import STALE_RESHARD, Staleness
+from graphdist.partition.setup import check_layout, load_local
+from graphdist.exchange.spmm import SparseAdj
 from graphdist.loop import LoopConfig, Task, run_loop
 from graphdist.runtime import Timer, get_logger, peak_memory_bytes, start_rank
 
@@ -72,7 +72,7 @@ def _auto_line(plan: dict) -> str:
 
 
 def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
-    """Train on this rank's :class:`~graphdist.halo.layout.LocalGraph`; every rank returns the report.
+    """Train on this rank's :class:`~graphdist.partition.layout.LocalGraph`; every rank returns the report.
 
     ``callbacks``: functions ``cb(epoch, history) -> bool`` called on every rank after each epoch
     (same arguments everywhere); returning True stops training there, as early stopping does
@@ -260,7 +260,7 @@ class BuiltinNet:
                                            link=self.link, route=self.route)
         if self.ex.active:  # --halo-rounds: the exchange's buffers in slices
             in_rounds(cfg.halo_rounds, self.adj, self.ex, self.ex_eval)
-        # --input-halo resident: the features' halo rows, received once (graphdist.halo.resident)
+        # --input-halo resident: the features' halo rows, received once (graphdist.exchange.resident)
         self.held = ResidentHalo(lg, x, self.adj, self.ex, cfg.model) if held and self.ex.active else None
         torch.manual_seed(cfg.seed)
         self.model = GNN(cfg.model, x.shape[1], cfg.hidden, n_classes, cfg.layers, cfg.dropout, cfg.batch_norm,
@@ -408,7 +408,7 @@ class GCNTask(Task):
     def load_resharded(self, ckpt, snap, was: dict, now: dict) -> None:
         """Weights and Adam state load onto any partition; the rows ``--halo-staleness`` holds
         belong to the old partition's cut and start again: the first resumed epoch exchanges
-        fresh rows, as a run's first epoch does (:data:`graphdist.halo.stale.STALE_RESHARD`)."""
+        fresh rows, as a run's first epoch does (:data:`graphdist.exchange.stale.STALE_RESHARD`)."""
         self.held_rows = False
         try:
             super().load_resharded(ckpt, snap, was, now)

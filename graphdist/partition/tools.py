@@ -18,7 +18,7 @@ from typing import Literal
 from graphdist.config import check_choices
 from graphdist.errors import ConfigError
 from graphdist.fmt import text_table
-from graphdist.halo.assignment import check_parts, check_readable, read_assignment
+from graphdist.partition.assignment import check_parts, check_readable, read_assignment
 from graphdist.launch import Nodes
 from partitioners import BALANCES, METHODS
 
@@ -128,7 +128,7 @@ def partition_to_artifact(cfg: PartitionConfig) -> dict:
     ``{graph, quality, seconds, out, k, method, assignment}``. Before partitioning, the memory the
     run needs is checked against what is available (:mod:`graphdist.partition.budget`)."""
     from graphdist.data import load_graph
-    from graphdist.halo.artifact import write_artifact
+    from graphdist.partition.artifact import write_artifact
     from graphdist.partition.budget import check_fits
     from partitioners import partition, quality
     check_request(cfg)
@@ -193,7 +193,7 @@ def features_on_disk(g, near: Path):
 def _check_artifact_out(out: str) -> None:
     """Refuse, before any work, an ``--out`` that cannot become an artifact directory."""
     from graphdist.fileio import check_output_dir
-    from graphdist.halo.artifact import META
+    from graphdist.partition.artifact import META
     p = Path(out)
     check_output_dir(p.parent if str(p.parent) else ".", "--out", shown=out)
     if p.exists() and (not p.is_dir() or (any(p.iterdir()) and not (p / META).exists())):
@@ -205,7 +205,7 @@ def artifact_quality(cfg: QualityConfig) -> dict:
     """``{meta, quality}`` of an artifact (``bytes_per_layer`` added with ``feature_dim``). The
     figures are the ones measured at partition time; the assignment and every part file are
     checked against the hashes recorded then, so they describe the files on disk."""
-    from graphdist.halo.artifact import check_hash, read_artifact
+    from graphdist.partition.artifact import check_hash, read_artifact
     art = read_artifact(cfg.dir)
     for name in (art.meta.get("parts") or {}).get("files", []):
         check_hash(art.meta, cfg.dir, name)

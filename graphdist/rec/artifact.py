@@ -1,5 +1,5 @@
 """Recommender partition artifacts: ``graphdist partition ratings:|lightgcn:|rec-synth:...``
-writes the user-item graph's artifact (:mod:`graphdist.halo.artifact`) plus one interaction
+writes the user-item graph's artifact (:mod:`graphdist.partition.artifact`) plus one interaction
 file per part, and ``train-rec --partition DIR`` (no SPEC needed) reads on each rank
 ``meta.json``, its part file and its interaction file only::
 
@@ -35,7 +35,7 @@ def is_ratings_spec(spec: str) -> bool:
 
 
 def _writer(ratings):
-    """The ``extra`` of :func:`graphdist.halo.artifact.write_artifact`: one file per part."""
+    """The ``extra`` of :func:`graphdist.partition.artifact.write_artifact`: one file per part."""
     def write(tmp: Path, a: torch.Tensor, k: int):
         from graphdist.fileio import atomic_torch_save
         U = ratings.num_users
@@ -61,9 +61,9 @@ def partition_ratings(cfg) -> dict:
     :class:`graphdist.partition.tools.PartitionConfig`): load, partition the user-item graph (or read
     ``--assignment``), write the artifact with the per-part interactions. Returns what
     :func:`graphdist.partition.tools.partition_to_artifact` returns."""
-    from graphdist.halo.artifact import write_artifact
+    from graphdist.partition.artifact import write_artifact
     from graphdist.partition.budget import check_fits
-    from graphdist.halo.assignment import check_parts, read_assignment
+    from graphdist.partition.assignment import check_parts, read_assignment
     from graphdist.partition.tools import check_request
     from graphdist.rec.data import load_ratings
     from partitioners import partition, quality
@@ -106,14 +106,14 @@ class RecPart:
 
     def rank_data(self, lg):
         """The rank's :class:`~graphdist.rec.setup.RankData` (collective)."""
-        from graphdist.rec.setup import rank_data_of_part
+        from graphdist.rec.rank import rank_data_of_part
         return rank_data_of_part(lg, self.num_users, self.num_items, self.train, self.test,
                                  self.num_samples, self.num_valid)
 
 
 def check_rec_artifact(directory) -> dict:
     """``meta.json`` of a recommender artifact (one-line ArtifactError for anything else)."""
-    from graphdist.halo.artifact import read_meta
+    from graphdist.partition.artifact import read_meta
     d = Path(directory)
     meta = read_meta(d)
     rec = meta.get("rec")
@@ -127,8 +127,8 @@ def load_rec_part(cfg, rank: int, world_size: int):
     """``(RecPart, LocalGraph, partition info)`` of this rank from ``cfg.partition``: reads
     ``meta.json``, ``part_<rank>.pt`` and ``rec_<rank>.pt`` only (each hash-checked), plus the
     SPEC when one is given (to check that the artifact was cut from it)."""
-    from graphdist.halo.artifact import check_hash
-    from graphdist.halo.setup import load_local
+    from graphdist.partition.artifact import check_hash
+    from graphdist.partition.setup import load_local
     d = Path(cfg.partition)
     meta = check_rec_artifact(d)
     rec = meta["rec"]

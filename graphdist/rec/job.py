@@ -26,7 +26,7 @@ def worker(cfg: RecConfig) -> dict:
 def run(cfg: RecConfig) -> dict | None:
     """Check ``cfg``, then train here or on local workers; returns the report (the dict the
     ``--report`` JSON holds); errors raise, as :func:`graphdist.gnn.run`'s."""
-    from graphdist.halo.job import workers_for
+    from graphdist.partition.job import workers_for
     from graphdist.launch import run_job
     from graphdist.runtime import pick_backend
     from graphdist.specs import parse_spec

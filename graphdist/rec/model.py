@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphdist import comm
-from graphdist.halo.exchange import CommStats, HaloExchanger
+from graphdist.exchange.exchanger import CommStats, HaloExchanger
 from graphdist.keyed import key32, keyed_bits
-from graphdist.halo.spmm import SparseAdj
+from graphdist.exchange.spmm import SparseAdj
 
 __all__ = ["lightgcn_adjacency", "halo_exchanger", "init_embeddings", "LightGCNShard", "BatchSchedule",
            "EpochSchedule", "schedule_epoch", "bpr_step"]

@@ -26,11 +26,11 @@ import torch
 
 from graphdist import comm
 from graphdist.checkpoint import partition_id, resuming, with_recorded
-from graphdist.halo.exchange import CommStats
-from graphdist.halo.job import check_halo_bits
-from graphdist.halo.regroup import parts_for_world
-from graphdist.halo.rounds import in_rounds
-from graphdist.halo.setup import check_layout
+from graphdist.exchange.exchanger import CommStats
+from graphdist.partition.job import check_halo_bits
+from graphdist.partition.regroup import parts_for_world
+from graphdist.exchange.rounds import in_rounds
+from graphdist.partition.setup import check_layout
 from graphdist.loop import LoopConfig, Task, run_loop
 from graphdist.rec.adam import TableAdam
 from graphdist.rec.config import RecConfig
@@ -40,7 +40,8 @@ from graphdist.rec.metrics import RankingEval
 from graphdist.rec.model import (LightGCNShard, bpr_step, halo_exchanger, init_embeddings, lightgcn_adjacency,
                                  schedule_epoch)
 from graphdist.rec.sampling import sample_epoch
-from graphdist.rec.setup import load_local, rank_data
+from graphdist.rec.rank import rank_data
+from graphdist.rec.setup import load_local
 from graphdist.runtime import Timer, get_logger, peak_memory_bytes, start_rank
 
 __all__ = ["train", "fit"]

@@ -41,7 +41,8 @@ from graphdist.gnn.pyg.train import accuracy, all_sum, cross_entropy, main, nll_
 from graphdist.gnn.pyg.report import halo_layers, set_step, summary, traffic
 from graphdist.gnn.pyg.sync import check_weights, seed
 from graphdist.gnn.pyg.idioms import normalize_features, random_split
-from graphdist.gnn.pyg.wrap import DistConv, GlobalBatchNorm1d, distribute, halo_rows
+from graphdist.gnn.pyg.rows import halo_rows
+from graphdist.gnn.pyg.wrap import DistConv, GlobalBatchNorm1d, distribute
 from graphdist.keyed import key32
 
 __all__ = ["Part", "load_part", "distribute", "DistConv", "GlobalBatchNorm1d", "register_local", "RULES",

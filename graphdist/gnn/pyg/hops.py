@@ -28,6 +28,7 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm as _pyg_gcn_norm
 from torch_geometric.utils import get_laplacian as _pyg_get_laplacian
 
 from graphdist.errors import ConfigError
+from graphdist.gnn.pyg.rows import halo_rows
 from graphdist.gnn.pyg.traced import untraced
 
 __all__ = ["global_norms", "propagating", "aggregating", "gcn_hop", "sum_hop", "laplacian_edges", "out_degrees", "norm_sites",
@@ -84,7 +85,6 @@ def out_degrees(part) -> torch.Tensor:
     traffic, so the exchanger's counters do not keep them (``graphdist plan`` counts per epoch)."""
     cache = part.__dict__.setdefault("_gcn_cache", {})
     if "out_deg" not in cache:
-        from graphdist.gnn.pyg.wrap import halo_rows
         stats = part.exchanger.stats
         counted = stats.rows, stats.bytes
         with untraced(), torch.enable_grad():  # (the first call may be under torch.no_grad())
@@ -163,7 +163,6 @@ def source_args(conv) -> set[str]:
 
 
 def _with_halo(v, nd: int, ex):
-    from graphdist.gnn.pyg.wrap import halo_rows
     if nd % v.dim() == 0:
         return halo_rows(v, ex)
     return halo_rows(v.movedim(nd, 0), ex).movedim(0, nd)

@@ -1,6 +1,6 @@
 """One rank's part of the graph as the tensors a PyG model takes: :class:`Part`, :func:`load_part`.
 
-Local node ids are the columns of the rank's :class:`~graphdist.halo.local.LocalGraph`::
+Local node ids are the columns of the rank's :class:`~graphdist.partition.local.LocalGraph`::
 
     0 .. n_own-1 | n_own .. n_own+n_halo-1
     owned rows   | halo: remote in-neighbours, grouped by owning rank
@@ -20,15 +20,15 @@ from torch_geometric.nn.conv.gcn_conv import gcn_norm as _pyg_gcn_norm  # (wrapp
 
 from graphdist import comm
 from graphdist.gnn.pyg.traced import untraced
-from graphdist.halo.exchange import HaloExchanger
-from graphdist.halo.local import LocalGraph
+from graphdist.exchange.exchanger import HaloExchanger
+from graphdist.partition.local import LocalGraph
 
 __all__ = ["Part", "load_part", "PartSource"]
 
 
 @dataclass
 class PartSource:
-    """Where a rank's part comes from (the fields :func:`graphdist.halo.setup.load_local` reads)."""
+    """Where a rank's part comes from (the fields :func:`graphdist.partition.setup.load_local` reads)."""
 
     spec: str | None = None
     """Dataset spec partitioned in-process (every rank loads the graph, rank 0 partitions it)."""
@@ -47,7 +47,7 @@ class Part:
     """One rank's share of the graph, as tensors on ``device`` (see the module docstring)."""
 
     graph: LocalGraph
-    """The plan: owned ids, local CSR, halo layout, global degrees (:mod:`graphdist.halo.local`)."""
+    """The plan: owned ids, local CSR, halo layout, global degrees (:mod:`graphdist.partition.local`)."""
     device: torch.device
     """Where every tensor below lives."""
     x: torch.Tensor | None
@@ -239,7 +239,7 @@ def load_part(source, *, method: str = "metis", seed: int = 0, device: str = "au
     line (once, not per rank) and exits with code 2 (:func:`~graphdist.gnn.pyg.train.install_excepthook`)."""
     from graphdist.data import Graph
     from graphdist.gnn.pyg.train import install_excepthook
-    from graphdist.halo.setup import check_layout, load_local
+    from graphdist.partition.setup import check_layout, load_local
     from graphdist.runtime import init_distributed
     graph = source if isinstance(source, Graph) else None
     if graph is None and hasattr(source, "edge_index") and hasattr(source, "num_nodes"):  # a PyG Data

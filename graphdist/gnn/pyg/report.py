@@ -1,5 +1,5 @@
 """What a distributed model reports: per-layer halo modes, traffic and rounding keys (the rows' rounding
-error over all ranks is :func:`graphdist.halo.quant.rel_error`).
+error over all ranks is :func:`graphdist.exchange.quant.rel_error`).
 
     summary(model)      {layer name: {"layer", "halo", "bits", "call"}}
     halo_layers(model)  [{"layer", "class", "halo", "why"}]   (train-gcn's ``halo/layers``)

@@ -18,9 +18,9 @@ rank's owned rows and ``part.edge_index`` and returns owned rows:
     mvc     where the layer's aggregation is a fixed linear map (GCN, SAGE-mean, GIN-sum, ...):
             the layer runs on the owned rows with no edges, and its ``propagate`` result is
             replaced (a propagate hook) by ``A @ [h ; halo(h)]`` from
-            :class:`graphdist.halo.spmm.SparseAdj` with the pre-aggregating (mvc) exchange.
+            :class:`graphdist.exchange.spmm.SparseAdj` with the pre-aggregating (mvc) exchange.
 
-``bits < 32`` quantises the rows in flight in both modes (:mod:`graphdist.halo.quant`).
+``bits < 32`` quantises the rows in flight in both modes (:mod:`graphdist.exchange.quant`).
 ``torch.nn.BatchNorm1d`` modules become :class:`GlobalBatchNorm1d` (statistics over all ranks'
 rows); modules that mix nodes otherwise are refused (:mod:`graphdist.gnn.pyg.rules`). The
 parameters are broadcast from rank 0, so every rank starts from the same weights.
@@ -42,45 +42,13 @@ from graphdist.gnn.pyg.hops import aggregating, count_propagates, global_norms, 
 from graphdist.gnn.pyg.part import Part
 from graphdist.gnn.pyg.rules import LayerRule, check_module, is_batch_norm, rule_for
 from graphdist.gnn.pyg.sync import CHECK_EVERY, Guard, Resync, install
+from graphdist.gnn.pyg.rows import halo_rows
 from graphdist.gnn.pyg.traced import exchange_op, untraced
-from graphdist.halo.exchange import HaloExchanger
+from graphdist.exchange.exchanger import HaloExchanger
 
-__all__ = ["DistConv", "GlobalBatchNorm1d", "distribute", "halo_rows", "HALO_MODES", "scan_layers"]
+__all__ = ["DistConv", "GlobalBatchNorm1d", "distribute", "HALO_MODES", "scan_layers"]
 
 HALO_MODES = ("plain", "mvc")
-
-
-# ---------------------------------------------------------------------------- the exchange
-class _HaloRows(torch.autograd.Function):
-    """``[h ; halo rows]`` through the exchanger's post/post_reverse (quantised when bits < 32)."""
-
-    @staticmethod
-    def forward(ctx, h, ex):
-        ctx.ex, ctx.shape = ex, h.shape
-        flat = h.reshape(h.shape[0], -1)
-        ctx.tag = ex.next_tag()
-        recv = ex.post(flat.index_select(0, ex.send_idx), ctx.tag).wait()
-        return torch.cat([flat, recv.to(flat.dtype)]).reshape((-1,) + tuple(h.shape[1:]))
-
-    @staticmethod
-    def backward(ctx, g):
-        ex = ctx.ex
-        n_own = ctx.shape[0]
-        g = g.reshape(g.shape[0], -1)
-        back = ex.post_reverse(g[n_own:].contiguous(), ctx.tag).wait()
-        g_own = g[:n_own].clone()
-        if back.shape[0]:
-            g_own.index_add_(0, ex.send_idx, back.to(g.dtype))
-        return g_own.reshape(ctx.shape), None
-
-
-def halo_rows(h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
-    """``[h ; halo rows of h]`` (autograd; quantised in flight when ``ex.bits < 32``)."""
-    if not ex.active:
-        return h
-    if torch.jit.is_tracing():  # the collective as one opaque node (graphdist.gnn.pyg.traced)
-        return exchange_op(lambda t: _HaloRows.apply(t.contiguous(), ex), h, ("rows", id(ex)))
-    return _HaloRows.apply(h.contiguous(), ex)
 
 
 class _Context:
@@ -105,8 +73,8 @@ class _Context:
 
     def prepare_mvc(self, kinds: set[str]) -> None:
         """Build the mvc exchangers and adjacencies (a collective: the plan check)."""
-        from graphdist.halo.setup import check_layout
-        from graphdist.halo.spmm import SparseAdj
+        from graphdist.partition.setup import check_layout
+        from graphdist.exchange.spmm import SparseAdj
         lg, dev = self.part.graph, self.part.device
         check_layout(lg, "mvc")
         self.mvc_ex = HaloExchanger.from_local_graph(lg, dev, halo="mvc", bits=self.bits, seed=self.seed)

@@ -1,7 +1,7 @@
-"""One rank's :class:`~graphdist.halo.local.LocalGraph` from its own rows and its peers' replies,
-for an artifact built by k ranks together (:mod:`graphdist.halo.build`).
+"""One rank's :class:`~graphdist.partition.local.LocalGraph` from its own rows and its peers' replies,
+for an artifact built by k ranks together (:mod:`graphdist.partition.build`).
 
-The one-process builder (:mod:`graphdist.halo.layout`) cuts every part's layouts from whole-graph
+The one-process builder (:mod:`graphdist.partition.layout`) cuts every part's layouts from whole-graph
 arrays. Here rank ``r`` holds only the in-edges of its owned rows, which is all it needs for its
 receive side: its halo ``[halo from peer 0 | ... ]`` (ascending id within a peer), the cover of
 the cut into ``r`` (:func:`partitioners.cover.part_cover` on the same block) and the partial sums
@@ -11,7 +11,7 @@ it receives. The send side of each peer ``p`` comes from two messages ``r -> p``
     [v, u]     one row per edge u -> v that p must sum for r (by v, u)  -> p's pre_dst/ptr/src
 
 received by ``p`` in rank order, which is the one-process order (by receiving part, then id).
-Every tensor has the dtype and layout :func:`graphdist.halo.layout.build_layout` gives it, so the
+Every tensor has the dtype and layout :func:`graphdist.partition.layout.build_layout` gives it, so the
 saved part file is byte for byte the same.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ def local_part(rank: int, k: int, n: int, a: np.ndarray, owned: np.ndarray, indp
     in-degree without self-loops of every node. Every rank calls it at once (two all-to-alls)."""
     from partitioners.cover import part_cover
 
-    from graphdist.halo.local import LocalGraph, gathered_csr
+    from graphdist.partition.local import LocalGraph, gathered_csr
     n_own = owned.size
     row_len = np.diff(indptr)
     cut = a[cols] != rank

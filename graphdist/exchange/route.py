@@ -99,7 +99,7 @@ class RankRoute:
     def start(self, rows: torch.Tensor, direction: str, group, stats) -> "RoutedPending":
         """Post the routed exchange of ``rows`` (``[n_send, F]`` forward, ``[n_recv, F]``
         backward); ``.wait()`` gives the direct exchange's result. ``stats`` (a
-        :class:`~graphdist.halo.exchange.CommStats`) counts the rows this rank sends."""
+        :class:`~graphdist.exchange.exchanger.CommStats`) counts the rows this rank sends."""
         rows = rows.contiguous()
         if direction == "forward":
             send = rows.index_select(0, self.send1_idx)

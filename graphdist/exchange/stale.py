@@ -87,7 +87,7 @@ class Staleness:
 
 
 class StaleHalos:
-    """The held exchanges of one rank's :class:`~graphdist.halo.exchange.HaloExchanger`
+    """The held exchanges of one rank's :class:`~graphdist.exchange.exchanger.HaloExchanger`
     (built by its constructor from a :class:`Staleness`), keyed by (direction, layer tag).
 
     ``n_rows = {"forward": n_recv, "backward": n_send}``, ``layers`` and ``width`` (the widest

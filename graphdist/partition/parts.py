@@ -6,12 +6,12 @@ A rank maps its file (``torch.load(mmap=True)``): its tensors are pages of the f
 first touched, so loading a part never holds it twice in memory. Parts are written one at a
 time: the partition command never holds every part's node data at once.
 
-Each file holds one :class:`~graphdist.halo.local.LocalGraph` (see :mod:`graphdist.halo.local` for
+Each file holds one :class:`~graphdist.partition.local.LocalGraph` (see :mod:`graphdist.partition.local` for
 the layout: owned global ids, local CSR over ``[owned | halo from peer 0 | ... ]``, the plain and
 the pre-aggregation (mvc) exchange layouts, global degrees of all local columns, the part's
 x/y/masks) plus ``format_version`` and the graph ``fingerprint``. Inside an artifact,
 :func:`load_part` checks the file's SHA-256 against ``meta.json`` before reading it. ``meta.json`` and ``assignment.npy`` belong
-to :mod:`graphdist.halo.artifact`, which calls :func:`write_parts` into its temp dir.
+to :mod:`graphdist.partition.artifact`, which calls :func:`write_parts` into its temp dir.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ import torch
 
 from graphdist.errors import ArtifactError, MissingFileError
 from graphdist.fileio import atomic_torch_save
-from graphdist.halo.layout import LocalGraph, SharedArrays, build_layout, checked_assignment, layout_stats, validate_layouts
+from graphdist.partition.meta import check_hash, read_meta
+from graphdist.partition.layout import LocalGraph, SharedArrays, build_layout, checked_assignment, layout_stats, validate_layouts
 
 PART_FORMAT_VERSION = 3
 """2: the mvc layout (halo_raw, send_raw, pre_rows, pre_ptr, pre_src, pre_dst and counts);
@@ -75,7 +76,6 @@ def load_part(directory, rank: int) -> LocalGraph:
     if not path.exists():
         raise MissingFileError(f"{path}: part file for rank {rank} not found (re-run `graphdist partition`)")
     if (Path(directory) / "meta.json").exists():
-        from graphdist.halo.artifact import check_hash, read_meta
         check_hash(read_meta(directory), directory, path.name)
     try:
         d = torch.load(path, map_location="cpu", weights_only=True, mmap=True)

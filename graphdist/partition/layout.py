@@ -1,5 +1,5 @@
-"""Building the :class:`~graphdist.halo.local.LocalGraph` of every part, and checking that the
-layouts of all parts agree (see :mod:`graphdist.halo.local` for the layout).
+"""Building the :class:`~graphdist.partition.local.LocalGraph` of every part, and checking that the
+layouts of all parts agree (see :mod:`graphdist.partition.local` for the layout).
 
 Both exchange layouts are cut from whole-graph arrays computed once (:class:`SharedArrays`):
 
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from graphdist.errors import ArtifactError
-from graphdist.halo.local import HALO_MODES, MODELS, ExchangeLayout, LocalGraph, gathered_csr
+from graphdist.partition.local import HALO_MODES, MODELS, ExchangeLayout, LocalGraph, gathered_csr
 from graphdist.sparse import index2ptr, lex_order
 from partitioners.common import self_loops_per_row
 
@@ -157,7 +157,7 @@ def _blocks(counts) -> torch.Tensor:
 def validate_layouts(plans: list[LocalGraph]) -> None:
     """Check that what rank r sends to s is exactly what s expects from r, in order, in both
     exchange modes (mvc: raw rows, partial sums, and the edges summed into each). Only the
-    exchange fields are read (node data may be gone: :func:`graphdist.halo.parts.write_parts`
+    exchange fields are read (node data may be gone: :func:`graphdist.partition.parts.write_parts`
     drops it once a part is written)."""
     k = len(plans)
     for s in plans:

@@ -5,7 +5,7 @@
                          params, quality, time, parts (summary of the per-part files),
                          sha256 (of assignment.npy and of every part file)
       assignment.npy     int64 [N]: part of every node, in the loader's node order
-      part_00000.pt ...  one file per rank (graphdist.halo.parts.write_parts)
+      part_00000.pt ...  one file per rank (graphdist.partition.parts.write_parts)
       rec_00000.pt ...   recommender artifacts only: each part's own users' train/test
                          interactions (graphdist.rec.artifact; meta.json "rec" has the sizes)
 
@@ -20,7 +20,6 @@ artifact of another format version is refused with the command that rebuilds it.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -32,16 +31,13 @@ import numpy as np
 import torch
 
 from graphdist.errors import ArtifactError
+from graphdist.partition.meta import FORMAT_VERSION, META, check_hash, file_sha256, read_meta, rebuild_hint
+from graphdist.partition.parts import write_parts
 
-FORMAT_VERSION = 3
-"""2: part files carry the pre/post-aggregation (mvc) layout; meta.json records SHA-256 hashes;
-3: part format 3 (int32 local columns, memory-mapped); ``params.assignment`` names the file of a
-partition given with ``--assignment``."""
-META = "meta.json"
 ASSIGNMENT = "assignment.npy"
 
 __all__ = ["write_artifact", "begin_artifact", "artifact_meta", "finish_artifact", "read_artifact", "read_meta",
-           "check_artifact", "check_hash", "Artifact", "FORMAT_VERSION"]
+           "check_artifact", "check_hash", "file_sha256", "rebuild_hint", "Artifact", "FORMAT_VERSION", "META"]
 
 
 class Artifact(tuple):
@@ -92,7 +88,6 @@ def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, qua
     tmp = begin_artifact(out)
     try:
         np.save(tmp / ASSIGNMENT, a.numpy())
-        from graphdist.halo.parts import write_parts
         parts = write_parts(tmp, graph, a, k)
         meta = artifact_meta(fingerprint=graph.fingerprint, graph=getattr(graph, "name", "") or "", num_nodes=n,
                              num_edges=int(graph.num_edges), k=int(k), method=method, params=params,
@@ -162,38 +157,6 @@ def finish_artifact(tmp: Path, out: Path, meta: dict, files: list[str], known: d
         shutil.rmtree(old, ignore_errors=True)
 
 
-def file_sha256(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def check_hash(meta: dict, directory, name: str) -> None:
-    """Refuse ``directory/name`` unless its SHA-256 is the one ``meta.json`` recorded."""
-    want = (meta.get("sha256") or {}).get(name)
-    path = Path(directory) / name
-    if want is None:
-        raise ArtifactError(f"{Path(directory) / META}: no hash recorded for {name}; {rebuild_hint(meta, directory)}")
-    got = file_sha256(path)
-    if got != want:
-        raise ArtifactError(f"{path} was changed after partitioning (sha256 {got[:12]}, meta.json has "
-                            f"{want[:12]}); {rebuild_hint(meta, directory)}")
-
-
-def rebuild_hint(meta: dict, directory) -> str:
-    """``rebuild it with: graphdist partition SPEC --parts K --method M --out DIR``."""
-    p = meta.get("params") or {}
-    spec = p.get("spec") or meta.get("graph") or "SPEC"
-    k = meta.get("k", p.get("k", "K"))
-    if p.get("assignment"):
-        return f"rebuild it with: graphdist partition {spec} --assignment {p['assignment']} --parts {k} --out {directory}"
-    method = meta.get("method") or "M"
-    hosts = f" --hosts {p['hosts']}" if int(p.get("hosts", 1)) > 1 else ""
-    return f"rebuild it with: graphdist partition {spec} --parts {k} --method {method}{hosts} --out {directory}"
-
-
 def _json_default(o):
     if isinstance(o, (np.integer,)):
         return int(o)
@@ -211,27 +174,6 @@ def _check_assignment(a: torch.Tensor, n: int, k: int, where) -> None:
         raise ArtifactError(f"{where}: assignment has a negative part id ({int(a.min())})")
     if n and int(a.max()) >= k:
         raise ArtifactError(f"{where}: assignment has part id {int(a.max())} >= k={k}")
-
-
-def read_meta(directory) -> dict:
-    """``meta.json`` of a complete artifact (ArtifactError if missing, incomplete or foreign)."""
-    d = Path(directory)
-    if not d.is_dir():
-        raise ArtifactError(f"{d}: partition artifact not found (run `graphdist partition ... --out {d}`)")
-    if not (d / META).exists():
-        raise ArtifactError(f"{d}: incomplete partition artifact (no {META}); re-run `graphdist partition`")
-    try:
-        meta = json.loads((d / META).read_text())
-    except (OSError, ValueError) as e:
-        raise ArtifactError(f"{d / META}: unreadable ({e})") from None
-    ver = meta.get("format_version") if isinstance(meta, dict) else None
-    if ver != FORMAT_VERSION:
-        raise ArtifactError(f"{d}: partition artifact format {ver}, this graphdist reads format {FORMAT_VERSION}; "
-                            + rebuild_hint(meta if isinstance(meta, dict) else {}, d))
-    for key in ("fingerprint", "num_nodes", "k"):
-        if key not in meta:
-            raise ArtifactError(f"{d / META}: missing key '{key}'")
-    return meta
 
 
 def read_artifact(directory) -> Artifact:

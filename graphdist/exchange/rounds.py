@@ -14,7 +14,7 @@ compute the same slices from the same count, so nothing more is exchanged::
 
 The received-rows operator ``A_halo`` is split by columns into one block per round (columns
 renumbered to the round's buffer), the send operator ``T`` (mvc) or the gather index (plain) by
-rows. The pipeline of one product (:class:`graphdist.halo.spmm.SparseAdj`)::
+rows. The pipeline of one product (:class:`graphdist.exchange.spmm.SparseAdj`)::
 
     post round 0 ; out = A_own h ; for r: post round r+1 ; wait round r ; out += A_halo[r] recv_r
 
@@ -65,7 +65,7 @@ def _positions(rnd: torch.Tensor, rounds: int) -> torch.Tensor:
 
 
 def split_columns(pair, rnd: torch.Tensor, rounds: int) -> list:
-    """``pair`` (a :class:`~graphdist.halo.spmm.CSRPair` ``[n, n_msg]``) as ``R`` pairs, the
+    """``pair`` (a :class:`~graphdist.exchange.csr.CSRPair` ``[n, n_msg]``) as ``R`` pairs, the
     ``r``-th holding the columns of round ``r`` renumbered to that round's buffer."""
     return _split(pair, rnd, rounds, by_rows=False)
 
@@ -76,7 +76,7 @@ def split_rows(pair, rnd: torch.Tensor, rounds: int) -> list:
 
 
 def _split(pair, rnd: torch.Tensor, rounds: int, by_rows: bool) -> list:
-    from graphdist.halo.spmm import CSRPair
+    from graphdist.exchange.csr import CSRPair
     a = pair.A
     rows = ptr2index(a.crow_indices().to(torch.int64), pair.nnz)
     cols, vals = a.col_indices().to(torch.int64), a.values()

@@ -3,7 +3,7 @@
     graphdist partition edgelist:FILE[,features=X.npy,labels=Y.npy] --assignment A.npy --nproc K --out DIR
 
 Given the same assignment, the result is byte for byte the artifact one process writes
-(``graphdist partition SPEC --assignment A.npy --out DIR``, :mod:`graphdist.halo.artifact`):
+(``graphdist partition SPEC --assignment A.npy --out DIR``, :mod:`graphdist.partition.artifact`):
 ``assignment.npy`` and every part file are equal, and so is ``meta.json`` but for the time it
 was written. Rank ``r`` of ``k``:
 
@@ -99,7 +99,7 @@ def _log(rank: int, msg: str) -> None:
 def build_artifact(cfg) -> dict:
     """This rank's share of the build in an existing process group of k ranks (k = the
     assignment's parts); returns the summary on every rank."""
-    from graphdist.halo.assignment import read_assignment
+    from graphdist.partition.assignment import read_assignment
     from graphdist.specs import parse_spec
     t0 = time.perf_counter()
     rank, k = comm.world()
@@ -118,7 +118,7 @@ def build_artifact(cfg) -> dict:
     x, y, num_classes = _node_data(opts, owned, n, indeg, outdeg, spec.path)
     fp = _fingerprint(n, a, owned, indptr, cols, indeg, opts, outdeg)
     _log(rank, f"build: rows shuffled, fingerprint {fp} ({time.perf_counter() - t0:.1f} s)")
-    from graphdist.halo.rank_layout import local_part
+    from graphdist.partition.rank_layout import local_part
     lg, stats = local_part(rank, k, n, a, owned, indptr, cols, indeg - loops, x, y, num_classes, fp)
     del indptr, cols, x, y
     quality = _quality(a, k, n, indeg, stats)
@@ -303,9 +303,9 @@ def _write(cfg, lg, stats, quality, a, n: int, fp: str, spec, seconds: float) ->
     import shutil
     import socket
 
-    from graphdist.halo.artifact import (ASSIGNMENT, artifact_meta, begin_artifact, file_sha256,
+    from graphdist.partition.artifact import (ASSIGNMENT, artifact_meta, begin_artifact, file_sha256,
                                          finish_artifact)
-    from graphdist.halo.parts import part_path, save_part
+    from graphdist.partition.parts import part_path, save_part
     rank, k = comm.world()
     out = Path(cfg.out)
     tmp = begin_artifact(out) if rank == 0 else None

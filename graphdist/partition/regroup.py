@@ -30,7 +30,7 @@ def sibling_artifact(directory, k: int, meta: dict | None = None) -> Path | None
     """An artifact next to ``directory`` (same parent) cut from the same graph into ``k`` parts,
     of the same kind (a recommender's holds its interactions too); one with the same method
     first, then by name. None if there is none. ``meta``: ``directory``'s, if already read."""
-    from graphdist.halo.artifact import read_meta
+    from graphdist.partition.artifact import read_meta
     d = Path(directory)
     meta = meta if meta is not None else read_meta(d)
     found = []
@@ -52,7 +52,7 @@ def parts_for_world(cfg, world_size: int) -> tuple[object, str | None]:
     if nodes is None or not nodes.elastic:
         return cfg, None
     if cfg.partition:
-        from graphdist.halo.artifact import read_meta
+        from graphdist.partition.artifact import read_meta
         meta = read_meta(cfg.partition)
         k = int(meta["k"])
         if k == world_size:

@@ -2,20 +2,20 @@
 
 :class:`HaloExchanger`: one asynchronous all-to-all (:func:`graphdist.comm.all_to_all_rows`)
 per layer and direction moves *message rows* whose order the layout fixes (``plain``: raw halo
-rows; ``mvc``: raw rows and pre-aggregated partial sums, see :mod:`graphdist.halo.local`). The
-training path fuses it with the SpMM (:class:`graphdist.halo.spmm.SparseAdj`): it builds the
+rows; ``mvc``: raw rows and pre-aggregated partial sums, see :mod:`graphdist.partition.local`). The
+training path fuses it with the SpMM (:class:`graphdist.exchange.spmm.SparseAdj`): it builds the
 send buffer, calls :meth:`HaloExchanger.post`, multiplies the owned block while rows travel,
 then ``wait()``s; backward mirrors it with :meth:`HaloExchanger.post_reverse`. With
-``bits < 32`` the rows travel quantised (:mod:`graphdist.halo.quant`: per-row offset and scale,
+``bits < 32`` the rows travel quantised (:mod:`graphdist.exchange.quant`: per-row offset and scale,
 stochastic rounding, packed bytes), forward activations and backward gradients alike.
 
-With a :class:`~graphdist.halo.route.RankRoute` of the ``hosts`` route (``--halo-route hosts``) each
+With a :class:`~graphdist.exchange.route.RankRoute` of the ``hosts`` route (``--halo-route hosts``) each
 exchange goes in two phases: a raw row crosses to another host once, to one rank there that
-forwards it inside its host (:mod:`graphdist.halo.route`; float rows, one round, fresh halos);
+forwards it inside its host (:mod:`graphdist.exchange.route`; float rows, one round, fresh halos);
 with a direct route's plan the exchange is today's and the plan counts the bytes between hosts.
 
-With a :class:`~graphdist.halo.link.Link` (``--link-gbps``) every exchange arrives no earlier than
-its simulated transfer time; with stale buffers (:mod:`graphdist.halo.stale`, ``--halo-staleness
+With a :class:`~graphdist.exchange.link.Link` (``--link-gbps``) every exchange arrives no earlier than
+its simulated transfer time; with stale buffers (:mod:`graphdist.exchange.stale`, ``--halo-staleness
 1``) ``post`` hands back the rows of the previous epoch's exchange and leaves this one in flight.
 
 Its modes are its own: stale buffers, the statistics it counts into, the link and the widths
@@ -39,10 +39,10 @@ import torch
 
 from graphdist import comm
 from graphdist.errors import ConfigError
-from graphdist.halo import quant
+from graphdist.exchange import quant
 from graphdist.keyed import key32
-from graphdist.halo.quant import BITS
-from graphdist.halo.stale import Staleness, StaleHalos
+from graphdist.exchange.quant import BITS
+from graphdist.exchange.stale import Staleness, StaleHalos
 
 __all__ = ["CommStats", "HaloExchanger", "Pending"]
 
@@ -113,9 +113,9 @@ class HaloExchanger:
     ``stats`` counts the rows and bytes this rank sends (quantisation parameters included)
     and, after :meth:`measure_errors`, the relative error of the quantised rows per layer; a
     :class:`CommStats` given as ``stats`` is shared (counted into by several exchangers).
-    ``stale``: hold each exchange for the next epoch (:class:`~graphdist.halo.stale.StaleHalos`
+    ``stale``: hold each exchange for the next epoch (:class:`~graphdist.exchange.stale.StaleHalos`
     of this exchanger's row counts, ``--halo-staleness 1``). ``route``: a
-    :class:`~graphdist.halo.route.RankRoute` of this layout (:func:`graphdist.halo.route.gather_route`):
+    :class:`~graphdist.exchange.route.RankRoute` of this layout (:func:`graphdist.exchange.route.gather_route`):
     routed, the two-level exchange across hosts; direct, today's exchange whose bytes to other
     hosts ``stats.host_bytes`` counts.
 
@@ -141,7 +141,7 @@ class HaloExchanger:
         self.mode = mode or "plain"
         self.bits, self.seed = int(bits), int(seed)
         self.link = link
-        """:class:`~graphdist.halo.link.Link` that delays each exchange (None: no delay)."""
+        """:class:`~graphdist.exchange.link.Link` that delays each exchange (None: no delay)."""
         self._measure = False
         self._tag = 0
         self._step, self._calls = 0, 0
@@ -156,7 +156,7 @@ class HaloExchanger:
             raise ConfigError(f"--halo-bits {bits}: the {comm.backend(group)} backend cannot carry "
                               "quantised halo rows (gloo or nccl needed); use --halo-bits 32")
         self.route = route
-        """:class:`~graphdist.halo.route.RankRoute` (None: no host map, the direct exchange)."""
+        """:class:`~graphdist.exchange.route.RankRoute` (None: no host map, the direct exchange)."""
         if route is not None:
             route.check(self.n_send, self.n_recv, bits < 32 or stale is not None or link is not None)
         self._built = True
@@ -175,12 +175,12 @@ class HaloExchanger:
 
     @property
     def stale(self) -> StaleHalos | None:
-        """:class:`~graphdist.halo.stale.StaleHalos` (``--halo-staleness 1``) or None."""
+        """:class:`~graphdist.exchange.stale.StaleHalos` (``--halo-staleness 1``) or None."""
         return self._stale
 
     @property
     def rounds(self) -> int:
-        """All-to-alls per exchange (:meth:`in_rounds`, :mod:`graphdist.halo.rounds`)."""
+        """All-to-alls per exchange (:meth:`in_rounds`, :mod:`graphdist.exchange.rounds`)."""
         return self._rounds
 
     @property
@@ -230,7 +230,7 @@ class HaloExchanger:
                          seed: int = 0, link=None, stale: Staleness | None = None, route=None) -> "HaloExchanger":
         """The exchanger of ``lg``'s layout in ``halo`` mode (pair it with
         ``SparseAdj.for_model(lg, model, device, halo)``); ``route``: its plan across hosts
-        (:func:`graphdist.halo.route.gather_route` of the same ``halo`` mode)."""
+        (:func:`graphdist.exchange.route.gather_route` of the same ``halo`` mode)."""
         if halo == "plain":  # a copy: lg's tensors may be pages of a mapped part file, freed with lg
             return cls(lg.send_idx.clone(), lg.send_counts, lg.recv_counts, device, group, bits=bits, seed=seed,
                        link=link, stale=stale, route=route)
@@ -240,7 +240,7 @@ class HaloExchanger:
 
     def restricted(self, send_idx: torch.Tensor, send_counts: list[int], recv_counts: list[int]) -> "HaloExchanger":
         """A plain exchanger of a subset of this one's rows (boundary sampling,
-        :mod:`graphdist.halo.boundary`) that shares its counters, link and rounding keys."""
+        :mod:`graphdist.exchange.boundary`) that shares its counters, link and rounding keys."""
         if self._rounds != 1:
             raise ConfigError("--halo-rounds above 1 cannot be combined with --boundary-rate below 1")
         if self.routed:
@@ -254,9 +254,9 @@ class HaloExchanger:
 
     def in_rounds(self, rounds: int) -> "HaloExchanger":
         """This exchanger moving each exchange in ``rounds`` all-to-alls of a slice of every
-        peer's rows (:mod:`graphdist.halo.rounds`; pair it with ``SparseAdj.in_rounds``). Not
+        peer's rows (:mod:`graphdist.exchange.rounds`; pair it with ``SparseAdj.in_rounds``). Not
         with stale halos or a restricted (sampled) exchanger."""
-        from graphdist.halo.rounds import round_of
+        from graphdist.exchange.rounds import round_of
         rounds = int(rounds)
         if rounds <= 1 or rounds == self._rounds:
             return self

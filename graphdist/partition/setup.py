@@ -10,7 +10,7 @@ import torch
 
 from graphdist import comm
 from graphdist.errors import ArtifactError, ConfigError
-from graphdist.halo.layout import LocalGraph, build_layout
+from graphdist.partition.layout import LocalGraph, build_layout
 
 
 def _quality(graph, assignment, k: int) -> dict:
@@ -54,8 +54,8 @@ def load_local(cfg, rank: int, world_size: int, graph=None) -> tuple[LocalGraph,
 
 
 def _from_artifact(cfg, rank: int, world_size: int, graph=None) -> tuple[LocalGraph, dict]:
-    from graphdist.halo.artifact import check_artifact, read_meta
-    from graphdist.halo.parts import load_part
+    from graphdist.partition.artifact import check_artifact, read_meta
+    from graphdist.partition.parts import load_part
     meta = read_meta(cfg.partition)  # meta.json only: a rank never reads the whole assignment
     k = int(meta["k"])
     if k != world_size:

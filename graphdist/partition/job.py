@@ -18,7 +18,7 @@ __all__ = ["workers_for", "check_halo_bits"]
 def _parts_world(cfg) -> int:
     """Workers to start on this node: ``--nproc``, else the number of parts (artifact k or
     ``--parts``) over the nodes, else 1; a mismatch with the parts is an error naming both."""
-    from graphdist.halo.artifact import read_meta
+    from graphdist.partition.artifact import read_meta
     k = cfg.parts
     if cfg.partition:
         k = int(read_meta(cfg.partition)["k"])

@@ -1,5 +1,5 @@
 """One rank's share of a partitioned graph: :class:`LocalGraph` (plain tensors, no
-torch.distributed), built by :mod:`graphdist.halo.layout`.
+torch.distributed), built by :mod:`graphdist.partition.layout`.
 
 Rank ``r`` owns the nodes with ``assignment == r``. Its **halo** is the set of remote
 in-neighbours of its owned nodes. Local column ids::
@@ -242,13 +242,13 @@ class LocalGraph:
     # ------------------------------------------------------------------ locality
     def reordered(self, order: str = "rcm", width: int = 64) -> "LocalGraph":
         """A copy whose owned rows are permuted for locality of the owned-block SpMM
-        (:func:`graphdist.halo.order.locality_order`: ``blocks``, ``rcm``, ``community``,
+        (:func:`graphdist.partition.order.locality_order`: ``blocks``, ``rcm``, ``community``,
         ``degree``; ``none``: unchanged; ``width``: the widest product's columns, which sizes
         the ``blocks`` order's blocks). Message order (by global id) and halo columns are
         unchanged."""
         if order == "none" or self.num_owned < 3:
             return self
-        from graphdist.halo.order import locality_order
+        from graphdist.partition.order import locality_order
         return self.permuted(locality_order(self.indptr, self.indices, self.num_owned, order, width))
 
     def permuted(self, perm: torch.Tensor) -> "LocalGraph":

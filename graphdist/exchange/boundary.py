@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from graphdist.keyed import key32, keyed_bits
-from graphdist.halo.spmm import CSRPair
+from graphdist.exchange.csr import CSRPair
 from graphdist.sparse import ptr2index
 
 __all__ = ["kept", "BoundarySampler"]
@@ -51,9 +51,9 @@ def _segment_sums(mask: torch.Tensor, counts: list[int]) -> list[int]:
 class BoundarySampler:
     """Per-epoch sampled ``(adjacency, exchanger)`` of one rank for ``rate``.
 
-    ``lg``: the rank's :class:`~graphdist.halo.local.LocalGraph` (the one ``adj`` was built
-    from); ``adj`` / ``ex``: its :class:`~graphdist.halo.spmm.SparseAdj` and
-    :class:`~graphdist.halo.exchange.HaloExchanger` (the sampled exchanger shares ``ex``'s
+    ``lg``: the rank's :class:`~graphdist.partition.local.LocalGraph` (the one ``adj`` was built
+    from); ``adj`` / ``ex``: its :class:`~graphdist.exchange.spmm.SparseAdj` and
+    :class:`~graphdist.exchange.exchanger.HaloExchanger` (the sampled exchanger shares ``ex``'s
     counters, link and rounding keys)."""
 
     def __init__(self, lg, adj, ex, rate: float, seed: int):

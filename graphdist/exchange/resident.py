@@ -37,7 +37,7 @@ __all__ = ["ResidentHalo", "HeldRows"]
 
 class ResidentHalo:
     """One rank's held halo rows of the input ``x`` (rows in ``lg``'s current order), for the
-    adjacency ``adj`` (:meth:`graphdist.halo.spmm.SparseAdj.for_model`, ``plain`` or ``mvc``)
+    adjacency ``adj`` (:meth:`graphdist.exchange.spmm.SparseAdj.for_model`, ``plain`` or ``mvc``)
     and its exchanger ``ex`` (its message counts and rounds). Collective: every rank builds one."""
 
     def __init__(self, lg, x: torch.Tensor, adj, ex, model: str):
@@ -54,7 +54,7 @@ class ResidentHalo:
         self.rounds = getattr(ex, "rounds", 1)
         self._round_rows = None
         if self.rounds > 1:
-            from graphdist.halo.rounds import round_of
+            from graphdist.exchange.rounds import round_of
             rnd = round_of(ex.recv_counts, self.rounds)[0].to(x.device)
             self._round_rows = [torch.nonzero(rnd == r).flatten() for r in range(self.rounds)]
         self._eval = None
@@ -118,7 +118,7 @@ def _held_send(lg, model: str, device):
     n_halo]`` CSR, raw message rows one-hot on their halo column, each partial sum with its
     owner's entries (sources and ``right(u)`` values) in the owner's order. The owners' source
     lists come in one start-up exchange (global ids, in the owner's operator order)."""
-    from graphdist.halo.spmm import CSRPair
+    from graphdist.exchange.csr import CSRPair
     n, k = lg.num_owned, lg.world_size
     lay = lg.exchange_layout("mvc")
     # owner side: per partial sum sent, its sources in the send operator's order (ascending

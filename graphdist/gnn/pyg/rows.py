@@ -1,0 +1,44 @@
+"""``[h ; halo rows of h]`` with autograd: the exchange every distributed PyG layer's input goes
+through (:mod:`graphdist.gnn.pyg.wrap`) and the global degrees and norms are computed with
+(:mod:`graphdist.gnn.pyg.hops`). Forward posts the owned rows the peers need and appends what
+arrives; backward sends the halo rows' gradients home, where they are added to their sources."""
+from __future__ import annotations
+
+import torch
+
+from graphdist.exchange.exchanger import HaloExchanger
+from graphdist.gnn.pyg.traced import exchange_op
+
+__all__ = ["halo_rows"]
+
+
+class _HaloRows(torch.autograd.Function):
+    """``[h ; halo rows]`` through the exchanger's post/post_reverse (quantised when bits < 32)."""
+
+    @staticmethod
+    def forward(ctx, h, ex):
+        ctx.ex, ctx.shape = ex, h.shape
+        flat = h.reshape(h.shape[0], -1)
+        ctx.tag = ex.next_tag()
+        recv = ex.post(flat.index_select(0, ex.send_idx), ctx.tag).wait()
+        return torch.cat([flat, recv.to(flat.dtype)]).reshape((-1,) + tuple(h.shape[1:]))
+
+    @staticmethod
+    def backward(ctx, g):
+        ex = ctx.ex
+        n_own = ctx.shape[0]
+        g = g.reshape(g.shape[0], -1)
+        back = ex.post_reverse(g[n_own:].contiguous(), ctx.tag).wait()
+        g_own = g[:n_own].clone()
+        if back.shape[0]:
+            g_own.index_add_(0, ex.send_idx, back.to(g.dtype))
+        return g_own.reshape(ctx.shape), None
+
+
+def halo_rows(h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
+    """``[h ; halo rows of h]`` (autograd; quantised in flight when ``ex.bits < 32``)."""
+    if not ex.active:
+        return h
+    if torch.jit.is_tracing():  # the collective as one opaque node (graphdist.gnn.pyg.traced)
+        return exchange_op(lambda t: _HaloRows.apply(t.contiguous(), ex), h, ("rows", id(ex)))
+    return _HaloRows.apply(h.contiguous(), ex)

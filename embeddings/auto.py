@@ -162,8 +162,8 @@ def format_choice(auto: dict) -> str:
              f"{'links':>8} {'step (est.)':>12}"]
     for c in auto["candidates"]:
         e = c["estimate"]
-        mark = "  <- chosen" if (c["sparse_groups"], c["sparse_layout"]) == (auto["sparse_groups"], auto["sparse_layout"]) \
-            else ("" if c["fits"] else "  does not fit")
+        chosen = (c["sparse_groups"], c["sparse_layout"]) == (auto["sparse_groups"], auto["sparse_layout"])
+        mark = ("  <- chosen: " if chosen else "  ") + c.get("why", "")
         lines.append(f"  {name(c):<16} {fmt_bytes(c['memory_bytes']):>10} {e['between_hosts_bytes_per_step'] / 1e6:11.2f} MB "
                      f"{e['within_host_bytes_per_step'] / 1e6:10.2f} MB {e['latency_s'] * 1e3:5.0f} ms "
                      f"{(e['between_hosts_s'] + e['within_hosts_s']) * 1e3:5.0f} ms {e['step_s'] * 1e3:9.0f} ms{mark}")

@@ -87,7 +87,8 @@ class DLRMTrainConfig(RunConfig):
     and before every checkpoint)"""
     memory_budget_gb: float | None = None
     """per-rank memory for embeddings + optimizer state; a plan that needs more stops
-    (default: device memory, or host RAM / local ranks on CPU)"""
+    (default: device memory, or host RAM / local ranks on CPU; on CPU the ranks of a host must
+    also fit together in the memory it has available)"""
     checkpoint_every: int = 0
     """save every N steps (0: only at the end when --checkpoint-dir is set)"""
     print_plan: bool = field(default=True, metadata={"cli": False})

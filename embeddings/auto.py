@@ -13,9 +13,9 @@ Measured at start-up, on every rank at once (:func:`measure`):
 
 * compute: :data:`PROBE_STEPS` training steps of each rank's share of the batch with every
   table on the rank (cut to :data:`PROBE_ROWS` rows) and nothing exchanged, all ranks at once;
-  the mean over the steps of the slowest rank's step (a real step waits for its slowest rank
-  at every collective);
-* latency: a small all-to-all and a small all-reduce over all W ranks (median of 9 each);
+  the median of all ranks' steps (the wait for the slowest rank at a collective is in the
+  latency measured next);
+* latency: a small all-to-all and a small all-reduce over all W ranks (median of 15 each);
 * rates: an all-to-all in which every rank sends only to the ranks of its own host (within
   hosts, per rank), and one in which it sends only to the other hosts' ranks (between hosts,
   per host link: about :data:`LINK_PROBE_BYTES` on each link, median of 3).
@@ -131,12 +131,15 @@ def _why(r: dict, best: dict) -> str:
     e = r["estimate"]
     if not r["fits"]:
         return f"does not fit: it {_short(r)}"
-    parts = {"compute": e["compute_s"], "latency of its collectives": e["latency_s"],
-             f"{e['between_hosts_bytes_per_step'] / 1e6:.2f} MB between hosts": e["between_hosts_s"],
-             f"{e['within_host_bytes_per_step'] / 1e6:.2f} MB within hosts": e["within_hosts_s"]}
+    link = f"its {e['between_hosts_bytes_per_step'] / 1e6:.2f} MB between hosts ({e['between_hosts_s'] * 1e3:.0f} ms)"
+    ranks = e["step_s"] - (e["between_hosts_s"] if e["between_hosts_s"] >= e["step_s"] else 0.0)
+    parts = {"compute": e["compute_s"], "latency": e["latency_s"], "within hosts": e["within_hosts_s"],
+             "sync work": e.get("sync_work_s", 0.0)}
     top = max(parts, key=parts.get)
+    bound = link if e["between_hosts_s"] >= e["step_s"] and e["between_hosts_s"] > 0 else (
+        f"the ranks' work ({ranks * 1e3:.0f} ms, most of it {top}: {parts[top] * 1e3:.0f} ms)")
     lead = "fastest that fits" if r is best else f"{e['step_s'] / best['estimate']['step_s']:.2f}x the chosen step"
-    return f"{lead}; most of its step: {top} ({parts[top] * 1e3:.0f} ms)"
+    return f"{lead}; bound by {bound}"
 
 
 def memory_lines(cands: list[dict]) -> list[str]:
@@ -157,16 +160,18 @@ def format_choice(auto: dict) -> str:
     lines = [f"--sparse-groups auto, measured at start-up: between hosts {rate(L['inter_bytes_per_s'], 'per host link')}, "
              f"within hosts {rate(L['intra_bytes_per_s'], 'per rank')} (sent + received), latency "
              f"{L['a2a_latency_s'] * 1e3:.1f} ms per all-to-all and {L['allreduce_latency_s'] * 1e3:.1f} ms per "
-             f"all-reduce over all ranks, compute {L['compute_s'] * 1e3:.1f} ms per step:",
-             f"  {'layout':<16} {'mem/rank':>10} {'between hosts':>14} {'within hosts':>13} {'latency':>8} "
-             f"{'links':>8} {'step (est.)':>12}"]
+             f"all-reduce over all ranks, compute {L['compute_s'] * 1e3:.1f} ms per step, replica sync "
+             f"{L.get('sync_row_s', 0.0) * 1e9:.0f} ns per row:",
+             f"  {'layout':<16} {'mem/rank':>10} {'between hosts':>14} {'within hosts':>13} {'ranks':>8} "
+             f"{'link':>8} {'step (est.)':>12}"]
     for c in auto["candidates"]:
         e = c["estimate"]
         chosen = (c["sparse_groups"], c["sparse_layout"]) == (auto["sparse_groups"], auto["sparse_layout"])
         mark = ("  <- chosen: " if chosen else "  ") + c.get("why", "")
+        work = e["compute_s"] + e["latency_s"] + e["within_hosts_s"] + e.get("sync_work_s", 0.0)
         lines.append(f"  {name(c):<16} {fmt_bytes(c['memory_bytes']):>10} {e['between_hosts_bytes_per_step'] / 1e6:11.2f} MB "
-                     f"{e['within_host_bytes_per_step'] / 1e6:10.2f} MB {e['latency_s'] * 1e3:5.0f} ms "
-                     f"{(e['between_hosts_s'] + e['within_hosts_s']) * 1e3:5.0f} ms {e['step_s'] * 1e3:9.0f} ms{mark}")
+                     f"{e['within_host_bytes_per_step'] / 1e6:10.2f} MB {work * 1e3:5.0f} ms "
+                     f"{e['between_hosts_s'] * 1e3:5.0f} ms {e['step_s'] * 1e3:9.0f} ms{mark}")
     lines.append(f"chose {name(auto)}: {auto['why']}")
     return "\n".join(lines)
 
@@ -201,6 +206,24 @@ def probe_steps(cfg, train, device: torch.device) -> list[float]:
     return times[2:]
 
 
+def sync_row_seconds(dim: int, n: int = 1 << 15) -> float:
+    """Seconds per row of a replica sync's own work on this rank (:class:`embeddings.twod.ReplicaSync`):
+    the distinct ids of ``2n`` looked-up ids, their union, and per row reading the row and its
+    row-wise state out of a table and writing them back (best of 3)."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 4 * n, (2 * n,), generator=g)
+    w, v = torch.zeros(4 * n, dim), torch.zeros(4 * n)
+    best, rows = float("inf"), 1
+    for _ in range(3):
+        t0 = time.perf_counter()
+        keys = torch.unique(torch.unique(ids))
+        a, b = w.index_select(0, keys), v.index_select(0, keys)
+        w.index_copy_(0, keys, a)
+        v.index_copy_(0, keys, b)
+        best, rows = min(best, time.perf_counter() - t0), max(keys.numel(), 1)
+    return best / rows
+
+
 def _timed(fn, reps: int) -> float:
     comm.barrier()
     ts = []
@@ -223,10 +246,10 @@ def measure(cfg, train, device: torch.device, local: int) -> Links:
     rank, world = comm.world()
     L = max(1, min(local, world))
     steps = comm.all_gather_rows(torch.tensor([probe_steps(cfg, train, device)], dtype=torch.float64))
-    compute = float(steps.max(0).values.mean())  # every step waits for its slowest rank
-    lat_a2a = _timed(_exchange([64] * world), 9)
+    compute = float(steps.median())  # a typical rank's step (the wait for the slowest is in the latency)
+    lat_a2a = _timed(_exchange([64] * world), 15)
     x = torch.zeros(16)
-    lat_ar = _timed(lambda: comm.all_reduce_sum(x), 9)
+    lat_ar = _timed(lambda: comm.all_reduce_sum(x), 15)
     host = rank // L
     intra = inter = 0.0
     if L > 1:
@@ -237,10 +260,11 @@ def measure(cfg, train, device: torch.device, local: int) -> Links:
         per = LINK_PROBE_BYTES // (2 * L * (world - L))
         t = _timed(_exchange([per if q // L != host else 0 for q in range(world)]), 3)
         inter = L * (world - L) * per * 2 / max(t - lat_a2a, 1e-6)
-    mine = torch.tensor([compute, lat_a2a, lat_ar, -intra, -inter], dtype=torch.float64)
+    sync_row = sync_row_seconds(cfg.model.embedding_dim)
+    mine = torch.tensor([compute, lat_a2a, lat_ar, -intra, -inter, sync_row], dtype=torch.float64)
     worst = comm.all_reduce_max(mine).tolist()
     return Links(compute_s=worst[0], a2a_latency_s=worst[1], allreduce_latency_s=worst[2],
-                 intra_bytes_per_s=-worst[3], inter_bytes_per_s=-worst[4])
+                 intra_bytes_per_s=-worst[3], inter_bytes_per_s=-worst[4], sync_row_s=worst[5])
 
 
 def _from_rank0(obj):

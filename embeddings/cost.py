@@ -21,18 +21,26 @@ each sharding type)::
 
 Bytes: an all-to-all moves each pair's bytes directly; an all-reduce (gloo's ring, in group
 rank order) moves 2(n-1)/n of the buffer over every edge of the ring, an all-gather (n-1)
-chunks. A byte crosses between hosts when its two ranks are on different hosts. Time of a
-step::
-
-    step = compute                                   (one rank's step without communication)
-         + sum over collectives  latency(kind) x (n - 1) / (W - 1)     (n: the group's ranks)
-         + sum over phases  max( busiest host's bytes between hosts (sent + received) / inter rate,
-                                 busiest rank's bytes within its host (sent + received) / intra rate )
+chunks. A byte crosses between hosts when its two ranks are on different hosts.
 
 All the groups of one phase run at once, so a host's link carries all of them. The rates and
 latencies are measured when the job starts (:func:`embeddings.auto.measure`); a gloo exchange
 carries its two directions one after the other on a capped link (BENCHMARKS.md, "Real hosts"),
 so rates count sent + received bytes together.
+
+The link between hosts carries a step's bytes while the ranks compute: the step is the larger of
+the two, not their sum. On the test bed (a token-bucket cap per host link, more ranks than cores)
+the sum overestimated the measured step 1.3-1.9x (BENCHMARKS.md, issue 49): the bucket fills while
+the link is idle, and a rank waiting on the link leaves the cores to the others. So::
+
+    step = max( compute + latency + within hosts + sync work,   between hosts )
+
+    latency       = collectives of 2 or more ranks x the measured latency of one of their kind
+                    (inside a step a collective waits for the slowest rank to arrive, whatever
+                    the group's size: on the test bed a 2-rank group's all-to-all was no cheaper)
+    within hosts  = sum over phases of the busiest rank's bytes inside its host / the intra rate
+    between hosts = sum over phases of the busiest host link's bytes / the inter rate
+    sync work     = rows the busiest rank's replica sync averages x seconds per row (measured)
 """
 from __future__ import annotations
 
@@ -131,6 +139,9 @@ class Links:
     """Bytes per second one rank exchanges with the ranks of its own host (sent + received)."""
     inter_bytes_per_s: float
     """Bytes per second one host's link carries (sent + received, all its ranks together)."""
+    sync_row_s: float = 0.0
+    """Seconds of a replica sync's own work per row it averages (finding the touched rows,
+    gathering and writing back the row and its optimizer state)."""
 
 
 @dataclass
@@ -148,6 +159,8 @@ class Phase:
     """[H] bytes per step each host's link carries (sent + received)."""
     within: np.ndarray
     """[W] bytes per step each rank exchanges inside its host (sent + received)."""
+    rows: float = 0.0
+    """Rows per step the busiest rank's replica sync gathers, averages and writes back."""
 
 
 class Hosts:
@@ -173,8 +186,8 @@ class Hosts:
             for i in range(n):
                 self.send(ranks[i], ranks[(i + 1) % n], per_edge)
 
-    def phase(self, name: str, collectives: float, kind: str, ranks: int) -> Phase:
-        p = Phase(name, collectives, kind, ranks, self.between, self.within)
+    def phase(self, name: str, collectives: float, kind: str, ranks: int, rows: float = 0.0) -> Phase:
+        p = Phase(name, collectives, kind, ranks, self.between, self.within, rows)
         self.between, self.within = np.zeros(self.hosts), np.zeros(self.world)
         return p
 
@@ -221,28 +234,27 @@ def _sync_phases(tr: GroupTraffic, layout, h: Hosts, sync_every: int) -> list[Ph
         h.ring(layout.replica_group(j), (G - 1) * own * ID_BYTES / sync_every)
     keys = h.phase("sync: touched row ids", 2 / sync_every, "a2a", G)
     for j in range(S):
-        rows = sum(s[1] * s[2] for s in tr.touched[j])
-        h.ring(layout.replica_group(j), 2 * (G - 1) / G * rows / sync_every)
-    return [keys, h.phase("sync: touched rows", 1 / sync_every, "allreduce", G)]
+        nbytes = sum(s[1] * s[2] for s in tr.touched[j])
+        h.ring(layout.replica_group(j), 2 * (G - 1) / G * nbytes / sync_every)
+    rows = max(sum(s[1] for s in tr.touched[j]) for j in range(S)) / sync_every
+    return [keys, h.phase("sync: touched rows", 1 / sync_every, "allreduce", G, rows)]
 
 
 def estimate(ph: list[Phase], links: Links, world: int) -> dict:
     """Seconds of one step, split (see the module docstring), and its bytes per step."""
-    latency = inter = intra = 0.0
+    latency = inter = intra = rows = 0.0
     for p in ph:
         lat = links.a2a_latency_s if p.kind == "a2a" else links.allreduce_latency_s
-        latency += p.collectives * lat * (p.ranks - 1) / max(world - 1, 1)
-        t_inter = float(p.between.max()) / links.inter_bytes_per_s if p.between.size and links.inter_bytes_per_s else 0.0
-        t_intra = float(p.within.max()) / links.intra_bytes_per_s if links.intra_bytes_per_s else 0.0
-        if t_inter >= t_intra:
-            inter += t_inter
-        else:
-            intra += t_intra
-    step = links.compute_s + latency + inter + intra
+        latency += p.collectives * lat if p.ranks > 1 else 0.0
+        inter += float(p.between.max()) / links.inter_bytes_per_s if p.between.size and links.inter_bytes_per_s else 0.0
+        intra += float(p.within.max()) / links.intra_bytes_per_s if links.intra_bytes_per_s else 0.0
+        rows += p.rows
+    sync = rows * links.sync_row_s
+    step = max(links.compute_s + latency + intra + sync, inter)
     between = sum((p.between for p in ph), np.zeros(1)) if ph else np.zeros(1)
     within = sum((p.within for p in ph), np.zeros(1)) if ph else np.zeros(1)
-    return {"step_s": step, "compute_s": links.compute_s, "latency_s": latency, "between_hosts_s": inter,
-            "within_hosts_s": intra,
+    return {"step_s": step, "compute_s": links.compute_s, "latency_s": latency, "within_hosts_s": intra,
+            "sync_work_s": sync, "between_hosts_s": inter,
             "between_hosts_bytes_per_step": int(round(float(between.sum()) / 2)),
             "busiest_host_bytes_per_step": int(round(float(between.max()))),
             "within_host_bytes_per_step": int(round(float(within.sum()) / 2))}

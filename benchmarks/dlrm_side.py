@@ -13,7 +13,7 @@ builds one sharded model per layout in ``--layouts`` (``1``: 1D; ``G:LAYOUT``; `
 each as ``train-dlrm`` builds it, and trains them in turn, ``--block`` steps at a time, ``--rounds``
 times (layouts in a rotated order each round), with ``train-dlrm``'s own step loop
 (:func:`embeddings.trainer.run_steps`, replica sync included). Per layout: the median block's
-seconds per step, bytes between hosts per step (every host's interface tx counter around each
+seconds per step, the replica sync's seconds per step (rank 0), bytes between hosts per step (every host's interface tx counter around each
 block, read inside its network namespace), AUC and NE after the same samples (every layout
 trains the same steps), the memory per rank of its plan, and auto's estimate. Printed as one
 JSON line by rank 0 (``--json`` also writes it).
@@ -81,6 +81,14 @@ def worker(a) -> None:
                                   sparse_layout=kind or "hosts")
         models[lay] = (c, build_sharded(c, train, ctx.device))
     names, times, sent = list(models), {n: [] for n in models}, {n: 0 for n in models}
+    sync_s = {n: 0.0 for n in models}
+    for n, (_, sm) in models.items():  # time each layout's replica sync
+        if sm.sync is not None:
+            def timed(*args, _f=sm.sync, _n=n, **kw):
+                t0 = time.perf_counter()
+                _f(*args, **kw)
+                sync_s[_n] += time.perf_counter() - t0
+            sm.sync = timed
     for r in range(a.rounds):
         for i in range(len(names)):
             n = names[(i + r) % len(names)]
@@ -102,6 +110,7 @@ def worker(a) -> None:
         out["layouts"][n] = {
             "sparse_groups": c.sparse_groups, "sparse_layout": c.sparse_layout, "step_s": statistics.median(times[n]),
             "block_steps_s": times[n], "between_hosts_bytes_per_step": sum(e[n] for e in every) / (a.rounds * a.block),
+            "sync_s_per_step": sync_s[n] / (a.rounds * a.block),
             "auc": metrics["auc"], "ne": metrics["ne"],
             "memory_bytes_per_rank": max(x["embedding_bytes"] for x in sm.desc["ranks"]),
             "estimate": est["estimate"] if est else None}

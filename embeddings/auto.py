@@ -17,8 +17,10 @@ Measured at start-up, on every rank at once (:func:`measure`):
   latency measured next);
 * latency: a small all-to-all and a small all-reduce over all W ranks (median of 15 each);
 * rates: an all-to-all in which every rank sends only to the ranks of its own host (within
-  hosts, per rank), and one in which it sends only to the other hosts' ranks (between hosts,
-  per host link: about :data:`LINK_PROBE_BYTES` on each link, median of 3).
+  hosts, per rank), one in which it sends only to the other hosts' ranks (between hosts, per
+  host link: about :data:`LINK_PROBE_BYTES` on each link, median of 3), and a shift in which it
+  sends to the rank L ahead and receives from the rank L behind (a ring's edges across hosts);
+* sync work: a replica sync's own work per row on this rank (:func:`sync_row_seconds`).
 
 The slowest rank's latencies and rates count. Rank 0 plans every candidate and decides; the others get the
 choice from it. A resumed run takes the layout its checkpoint's settings record (what that run
@@ -132,12 +134,14 @@ def _why(r: dict, best: dict) -> str:
     if not r["fits"]:
         return f"does not fit: it {_short(r)}"
     link = f"its {e['between_hosts_bytes_per_step'] / 1e6:.2f} MB between hosts ({e['between_hosts_s'] * 1e3:.0f} ms)"
-    ranks = e["step_s"] - (e["between_hosts_s"] if e["between_hosts_s"] >= e["step_s"] else 0.0)
+    ranks = e["compute_s"] + e["latency_s"] + e["within_hosts_s"] + e.get("sync_work_s", 0.0)
+    then = (f", then its replica sync on the link ({e['sync_between_hosts_s'] * 1e3:.0f} ms)"
+            if e.get("sync_between_hosts_s") else "")
     parts = {"compute": e["compute_s"], "latency": e["latency_s"], "within hosts": e["within_hosts_s"],
              "sync work": e.get("sync_work_s", 0.0)}
     top = max(parts, key=parts.get)
-    bound = link if e["between_hosts_s"] >= e["step_s"] and e["between_hosts_s"] > 0 else (
-        f"the ranks' work ({ranks * 1e3:.0f} ms, most of it {top}: {parts[top] * 1e3:.0f} ms)")
+    bound = (link if e["between_hosts_s"] > ranks else
+             f"the ranks' work ({ranks * 1e3:.0f} ms, most of it {top}: {parts[top] * 1e3:.0f} ms)") + then
     lead = "fastest that fits" if r is best else f"{e['step_s'] / best['estimate']['step_s']:.2f}x the chosen step"
     return f"{lead}; bound by {bound}"
 
@@ -157,7 +161,8 @@ def format_choice(auto: dict) -> str:
         return f"--sparse-groups auto: {name(auto)} ({auto['why']})"
     L = auto["links"]
     rate = lambda b, per: "none" if not b else f"{b / 1e6:,.1f} MB/s {per}"  # noqa: E731
-    lines = [f"--sparse-groups auto, measured at start-up: between hosts {rate(L['inter_bytes_per_s'], 'per host link')}, "
+    ring = f" ({L['ring_bytes_per_s'] / 1e6:,.1f} MB/s as a ring)" if L.get("ring_bytes_per_s") else ""
+    lines = [f"--sparse-groups auto, measured at start-up: between hosts {rate(L['inter_bytes_per_s'], 'per host link')}{ring}, "
              f"within hosts {rate(L['intra_bytes_per_s'], 'per rank')} (sent + received), latency "
              f"{L['a2a_latency_s'] * 1e3:.1f} ms per all-to-all and {L['allreduce_latency_s'] * 1e3:.1f} ms per "
              f"all-reduce over all ranks, compute {L['compute_s'] * 1e3:.1f} ms per step, replica sync "
@@ -169,9 +174,10 @@ def format_choice(auto: dict) -> str:
         chosen = (c["sparse_groups"], c["sparse_layout"]) == (auto["sparse_groups"], auto["sparse_layout"])
         mark = ("  <- chosen: " if chosen else "  ") + c.get("why", "")
         work = e["compute_s"] + e["latency_s"] + e["within_hosts_s"] + e.get("sync_work_s", 0.0)
+        link = e["between_hosts_s"] + e.get("sync_between_hosts_s", 0.0)
         lines.append(f"  {name(c):<16} {fmt_bytes(c['memory_bytes']):>10} {e['between_hosts_bytes_per_step'] / 1e6:11.2f} MB "
                      f"{e['within_host_bytes_per_step'] / 1e6:10.2f} MB {work * 1e3:5.0f} ms "
-                     f"{e['between_hosts_s'] * 1e3:5.0f} ms {e['step_s'] * 1e3:9.0f} ms{mark}")
+                     f"{link * 1e3:5.0f} ms {e['step_s'] * 1e3:9.0f} ms{mark}")
     lines.append(f"chose {name(auto)}: {auto['why']}")
     return "\n".join(lines)
 
@@ -256,15 +262,21 @@ def measure(cfg, train, device: torch.device, local: int) -> Links:
         per = 2 << 20
         t = _timed(_exchange([per if q // L == host and q != rank else 0 for q in range(world)]), 3)
         intra = (L - 1) * per * 2 / max(t - lat_a2a, 1e-6)
+    ring = 0.0
     if world > L:
         per = LINK_PROBE_BYTES // (2 * L * (world - L))
         t = _timed(_exchange([per if q // L != host else 0 for q in range(world)]), 3)
         inter = L * (world - L) * per * 2 / max(t - lat_a2a, 1e-6)
+        n = LINK_PROBE_BYTES // (2 * L) // 4
+        send, out = torch.zeros(n), torch.empty(n)
+        t = _timed(lambda: comm.shift_rows(send, (rank + L) % world, out, (rank - L) % world), 3)
+        ring = 2 * L * n * 4 / max(t - lat_a2a, 1e-6)
     sync_row = sync_row_seconds(cfg.model.embedding_dim)
-    mine = torch.tensor([compute, lat_a2a, lat_ar, -intra, -inter, sync_row], dtype=torch.float64)
+    mine = torch.tensor([compute, lat_a2a, lat_ar, -intra, -inter, sync_row, -ring], dtype=torch.float64)
     worst = comm.all_reduce_max(mine).tolist()
     return Links(compute_s=worst[0], a2a_latency_s=worst[1], allreduce_latency_s=worst[2],
-                 intra_bytes_per_s=-worst[3], inter_bytes_per_s=-worst[4], sync_row_s=worst[5])
+                 intra_bytes_per_s=-worst[3], inter_bytes_per_s=-worst[4], sync_row_s=worst[5],
+                 ring_bytes_per_s=-worst[6])
 
 
 def _from_rank0(obj):

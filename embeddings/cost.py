@@ -31,15 +31,18 @@ so rates count sent + received bytes together.
 The link between hosts carries a step's bytes while the ranks compute: the step is the larger of
 the two, not their sum. On the test bed (a token-bucket cap per host link, more ranks than cores)
 the sum overestimated the measured step 1.3-1.9x (BENCHMARKS.md, issue 49): the bucket fills while
-the link is idle, and a rank waiting on the link leaves the cores to the others. So::
+the link is idle, and a rank waiting on the link leaves the cores to the others. The replica
+sync is the exception: it runs after the update with every rank waiting on it, so its time on
+the link adds (at the rate of a ring's edges, whose two directions run at once). So::
 
-    step = max( compute + latency + within hosts + sync work,   between hosts )
+    step = max( compute + latency + within hosts + sync work,   between hosts ) + sync between hosts
 
     latency       = collectives of 2 or more ranks x the measured latency of one of their kind
                     (inside a step a collective waits for the slowest rank to arrive, whatever
                     the group's size: on the test bed a 2-rank group's all-to-all was no cheaper)
     within hosts  = sum over phases of the busiest rank's bytes inside its host / the intra rate
-    between hosts = sum over phases of the busiest host link's bytes / the inter rate
+    between hosts = sum over the other phases of the busiest host link's bytes / the inter rate
+    sync between hosts = the sync's bytes on the busiest host link / the ring rate
     sync work     = rows the busiest rank's replica sync averages x seconds per row (measured)
 """
 from __future__ import annotations
@@ -142,6 +145,9 @@ class Links:
     sync_row_s: float = 0.0
     """Seconds of a replica sync's own work per row it averages (finding the touched rows,
     gathering and writing back the row and its optimizer state)."""
+    ring_bytes_per_s: float = 0.0
+    """Bytes per second one host's link carries (sent + received) when every rank sends to one
+    rank of another host and receives from another, as a ring's edges do (0: as an all-to-all)."""
 
 
 @dataclass
@@ -161,6 +167,9 @@ class Phase:
     """[W] bytes per step each rank exchanges inside its host (sent + received)."""
     rows: float = 0.0
     """Rows per step the busiest rank's replica sync gathers, averages and writes back."""
+    serial: bool = False
+    """Runs after the step's compute with every rank waiting on it (the replica sync): its time
+    on the link adds to the step instead of running behind the ranks' work."""
 
 
 class Hosts:
@@ -186,8 +195,9 @@ class Hosts:
             for i in range(n):
                 self.send(ranks[i], ranks[(i + 1) % n], per_edge)
 
-    def phase(self, name: str, collectives: float, kind: str, ranks: int, rows: float = 0.0) -> Phase:
-        p = Phase(name, collectives, kind, ranks, self.between, self.within, rows)
+    def phase(self, name: str, collectives: float, kind: str, ranks: int, rows: float = 0.0,
+              serial: bool = False) -> Phase:
+        p = Phase(name, collectives, kind, ranks, self.between, self.within, rows, serial)
         self.between, self.within = np.zeros(self.hosts), np.zeros(self.world)
         return p
 
@@ -232,29 +242,33 @@ def _sync_phases(tr: GroupTraffic, layout, h: Hosts, sync_every: int) -> list[Ph
     for j in range(S):
         own = sum(s[0] for s in tr.touched[j])
         h.ring(layout.replica_group(j), (G - 1) * own * ID_BYTES / sync_every)
-    keys = h.phase("sync: touched row ids", 2 / sync_every, "a2a", G)
+    keys = h.phase("sync: touched row ids", 2 / sync_every, "a2a", G, serial=True)
     for j in range(S):
         nbytes = sum(s[1] * s[2] for s in tr.touched[j])
         h.ring(layout.replica_group(j), 2 * (G - 1) / G * nbytes / sync_every)
     rows = max(sum(s[1] for s in tr.touched[j]) for j in range(S)) / sync_every
-    return [keys, h.phase("sync: touched rows", 1 / sync_every, "allreduce", G, rows)]
+    return [keys, h.phase("sync: touched rows", 1 / sync_every, "allreduce", G, rows, serial=True)]
 
 
 def estimate(ph: list[Phase], links: Links, world: int) -> dict:
     """Seconds of one step, split (see the module docstring), and its bytes per step."""
-    latency = inter = intra = rows = 0.0
+    latency = inter = serial = intra = rows = 0.0
     for p in ph:
         lat = links.a2a_latency_s if p.kind == "a2a" else links.allreduce_latency_s
         latency += p.collectives * lat if p.ranks > 1 else 0.0
-        inter += float(p.between.max()) / links.inter_bytes_per_s if p.between.size and links.inter_bytes_per_s else 0.0
+        busiest = float(p.between.max()) if p.between.size else 0.0
+        if p.serial and busiest:
+            serial += busiest / (links.ring_bytes_per_s or links.inter_bytes_per_s)
+        elif busiest and links.inter_bytes_per_s:
+            inter += busiest / links.inter_bytes_per_s
         intra += float(p.within.max()) / links.intra_bytes_per_s if links.intra_bytes_per_s else 0.0
         rows += p.rows
     sync = rows * links.sync_row_s
-    step = max(links.compute_s + latency + intra + sync, inter)
+    step = max(links.compute_s + latency + intra + sync, inter) + serial
     between = sum((p.between for p in ph), np.zeros(1)) if ph else np.zeros(1)
     within = sum((p.within for p in ph), np.zeros(1)) if ph else np.zeros(1)
     return {"step_s": step, "compute_s": links.compute_s, "latency_s": latency, "within_hosts_s": intra,
-            "sync_work_s": sync, "between_hosts_s": inter,
+            "sync_work_s": sync, "between_hosts_s": inter, "sync_between_hosts_s": serial,
             "between_hosts_bytes_per_step": int(round(float(between.sum()) / 2)),
             "busiest_host_bytes_per_step": int(round(float(between.max()))),
             "within_host_bytes_per_step": int(round(float(within.sum()) / 2))}

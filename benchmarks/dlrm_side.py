@@ -102,7 +102,7 @@ def worker(a) -> None:
                 sent[n] += tx_bytes() - b0
     every = comm.all_gather_object(sent)
     out = {"load": os.getloadavg()[0], "choice": {k: choice[k] for k in ("sparse_groups", "sparse_layout", "why")},
-           "links": choice.get("links"), "layouts": {}}
+           "links": choice.get("links"), "candidates": choice.get("candidates"), "layouts": {}}
     for n, (c, sm) in models.items():
         metrics = evaluate(sm.dmp, ev, c, ctx.device)
         est = next((x for x in choice.get("candidates", []) if (x["sparse_groups"], x["sparse_layout"]) ==
@@ -141,6 +141,11 @@ def driver(a) -> int:
         print(f"{n:12} step {r['step_s'] * 1e3:7.1f} ms  est. {est * 1e3:7.1f} ms ({est / r['step_s']:.2f})  "
               f"{r['between_hosts_bytes_per_step'] / 1e6:6.2f} MB between hosts/step  auc {r['auc']:.4f}  "
               f"{r['memory_bytes_per_rank'] / 2**20:8.1f} MiB/rank{mark}{'  (fastest)' if n == best else ''}")
+    chosen = [n for n, r in out["layouts"].items() if (r["sparse_groups"], r["sparse_layout"] if r["sparse_groups"] > 1
+                                                        else "hosts") == (ch["sparse_groups"], ch["sparse_layout"])]
+    if chosen:
+        print(f"auto chose {chosen[0]}: {out['layouts'][best]['step_s'] / out['layouts'][chosen[0]]['step_s']:.2f}x "
+              f"the fastest layout's speed ({best})")
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=1))
     return 0

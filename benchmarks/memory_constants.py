@@ -8,11 +8,11 @@ Three figures, each in fresh processes started as a user starts them (``python -
    each rank (``mem/peak_bytes_per_rank``, the worker's ``VmHWM``) of ``train-gcn`` and
    ``train-rec`` on a graph of a few hundred nodes, at k = 1 and 2: Python, torch, graphdist's
    imports and the process group, with almost no data.
-2. **The activation slack** (:data:`graphdist.gnn.plan.ALLOC_SLACK`): on graphs whose
+2. **The activation slack** (:data:`graphdist.gnn.plan_memory.ALLOC_SLACK`): on graphs whose
    activations dominate, ``(measured peak - tiny run's peak - predicted arrays) / predicted
    activations``, the factor the allocator adds over the tensors ``plan`` replays.
 3. **The stats-mode plan bytes** (``STATS_BYTES_PER_ROW * n + STATS_BYTES_PER_HALO_ROW * h`` in
-   :func:`graphdist.gnn.plan.stats_parts`):
+   :func:`graphdist.gnn.stats.stats_parts`):
    the bytes of a part's arrays other than features and CSR (``PartStats.plan_bytes``) per owned
    row and per halo row, the largest over the parts of SBM and R-MAT artifacts at k = 2, 4, 8.
 """
@@ -58,7 +58,8 @@ def footprint(work: Path) -> dict:
 
 
 def slack(work: Path, tiny: dict) -> list[dict]:
-    from graphdist.gnn.plan import ALLOC_SLACK, PlanConfig, plan
+    from graphdist.gnn.plan import PlanConfig, plan
+    from graphdist.gnn.plan_memory import ALLOC_SLACK
     rows = []
     for i, (spec, k, flags) in enumerate(BIG):
         art = work / f"art{i}"
@@ -84,7 +85,7 @@ def plan_bytes(work: Path) -> list[dict]:
     import torch
 
     from graphdist.data import load_graph
-    from graphdist.gnn.plan import part_stats
+    from graphdist.gnn.stats import part_stats
     from graphdist.partition.layout import build_layouts
     from partitioners import partition
     rows = []
@@ -119,8 +120,8 @@ def main() -> None:
               f"tiny {r['tiny_MiB']:4.0f} arrays {r['arrays_MiB']:5.0f} activations {r['activations_MiB']:5.0f} MiB: "
               f"slack {r['slack']:.3f}; predicted/measured above the footprint "
               f"{r['predicted_over_measured_above_tiny']:.3f}")
-    from graphdist.gnn.plan import STATS_BYTES_PER_HALO_ROW as B_H
-    from graphdist.gnn.plan import STATS_BYTES_PER_ROW as B_N
+    from graphdist.gnn.stats import STATS_BYTES_PER_HALO_ROW as B_H
+    from graphdist.gnn.stats import STATS_BYTES_PER_ROW as B_N
     pb = plan_bytes(work)
     per_n = max((r["plan_bytes"] - B_H * r["h"]) / r["n"] for r in pb)
     per_h = max((r["plan_bytes"] - B_N * r["n"]) / max(r["h"], 1) for r in pb)

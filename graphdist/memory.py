@@ -6,7 +6,9 @@ machine and under its own limits. Read by the three checks before a run: ``graph
 """
 from __future__ import annotations
 
-__all__ = ["PROCESS_BYTES", "resident_bytes", "available_bytes", "process_ceiling"]
+import contextlib
+
+__all__ = ["PROCESS_BYTES", "resident_bytes", "available_bytes", "process_ceiling", "measured"]
 
 PROCESS_BYTES = 340 * 2 ** 20
 """Resident bytes of a graphdist process before its data counts: Python, torch, graphdist with its
@@ -46,3 +48,25 @@ def process_ceiling() -> int | None:
     from partitioners.sysmem import process_headroom
     room, rss = process_headroom(), resident_bytes()
     return None if room is None or rss is None else room + rss
+
+
+@contextlib.contextmanager
+def measured():
+    """Measure what a block of code adds to this process's resident set: yields a dict that holds,
+    after the block, ``start`` (the resident bytes before it), ``peak`` (the most it added at any
+    moment: Linux's high-water mark ``VmHWM``, reset to the current size first by writing 5 to
+    ``/proc/self/clear_refs``) and ``kept`` (what it still holds after). ``peak`` is None where the
+    high-water mark cannot be reset (not Linux)."""
+    from partitioners.sysmem import proc_status_bytes
+    out = {"start": resident_bytes() or 0, "peak": None, "kept": None}
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        reset = True
+    except OSError:
+        reset = False
+    yield out
+    end = proc_status_bytes("VmRSS", "VmHWM")
+    out["kept"] = (end.get("VmRSS") or out["start"]) - out["start"]
+    if reset and end.get("VmHWM") is not None:
+        out["peak"] = max(end["VmHWM"] - out["start"], out["kept"])

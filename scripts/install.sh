@@ -26,7 +26,7 @@ else
 fi
 "${PIP[@]}" --no-deps "torchrec==1.9.2" "$FBGEMM"
 "${PIP[@]}" "tensordict==0.15.3" "torchmetrics==1.0.3" "pyre-extensions==0.0.32" "iopath==0.1.10" \
-  "tqdm>=4.60" "kaminpar==3.7.3" "mtkahypar==1.7.post1" "cmeel-metis==5.2.1.1"
+  "tqdm>=4.60" "kaminpar==3.7.3" "mtkahypar==1.7.post1" "cmeel-metis==5.2.1.1" "pyarrow==26.0.1"
 "${PIP[@]}" -e ".${extras}"
 if [ -n "$extras" ]; then  # the tests of CiteSeer and PubMed skip without their files; a failed fetch is not fatal
   "$PY" scripts/fetch_planetoid.py || echo "install.sh: CiteSeer/PubMed not fetched; their tests will skip" >&2

@@ -218,10 +218,10 @@ def test_demo_single_worker(tmp_path, capsys):
 
 
 def test_best_epoch_and_early_stopping_rule():
-    from graphdist.gnn.trainer import _best, _early_stop
+    from graphdist.gnn.task import best_epoch, early_stop
     val = [0.1, 0.5, 0.4, 0.5, 0.3]
-    assert _best(val) == 1  # first epoch with the highest validation accuracy
-    assert not _early_stop(val[:3], 2) and _early_stop(val[:4], 2) and not _early_stop(val, 0)
+    assert best_epoch(val) == 1  # first epoch with the highest validation accuracy
+    assert not early_stop(val[:3], 2) and early_stop(val[:4], 2) and not early_stop(val, 0)
 
 
 def _halo_modes_job(rank, ws, graph, a):

@@ -200,17 +200,19 @@ def test_stale_halos_and_boundary_sampling_take_one_round():
     """--halo-rounds 0 never picks more than one round for exchanges that move whole, however
     little memory there is (plan and trainer share round_choices)."""
     from graphdist.gnn.config import GCNConfig
-    from graphdist.gnn.plan import ROUNDS, fewest_rounds, part_stats, round_choices
+    from graphdist.gnn.decide import ROUNDS, Facts, decide, round_choices
+    from graphdist.gnn.stats import part_stats
     assert round_choices(GCNConfig(), 4) == list(ROUNDS) and round_choices(GCNConfig(halo_rounds=8), 4) == [8]
     assert round_choices(GCNConfig(), 1) == [1]
     graph = make_graph()
     lg = build_layout(graph, assignment(graph, 2, "random"), 0, 2)
-    ps = [part_stats(lg)]
+    facts = Facts(parts=[part_stats(lg)] * 2, f_in=lg.x.shape[1], n_classes=C, hosts=[0, 1], room=[1, 1],
+                  ceiling=[None, None])  # room for nothing
     for kw in ({"halo_staleness": 1}, {"boundary_rate": 0.5}):
         cfg = GCNConfig(layers=2, hidden=HID, **kw)
         assert round_choices(cfg, 4) == [1]
-        assert fewest_rounds(cfg, ps, lg.x.shape[1], C, 2, mem=1).halo_rounds == 1  # fits nowhere: still 1
-    assert fewest_rounds(GCNConfig(layers=2, hidden=HID), ps, lg.x.shape[1], C, 2, mem=1).halo_rounds == ROUNDS[-1]
+        assert decide(cfg, facts)["rounds"] == 1  # fits nowhere: still 1
+    assert decide(GCNConfig(layers=2, hidden=HID), facts)["rounds"] == ROUNDS[-1]
 
 
 def test_a_split_adjacency_keeps_no_whole_block():

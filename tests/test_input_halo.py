@@ -77,7 +77,8 @@ def test_one_rank_has_nothing_to_hold():
 
 
 def test_plan_counts_held_rows_and_their_saving():
-    from graphdist.gnn.plan import PlanConfig, input_held_why_not, plan
+    from graphdist.gnn.decide import input_held_why_not
+    from graphdist.gnn.plan import PlanConfig, plan
     base = PlanConfig(spec=SPEC, parts=2, method="random", layers=2, hidden=HID, halo="plain", spmm_rate=1e9)
     ex = plan(dataclasses.replace(base, input_halo="exchange"))
     held = plan(dataclasses.replace(base, input_halo="resident"))
@@ -89,23 +90,23 @@ def test_plan_counts_held_rows_and_their_saving():
 
 
 def _fallback_job(rank, ws, graph, a):
-    from graphdist.errors import ConfigError
+    from graphdist.gnn import facts as gathered
     from graphdist.gnn import trainer
+    from graphdist.gnn.decide import decide
     from graphdist.runtime import init_distributed
     ctx = init_distributed("cpu")
     lg = build_layout(graph, a, rank, ws)
     held = trainer.fit(_cfg(), lg, {}, ctx)
-    real = trainer.check_fits
-
-    def short(cfg, lg, world_size):  # this machine: room for the exchange, not for the held rows
-        if cfg.input_halo == "resident":
-            raise ConfigError("training gcn 2x8 on this part needs about 9.9 GiB on this machine")
-        return real(cfg, lg, world_size)
-    trainer.check_fits = short
+    facts = dataclasses.replace(gathered.gather_facts(_cfg(), lg, ctx), room=[2**62] * ws)
+    need = {inp: max(decide(_cfg(input_halo=inp), facts).memory["need_bytes_per_host"])
+            for inp in ("resident", "exchange")}
+    assert need["exchange"] < need["resident"]
+    real = gathered.available_bytes, gathered.resident_bytes  # this machine: room for the exchange only
+    gathered.available_bytes, gathered.resident_bytes = (lambda: (need["exchange"] + need["resident"]) // 2), (lambda: 0)
     try:
         fell = trainer.fit(_cfg(), lg, {}, ctx)
     finally:
-        trainer.check_fits = real
+        gathered.available_bytes, gathered.resident_bytes = real
     return held, fell
 
 

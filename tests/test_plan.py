@@ -120,22 +120,37 @@ def test_stats_mode_prints_one_row_for_identical_ranks(capsys):
     assert same_rows(["a", "a", "b", "a"]) == [("0-1", "a"), ("2", "b"), ("3", "a")]
 
 
-def test_a_rank_that_cannot_fit_stops_with_one_line(artifacts, monkeypatch):
+def _facts(lg, k: int, room: int, ceiling: int | None = None):
+    """A job of ``k`` ranks each holding a part like ``lg``, each its own host with ``room`` bytes
+    (the trainer gathers the same facts from its ranks: graphdist.gnn.facts)."""
+    from graphdist.gnn.decide import Facts
+    from graphdist.gnn.stats import part_stats
+    ps = part_stats(lg, check_symmetry=False)
+    return Facts(parts=[ps] * k, f_in=int(lg.x.shape[1]), n_classes=max(int(lg.num_classes), 1),
+                 hosts=list(range(k)), room=[room] * k, ceiling=[ceiling] * k, has_mvc=lg.has_mvc)
+
+
+def _rounds(cfg, facts) -> int:
+    from graphdist.gnn.decide import decide
+    dec = decide(cfg, facts)
+    dec.check()
+    return dec["rounds"]
+
+
+def test_a_rank_that_cannot_fit_stops_with_one_line(artifacts):
     from graphdist.errors import ConfigError
     from graphdist.gnn.config import GCNConfig
-    from graphdist.gnn.plan import check_fits
-    from graphdist import memory
+    from graphdist.memory import available_bytes
     from graphdist.partition.parts import load_part
     lg = load_part(artifacts / "k1", 0)
     cfg = GCNConfig(partition=str(artifacts / "k1"), layers=2, hidden=64)
-    check_fits(cfg, lg, 1)  # this machine has room for a 40k-node graph
-    monkeypatch.setattr(memory, "available_bytes", lambda: 2**28)
+    _rounds(cfg, _facts(lg, 1, available_bytes()))  # this machine has room for a 40k-node graph
     with pytest.raises(ConfigError, match=r"needs about 0\.\d GiB on this machine \(1 rank\(s\)\), and 0\.2 GiB"):
-        check_fits(cfg, lg, 1)
+        _rounds(cfg, _facts(lg, 1, 2**28))
 
 
-def test_rounds_are_the_fewest_that_fit(monkeypatch):
-    """``--halo-rounds 0``: the trainer's check (rank 0 of 4 random parts, whose halo is three
+def test_rounds_are_the_fewest_that_fit():
+    """``--halo-rounds 0``: the run's decision (rank 0 of 4 random parts, whose halo is three
     times its rows, so the exchange's buffers set its peak) and ``plan`` take the fewest rounds
     whose predicted peak fits; the buffers shrink with the rounds."""
     import dataclasses
@@ -145,8 +160,9 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
     from graphdist.data import load_graph
     from graphdist.errors import ConfigError
     from graphdist.gnn.config import GCNConfig
-    from graphdist.gnn.plan import ROUNDS, check_fits, part_stats, rank_memory
-    from graphdist import memory
+    from graphdist.gnn.decide import ROUNDS
+    from graphdist.gnn.plan_memory import rank_memory
+    from graphdist.gnn.stats import part_stats
     from graphdist.partition.layout import build_layout
     g = load_graph("sbm:nodes=8000,classes=4,avg_degree=12,features=64,seed=0")
     a = torch.randint(0, 4, (g.num_nodes,), generator=torch.Generator().manual_seed(0))
@@ -154,26 +170,22 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
     assert lg.num_halo > 2.5 * lg.num_owned
     cfg = GCNConfig(spec="sbm", layers=2, hidden=64, halo="plain", input_halo="exchange")  # every layer exchanges
     ps = part_stats(lg, check_symmetry=False)
-    need = {r: rank_memory(ps, dataclasses.replace(cfg, halo_rounds=r), 64, 4, 4, "plain")["peak_bytes"]
+    need = {r: rank_memory(ps, dataclasses.replace(cfg, halo_rounds=r), 64, 4, 4, "plain", False)["peak_bytes"]
             for r in ROUNDS}
     assert need[1] <= need[2] < 1.001 * need[1]  # two rounds are in flight at a time
     assert need[2] > need[4] > need[8] >= need[16]
-    assert check_fits(cfg, lg, 4) == 1  # this machine holds it whole
-    monkeypatch.setattr(memory, "available_bytes", lambda: (need[4] + need[8]) // 2)
-    assert check_fits(cfg, lg, 4) == 8
-    assert check_fits(dataclasses.replace(cfg, halo_rounds=64), lg, 4) == 64
+    assert _rounds(cfg, _facts(lg, 4, 2 * need[1])) == 1  # room for it whole
+    between = (need[4] + need[8]) // 2
+    assert _rounds(cfg, _facts(lg, 4, between)) == 8
+    assert _rounds(dataclasses.replace(cfg, halo_rounds=64), _facts(lg, 4, between)) == 64
     with pytest.raises(ConfigError, match=r"in 4 halo rounds, and"):
-        check_fits(dataclasses.replace(cfg, halo_rounds=4), lg, 4)
-    monkeypatch.setattr(memory, "available_bytes", lambda: need[64] - 1)
+        _rounds(dataclasses.replace(cfg, halo_rounds=4), _facts(lg, 4, between))
     with pytest.raises(ConfigError, match=r"in 64 halo rounds, and"):
-        check_fits(cfg, lg, 4)
+        _rounds(cfg, _facts(lg, 4, need[64] - 1))
     # the machine has room, but a rank's own limit (ulimit -d / -v) takes rounds, or stops it
-    monkeypatch.setattr(memory, "available_bytes", lambda: 2 * need[1])
-    monkeypatch.setattr(memory, "process_ceiling", lambda: (need[4] + need[8]) // 2)
-    assert check_fits(cfg, lg, 4) == 8
-    monkeypatch.setattr(memory, "process_ceiling", lambda: need[64] - 1)
+    assert _rounds(cfg, _facts(lg, 4, 2 * need[1], ceiling=between)) == 8
     with pytest.raises(ConfigError, match=r"GiB per rank in 64 halo rounds, and a rank may hold only .* ulimit -d"):
-        check_fits(cfg, lg, 4)
+        _rounds(cfg, _facts(lg, 4, 2 * need[1], ceiling=need[64] - 1))
     # plan, in stats mode, with a replication that makes the halo three times the rows
     base = dict(num_nodes=10**6, num_edges=10**7, features=64, classes=4, parts=4, replication=4.0,
                 layers=2, hidden=64, halo="plain", spmm_rate=1e9)
@@ -181,9 +193,11 @@ def test_rounds_are_the_fewest_that_fit(monkeypatch):
     assert peak[4] < peak[2]
     got = plan(PlanConfig(mem_per_rank=(peak[2] + peak[4]) / 2 / 2**30, **base))
     assert got["comm/halo_rounds"] == 4 and got["fits"] is True and got["mem/peak_bytes"] == peak[4]
-    # --halo auto: the rounds of the mode it resolves to (stats mode: plain), not of no exchange
-    got = plan(PlanConfig(mem_per_rank=(peak[2] + peak[4]) / 2 / 2**30, **{**base, "halo": "auto"}))
-    assert got["comm/halo"] == "plain" and got["comm/halo_rounds"] == 4 and got["fits"] is True
+    # --halo auto: the rounds of the mode it resolves to, not of no exchange (stats mode: both modes
+    # move the same rows, a tie, which the run's rule gives mvc; --halo-error 0 keeps the input's
+    # rows held, as in the plain runs above)
+    got = plan(PlanConfig(mem_per_rank=(peak[2] + peak[4]) / 2 / 2**30, **{**base, "halo": "auto", "halo_error": 0.0}))
+    assert got["comm/halo"] == "mvc" and got["comm/halo_rounds"] == 4 and got["fits"] is True
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -56,8 +56,8 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
                   self_loops: bool = False) -> Graph:
     """Edge list ``src dst`` per line (``#``/``%`` comments, tab/space/comma, CRLF; a third
     column such as a weight is ignored), read by :func:`graphdist.data.table.read_table`. Ids are
-    remapped to 0..N-1 in ascending order of the original id. Undirected (both directions
-    stored) unless ``directed``. ``features``/``labels``: ``.npy`` files, or generated node data
+    remapped to 0..N-1 in ascending order of the original id (:attr:`Graph.node_ids` keeps them).
+    Undirected (both directions stored) unless ``directed``. ``features``/``labels``: ``.npy`` files, or generated node data
     (:func:`node_data`)."""
     from graphdist.data.table import read_table
     tab = read_table(path, 2)
@@ -85,7 +85,7 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
         kw["y"] = torch.from_numpy(y.astype(np.int64))
     g = Graph.from_edges(inv[:, 0], inv[:, 1], n, symmetrize=not directed, self_loops=self_loops,
                          meta={"directed": bool(directed), "original_ids_min": int(ids[0]),
-                               "original_ids_max": int(ids[-1])}, **kw)
+                               "original_ids_max": int(ids[-1])}, node_ids=torch.from_numpy(ids), **kw)
     return node_data(g, features if _generated(features) else "", labels if _generated(labels) else "")
 
 
@@ -151,7 +151,9 @@ def load_npz(path: Path, *, symmetrize: bool = False, self_loops: bool = True, f
              labels: str = "") -> Graph:
     """``edge_index [2, E]`` (src, dst) or ``indptr``/``indices`` (graphdist layout: row i lists
     the sources of edges into i), optional ``x``, ``y``, ``train_mask``/``val_mask``/
-    ``test_mask``, ``num_nodes``. Edges are taken as stored unless ``symmetrize=1``."""
+    ``test_mask``, ``num_nodes`` and ``node_ids`` (``[N]`` integers: the id of node i in the
+    user's own data, kept for outputs; without it the index is the id). Edges are taken as
+    stored unless ``symmetrize=1``."""
     try:
         z = np.load(path, allow_pickle=False)
         arrs = {k: z[k] for k in z.files}
@@ -191,6 +193,14 @@ def load_npz(path: Path, *, symmetrize: bool = False, self_loops: bool = True, f
             raise DataFormatError(path, f"{k} has {v.shape[0]} rows but the graph has {n} nodes")
     if "y" in kw:
         kw["y"] = kw["y"].reshape(n, -1)[:, 0].astype(np.int64)
+    if "node_ids" in arrs:
+        ids = np.asarray(arrs["node_ids"]).reshape(-1)
+        if ids.shape[0] != n or ids.dtype.kind not in "iu":
+            raise DataFormatError(path, f"node_ids must be {n} integers (one per node), got {ids.shape[0]} of "
+                                        f"type {ids.dtype}")
+        if np.unique(ids).size != n:
+            raise DataFormatError(path, "node_ids has repeated ids")
+        kw["node_ids"] = ids.astype(np.int64)
     g = Graph.from_edges(src, dst, n, symmetrize=symmetrize, self_loops=self_loops,
                          meta={"directed": not symmetrize}, **kw)
     return node_data(g, features, labels)

@@ -104,6 +104,10 @@ class Graph:
     """Human-readable origin (the spec string it was loaded from)."""
     meta: dict = field(default_factory=dict)
     """Free-form facts about the source (e.g. ``{"directed": False}``)."""
+    node_ids: torch.Tensor | None = None
+    """``[N]`` int64 the input's own id of each node (an edge list's ids, an npz's
+    ``node_ids``), or None where the node index is the id (:mod:`graphdist.ids`). Not part of
+    the fingerprint: outputs are keyed by it, the graph is the same."""
 
     def __post_init__(self):
         self.indptr = _as_long(self.indptr)
@@ -119,6 +123,8 @@ class Graph:
                 self.x = self.x[:, None]
         if self.y is not None:
             self.y = _as_long(self.y)
+        if self.node_ids is not None:
+            self.node_ids = _as_long(self.node_ids)
         for k in ("train_mask", "val_mask", "test_mask"):
             m = getattr(self, k)
             if m is not None:
@@ -126,7 +132,7 @@ class Graph:
                     m = torch.from_numpy(m)
                 setattr(self, k, m.to(torch.bool))
         for k, v in (("x", self.x), ("y", self.y), ("train_mask", self.train_mask),
-                     ("val_mask", self.val_mask), ("test_mask", self.test_mask)):
+                     ("val_mask", self.val_mask), ("test_mask", self.test_mask), ("node_ids", self.node_ids)):
             if v is not None and v.shape[0] != n:
                 raise DataFormatError(self.name or "graph", f"{k} has {v.shape[0]} rows but the graph has {n} nodes")
 

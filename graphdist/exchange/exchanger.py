@@ -242,9 +242,9 @@ class HaloExchanger:
         """A plain exchanger of a subset of this one's rows (boundary sampling,
         :mod:`graphdist.exchange.boundary`) that shares its counters, link and rounding keys."""
         if self._rounds != 1:
-            raise ConfigError("--halo-rounds above 1 cannot be combined with --boundary-rate below 1")
+            raise ValueError("an exchanger in rounds has no restricted (sampled) form: sampled exchanges move whole")
         if self.routed:
-            raise ConfigError("--halo-route hosts cannot be combined with --boundary-rate below 1")
+            raise ValueError("a routed exchanger has no restricted (sampled) form")
         sub = HaloExchanger(send_idx, send_counts, recv_counts, self.device, self.group, bits=self.bits,
                             seed=self.seed, mode=self.mode, link=self.link, stats=self.stats)
         object.__setattr__(sub, "route", self.route)  # a direct route's host map: the bytes between hosts
@@ -261,9 +261,9 @@ class HaloExchanger:
         if rounds <= 1 or rounds == self._rounds:
             return self
         if self._stale is not None:
-            raise ConfigError("--halo-rounds above 1 cannot be combined with --halo-staleness 1")
+            raise ValueError("an exchanger with stale buffers moves each exchange whole, not in rounds")
         if self.routed:
-            raise ConfigError(f"--halo-route hosts moves each exchange in one round, not --halo-rounds {rounds}")
+            raise ValueError(f"a routed exchanger moves each exchange in one round, not in {rounds}")
         s_rnd, s_per = round_of(self.send_counts, rounds)
         _, r_per = round_of(self.recv_counts, rounds)
         self._round_counts = list(zip(s_per, r_per))

@@ -21,7 +21,7 @@ once, in the order of the owner's send operator, with the same normalisation val
 sums are the owner's, bit for bit. Evaluation (no dropout) keeps the whole product while the
 features live: its first layer is then a dense product only, as at k = 1.
 
-The rows cost ``n_halo x F x 4`` bytes (:func:`graphdist.gnn.plan.rank_memory` counts them;
+The rows cost ``n_halo x F x 4`` bytes (:func:`graphdist.gnn.plan_memory.rank_memory` counts them;
 when they do not fit, the trainer falls back to the exchange).
 """
 from __future__ import annotations

@@ -37,7 +37,6 @@ from dataclasses import dataclass
 import torch
 
 from graphdist import comm
-from graphdist.errors import ConfigError
 
 __all__ = ["RankRoute", "build_routes", "send_keys", "host_of_rank", "gather_route", "RoutedPending"]
 
@@ -93,8 +92,8 @@ class RankRoute:
             raise ValueError(f"the route moves {self.n_send} / {self.n_recv} rows but the exchanger {n_send} / "
                              f"{n_recv}: build both for the same layout and halo mode")
         if self.routed and unsupported:
-            raise ConfigError("--halo-route hosts moves float32 rows, fresh, over real links: not with --halo-bits "
-                              "below 32, --halo-staleness 1 or --link-gbps")
+            raise ValueError("the hosts route moves float32 rows, fresh, over real links: not quantised, stale "
+                             "or simulated ones")
 
     def start(self, rows: torch.Tensor, direction: str, group, stats) -> "RoutedPending":
         """Post the routed exchange of ``rows`` (``[n_send, F]`` forward, ``[n_recv, F]``

@@ -1,14 +1,15 @@
 """``--halo auto``: the exchange with the lowest predicted epoch time, the mode before anything
 is built, the wire width of each layer and direction after the first epoch.
 
-**Mode.** Before anything is built, every rank turns its part into
-:class:`~graphdist.gnn.plan.PartStats` and predicts its epoch for each exact mode with ``graphdist
+**Mode.** Decided with the rest of the run (:func:`graphdist.gnn.decide.decide`): every rank's
+part as :class:`~graphdist.gnn.stats.PartStats`, each exact mode's epoch predicted with ``graphdist
 plan``'s estimate (:func:`graphdist.gnn.plan_time.epoch_seconds`): sparse products and linears at
 rates measured on rank 0 when the run starts, halo bytes over the link. The link is
-``--link-gbps`` / ``--link-latency-us`` when given (a modelled network), else measured here: two
-timed all-to-alls (64 KiB and 4 MiB per peer, best of three) fitted to latency + bytes /
-bandwidth. The epoch time of a mode is its slowest rank's; the fastest mode wins (mvc on a tie,
-as it moves fewer rows). Every rank decides from the same gathered numbers, so all agree.
+``--link-gbps`` / ``--link-latency-us`` when given (a modelled network), else measured here
+(:func:`measure_link`: two timed all-to-alls, 64 KiB and 4 MiB per peer, best of three, fitted to
+latency + bytes / bandwidth). The epoch time of a mode is its slowest rank's; the fastest mode wins
+(mvc on a tie, as it moves fewer rows). Every rank decides from the same gathered numbers, so all
+agree, and the checkpoint records the mode (a resumed run never measures again).
 
 **Bits** (``--halo-bits 32``, ``--halo-error E > 0``, graphdist's own models). The first epoch
 runs exact and *calibrates*: every training exchange records the rows it sends and receives,
@@ -39,10 +40,9 @@ import time
 import torch
 
 from graphdist import comm
-from graphdist.checkpoint import recorded_setting
 from graphdist.exchange.quant import BITS, row_bytes
 
-__all__ = ["choose_halo", "measure_link", "resumed_choice", "choose_bits", "AutoBits"]
+__all__ = ["measure_link", "choose_bits", "AutoBits"]
 
 
 def measure_link(group=None) -> tuple[float, float]:
@@ -68,52 +68,6 @@ def measure_link(group=None) -> tuple[float, float]:
     bw = 2 * (b2 - b1) / max(t2 - t1, 1e-9)  # sent + received per second
     lat = max(t1 - 2 * b1 / bw, 0.0)
     return float(bw), float(lat)
-
-
-def choose_halo(cfg, lg, n_classes: int) -> tuple[str, dict]:
-    """``(mode, plan)``: the exact halo mode for this run and the data the choice rests on."""
-    import dataclasses
-
-    from graphdist.gnn.plan import halo_bytes_per_epoch, layer_plan, part_stats
-    from graphdist.gnn.plan_time import epoch_seconds, measured_rates
-    _, world = comm.world()
-    f_in = int(lg.x.shape[1]) if lg.x is not None else 0
-    active = world > 1
-    layers = layer_plan(cfg, f_in, n_classes, active)
-    modes = ["plain", "mvc"] if lg.has_mvc else ["plain"]
-    if not active:
-        return "plain", {"chosen": "plain", "why": "one rank: nothing to exchange", "modes": {}}
-    from graphdist.gnn.plan_time import codec_rates
-    rates, codec = comm.all_gather_object((measured_rates(), codec_rates()) if comm.world()[0] == 0 else None)[0]
-    if cfg.link_gbps > 0:
-        bw, lat, link = cfg.link_gbps * 1e9 / 8, cfg.link_latency_us * 1e-6, "given (--link-gbps)"
-    else:
-        bw, lat = measure_link()
-        link = "measured at start-up"
-    ps = part_stats(lg, check_symmetry=False)
-    mine = {}
-    for m in modes:
-        c = dataclasses.replace(cfg, halo=m, link_gbps=bw * 8 / 1e9, link_latency_us=lat * 1e6)
-        sent = halo_bytes_per_epoch(ps.send[m], layers, c)
-        mine[m] = (sent, epoch_seconds(ps, layers, c, m, True, rates))
-    every = comm.all_gather_object(mine)
-    per_mode = {m: {"comm/halo_bytes_per_epoch": int(sum(r[m][0] for r in every)),
-                    "time/epoch_s": max(r[m][1] for r in every)} for m in modes}
-    chosen = min(modes, key=lambda m: (per_mode[m]["time/epoch_s"], m != "mvc"))
-    return chosen, {"chosen": chosen, "modes": per_mode, "link": link, "link_bytes_per_s": bw, "link_latency_s": lat,
-                    "rates": {"spmm_entries_cols_per_s": rates[0], "dense_flops_per_s": rates[1],
-                              "codec_values_per_s": {str(b): v for b, v in codec.items()}}}
-
-
-def resumed_choice(cfg) -> tuple[str, dict] | None:
-    """On ``--resume``, the mode the checkpointed run chose (its settings record the resolved
-    mode), so a resumed run continues with the same exchange; None otherwise."""
-    mode = recorded_setting(cfg, "halo")
-    if mode not in ("plain", "mvc"):
-        return None
-    from graphdist.checkpoint import Checkpointer
-    snap = Checkpointer(cfg.checkpoint_dir).latest()
-    return mode, {"chosen": mode, "why": f"resumed: the choice recorded in {snap}", "modes": {}}
 
 
 def choose_bits(calib: list[dict], budget: float, link_bytes_per_s: float, codec: dict, layers: int) -> dict:

@@ -1,7 +1,15 @@
-"""The activations of ``graphdist plan``'s memory estimate: the largest bytes of activations
-and gradients live at one time in an epoch, replayed tensor by tensor (:func:`activation_peak`),
-with the allocator's slack on top (:data:`ALLOC_SLACK`)."""
+"""The memory model of a ``train-gcn`` rank (``graphdist plan`` and the check before a run):
+the arrays it holds plus the largest bytes of activations and gradients live at one time in an
+epoch, replayed tensor by tensor (:func:`activation_peak`), with the allocator's slack on top
+(:data:`ALLOC_SLACK`), over the process's own footprint (:data:`RUNTIME_BYTES`)."""
 from __future__ import annotations
+
+from graphdist.gnn.stats import PartStats, layer_plan
+from graphdist.memory import PROCESS_BYTES
+
+RUNTIME_BYTES = PROCESS_BYTES
+"""A trainer process before its part arrives (the one footprint every memory check adds,
+:data:`graphdist.memory.PROCESS_BYTES`)."""
 
 ALLOC_SLACK = 1.05
 """Allocator overhead on the activations (freed blocks not yet returned, page rounding): measured
@@ -106,3 +114,39 @@ def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: b
         alloc(-prev)
         prev = n * fo * f4
     return int(max(train_peak, peak) * ALLOC_SLACK)
+
+
+def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str, held: bool) -> dict:
+    """Bytes of one rank, by what holds them (the exchange in ``cfg.halo_rounds`` rounds; ``held``:
+    the input's halo rows are held, ``--input-halo resident`` as resolved)."""
+    active = k > 1
+    layers = layer_plan(cfg, f_in, n_classes, active, held)
+    n = ps.n
+    loops_added = n if cfg.model == "gcn" else 0
+    own_nnz = ps.own_edges - (ps.loops if cfg.model == "gcn" else 0) + loops_added
+    sym = ps.symmetric and cfg.model == "gcn"
+    adj = own_nnz * 8 * (1 if sym else 2) + 4 * (n + 1) * (1 if sym else 2)
+    if active:
+        hn = ps.halo_entries.get(mode, 0)
+        adj += hn * 8 * 2 + 4 * (n + ps.recv.get(mode, 0) + 2)
+        if mode == "mvc":
+            adj += ps.send_entries * 8 * 2 + 4 * (n + ps.send.get(mode, 0) + 2)
+    feats = n * f_in * 4
+    held = active and (layers[0].get("eval_held", False) or layers[0].get("train_held", False))
+    kept = n * f_in * 4 if layers[0]["eval_reuse"] and (not active or layers[0].get("eval_held", False)) else 0
+    # held halo rows of the input (--input-halo resident): the rows, and in mvc the receiver's copy
+    # of the partial sums' entries (at most the plain halo block's entries)
+    resident = (ps.halo * f_in * 4 + (ps.halo_entries.get("plain", 0) * 8 if mode == "mvc" else 0)) if held else 0
+    widths = [f_in] + [cfg.hidden] * (cfg.layers - 1) + [n_classes]
+    params = sum(a * b + b for a, b in zip(widths[:-1], widths[1:]))
+    optimizer = params * 4 * 3  # gradient and two Adam moments
+    act = activation_peak(ps, layers, cfg, mode, active, k)
+    if active and getattr(cfg, "halo_staleness", 0):  # last epoch's rows held per layer and direction
+        smooth = 2 if getattr(cfg, "staleness_smoothing", 0.0) > 0 else 1
+        act += smooth * 4 * sum(lay["train_width"] * (ps.recv.get(mode, 0) + (ps.send.get(mode, 0) if lay["needs_input_grad"] else 0))
+                                for lay in layers)
+    total = RUNTIME_BYTES + feats + resident + ps.plan_bytes + adj + kept + params * 4 + optimizer + act
+    return {"owned_rows": n, "halo_rows": ps.halo, "message_rows_in": ps.recv.get(mode, 0) if active else 0,
+            "features_bytes": feats, "held_halo_bytes": resident, "adjacency_bytes": adj, "activation_bytes": act + kept,
+            "optimizer_bytes": params * 4 + optimizer, "plan_bytes": ps.plan_bytes, "runtime_bytes": RUNTIME_BYTES,
+            "peak_bytes": int(total)}

@@ -4,7 +4,7 @@ exchange), per host with ``--hosts`` (:func:`link_seconds`: the links between ho
 them); and the same estimate for every exchange a run could use (:func:`exchange_choices`)."""
 from __future__ import annotations
 
-from graphdist.gnn.plan import PartStats
+from graphdist.gnn.stats import PartStats
 
 
 def measured_rates() -> tuple[float, float]:
@@ -52,18 +52,22 @@ def codec_rates() -> dict[int, float]:
     return out
 
 
+def halo_bytes_per_epoch(total_rows: int, layers: list[dict], cfg) -> int:
+    """Bytes of halo rows all ranks send in one epoch (training forward and backward at
+    ``--halo-bits``, evaluation forward at ``--eval-halo-bits``), as ``CommStats`` counts them."""
+    from graphdist.exchange.quant import row_bytes
+    return int(total_rows) * sum(row_bytes(w, b) for _, w, b in exchange_list(layers, cfg))
+
+
 def exchange_list(layers: list[dict], cfg) -> list[tuple[str, int, int]]:
     """Every halo exchange of an epoch as ``(phase, row width, bits)``, phase ``"train"``
     (forward, and backward where the layer's input needs a gradient) or ``"eval"`` (forward),
-    as :func:`graphdist.gnn.plan.halo_bytes_per_epoch` counts them (held input rows travel only
-    at start-up)."""
-    from graphdist.gnn.plan import input_held_why_not
-    held = input_held_why_not(cfg, 2) is None
+    as :func:`halo_bytes_per_epoch` counts them (held input rows travel only at start-up)."""
     out = []
     for lay in layers:
-        if not (held and lay.get("train_held")):
+        if not lay.get("train_held"):
             out += [("train", lay["train_width"], cfg.halo_bits)] * (2 if lay["needs_input_grad"] else 1)
-        if not (held and lay.get("eval_held")):
+        if not lay.get("eval_held"):
             out.append(("eval", lay["eval_width"], cfg.eval_halo_bits))
     return out
 
@@ -238,7 +242,6 @@ def exchange_choices(parts: list[PartStats], layers: list[dict], cfg, active: bo
     counted at ``codec`` (:func:`codec_rates`; None: not counted)."""
     import dataclasses
 
-    from graphdist.gnn.plan import halo_bytes_per_epoch
     from graphdist.exchange.quant import BITS
     if not active:
         return []

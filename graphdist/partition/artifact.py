@@ -6,6 +6,8 @@
                          sha256 (of assignment.npy and of every part file)
       assignment.npy     int64 [N]: part of every node, in the loader's node order
       part_00000.pt ...  one file per rank (graphdist.partition.parts.write_parts)
+      ids_00000.npy ...  per part, the input's own ids of its owned nodes (graphdist.ids; absent
+                         where the node index is the id: meta.json "ids" says which)
       rec_00000.pt ...   recommender artifacts only: each part's own users' train/test
                          interactions (graphdist.rec.artifact; meta.json "rec" has the sizes)
 
@@ -37,7 +39,8 @@ from graphdist.partition.parts import write_parts
 ASSIGNMENT = "assignment.npy"
 
 __all__ = ["write_artifact", "begin_artifact", "artifact_meta", "finish_artifact", "read_artifact", "read_meta",
-           "check_artifact", "check_hash", "file_sha256", "rebuild_hint", "Artifact", "FORMAT_VERSION", "META"]
+           "check_artifact", "check_hash", "file_sha256", "rebuild_hint", "Artifact", "FORMAT_VERSION", "META",
+           "write_ids", "read_part_ids"]
 
 
 class Artifact(tuple):
@@ -92,7 +95,8 @@ def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, qua
         meta = artifact_meta(fingerprint=graph.fingerprint, graph=getattr(graph, "name", "") or "", num_nodes=n,
                              num_edges=int(graph.num_edges), k=int(k), method=method, params=params,
                              quality=quality, seconds=seconds, parts=parts)
-        files = [ASSIGNMENT] + parts["files"]
+        meta["ids"], id_files = write_ids(tmp, getattr(graph, "node_ids", None), a, int(k))
+        files = [ASSIGNMENT] + parts["files"] + id_files
         if extra is not None:
             key, value, more = extra(tmp, a, int(k))
             meta[key] = value
@@ -102,6 +106,42 @@ def write_artifact(out_dir, graph, assignment, *, method: str, params: dict, qua
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def write_ids(tmp: Path, node_ids, a: torch.Tensor, k: int) -> tuple[dict, list[str]]:
+    """``(meta["ids"], files)``: per part the ids of its owned nodes in ascending node index
+    (:data:`graphdist.ids.ID_FILE`), or ``{"type": "index"}`` and no file where the index is
+    the id (:mod:`graphdist.ids`)."""
+    from graphdist.ids import ID_FILE, INDEX, id_type, save_ids
+    kind = id_type(node_ids)
+    if kind == INDEX:
+        return {"type": INDEX}, []
+    ids, part = np.asarray(node_ids), a.numpy()
+    files = [ID_FILE.format(r) for r in range(k)]
+    for r, name in enumerate(files):
+        save_ids(Path(tmp) / name, ids[part == r])
+    return {"type": kind, "files": files}, files
+
+
+def read_part_ids(directory, rank: int, meta: dict | None = None):
+    """The ids of part ``rank``'s owned nodes (ascending node index, hash-checked), or None where
+    the index is the id. An artifact written before graphdist kept the input's ids is refused in
+    one line with the command that rebuilds it."""
+    from graphdist.ids import ID_FILE, INDEX, load_ids
+    d = Path(directory)
+    meta = read_meta(d) if meta is None else meta
+    ids = meta.get("ids")
+    if not isinstance(ids, dict) or "type" not in ids:
+        raise ArtifactError(f"{d}: the artifact does not record the input's node ids (written by an older graphdist), "
+                            f"so outputs could not be keyed by them; {rebuild_hint(meta, d)}")
+    if ids["type"] == INDEX:
+        return None
+    name = ID_FILE.format(rank)
+    check_hash(meta, d, name)
+    try:
+        return load_ids(d / name)
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{d / name}: unreadable ({e})") from None
 
 
 def begin_artifact(out: Path) -> Path:

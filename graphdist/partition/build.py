@@ -105,7 +105,7 @@ def build_artifact(cfg) -> dict:
     rank, k = comm.world()
     spec = parse_spec(cfg.spec, "graph")
     opts = spec.options
-    src, dst, n = _read_edges(spec.path, rank, k)
+    src, dst, n, ids = _read_edges(spec.path, rank, k)
     a, k_given = read_assignment(cfg.assignment, n, cfg.parts)
     if k_given != k:
         raise ConfigError(f"--assignment {cfg.assignment} has k={k_given} parts but {k} workers build it "
@@ -114,6 +114,8 @@ def build_artifact(cfg) -> dict:
     owned, indptr, cols = _own_rows(src, dst, a, rank, k, n, directed=bool(opts["directed"]),
                                     self_loops=bool(opts["self_loops"]))
     del src, dst
+    own_ids = ids[owned]  # the input's ids of the owned nodes (graphdist.ids), kept in the part's id file
+    del ids
     indeg, loops, outdeg = _degrees(owned, indptr, cols, n, need_out=opts["features"] == "degree")
     x, y, num_classes = _node_data(opts, owned, n, indeg, outdeg, spec.path)
     fp = _fingerprint(n, a, owned, indptr, cols, indeg, opts, outdeg)
@@ -122,11 +124,12 @@ def build_artifact(cfg) -> dict:
     lg, stats = local_part(rank, k, n, a, owned, indptr, cols, indeg - loops, x, y, num_classes, fp)
     del indptr, cols, x, y
     quality = _quality(a, k, n, indeg, stats)
-    return _write(cfg, lg, stats, quality, a, n, fp, spec, time.perf_counter() - t0)
+    return _write(cfg, lg, stats, quality, a, n, fp, spec, time.perf_counter() - t0, own_ids)
 
 
 def _read_edges(path: Path, rank: int, k: int):
-    """This rank's edges ``(src, dst)`` renumbered to 0..N-1 by ascending original id, and N."""
+    """This rank's edges ``(src, dst)`` renumbered to 0..N-1 by ascending original id, N, and the
+    original ids (int64 [N], ascending: node i's id)."""
     from graphdist.data.graph import np_ids
     from graphdist.data.table import read_table, shard
     start, end, lines = shard(path, rank, k)
@@ -151,8 +154,8 @@ def _read_edges(path: Path, rank: int, k: int):
     ids = np.unique(comm.all_gather_rows(ids).numpy())
     n = int(ids.size)
     inv = np_ids(np.searchsorted(ids, arr), max(n, 1))
-    del arr, ids
-    return np.ascontiguousarray(inv[:, 0]), np.ascontiguousarray(inv[:, 1]), n
+    del arr
+    return np.ascontiguousarray(inv[:, 0]), np.ascontiguousarray(inv[:, 1]), n, ids
 
 
 def _own_rows(src, dst, a, rank: int, k: int, n: int, *, directed: bool, self_loops: bool):
@@ -297,7 +300,7 @@ def _quality(a, k: int, n: int, indeg, stats: list) -> dict:
     }
 
 
-def _write(cfg, lg, stats, quality, a, n: int, fp: str, spec, seconds: float) -> dict:
+def _write(cfg, lg, stats, quality, a, n: int, fp: str, spec, seconds: float, own_ids) -> dict:
     """Every rank writes its part into rank 0's temporary directory; rank 0 finishes the artifact."""
     import os
     import shutil
@@ -316,8 +319,11 @@ def _write(cfg, lg, stats, quality, a, n: int, fp: str, spec, seconds: float) ->
                               "made; a build on several nodes needs --out on a file system every node mounts")
         path = part_path(tmp, rank)
         save_part(lg, path)
+        from graphdist.ids import ID_FILE, save_ids
+        save_ids(tmp / ID_FILE.format(rank), own_ids)
         from graphdist.runtime import peak_rss_bytes
         mine = {"bytes": path.stat().st_size, "sha256": file_sha256(path), **stats[rank],
+                "ids_sha256": file_sha256(tmp / ID_FILE.format(rank)),
                 "peak_rss_bytes": peak_rss_bytes()}  # the build's peak: its part is written
         every = comm.all_gather_object(mine)
         result = {"rank": rank, "out": str(out), "k": k, "nodes": n, "edges": sum(s["local_edges"] for s in every),
@@ -334,8 +340,11 @@ def _write(cfg, lg, stats, quality, a, n: int, fp: str, spec, seconds: float) ->
             params = {"k": k, "spec": cfg.spec, "assignment": str(cfg.assignment)}
             meta = artifact_meta(fingerprint=fp, graph=spec.text, num_nodes=n, num_edges=result["edges"], k=k,
                                  method="given", params=params, quality=quality, seconds=0.0, parts=parts)
-            finish_artifact(tmp, out, meta, [ASSIGNMENT] + names,
-                            known={nm: s["sha256"] for nm, s in zip(names, every)})
+            id_names = [ID_FILE.format(r) for r in range(k)]
+            meta["ids"] = {"type": "int64", "files": id_names}
+            known = {nm: s["sha256"] for nm, s in zip(names, every)}
+            known.update({nm: s["ids_sha256"] for nm, s in zip(id_names, every)})
+            finish_artifact(tmp, out, meta, [ASSIGNMENT] + names + id_names, known=known)
         comm.barrier()
     except BaseException:
         if rank == 0 and tmp.is_dir() and os.path.basename(tmp).startswith("."):

@@ -5,7 +5,9 @@ file per part, and ``train-rec --partition DIR`` (no SPEC needed) reads on each 
 
     DIR/rec_00000.pt ...   {"train": int64 [n, 2], "test": int64 [m, 2]}: the (user, item)
                            pairs of the users the part owns, sorted; hashed in meta.json
-    meta.json "rec"        {"users", "items", "train", "test", "valid_users", "files"}
+    DIR/users_00000.npy    the ratings file's ids of the part's users / items (ascending index;
+    DIR/items_00000.npy    absent where the index is the id: LightGCN files, rec-synth)
+    meta.json "rec"        {"users", "items", "train", "test", "valid_users", "files", "ids"}
 
 Every file is checked against the SHA-256 that ``meta.json`` recorded, the part's graph
 fingerprint against the artifact's; given a SPEC as well, the artifact must also be cut from it
@@ -22,9 +24,12 @@ import torch
 
 from graphdist.errors import ArtifactError
 
-__all__ = ["partition_ratings", "load_rec_part", "check_rec_artifact", "RecPart", "is_ratings_spec"]
+__all__ = ["partition_ratings", "load_rec_part", "check_rec_artifact", "RecPart", "is_ratings_spec", "load_rec_ids",
+           "ID_FILES"]
 
 REC_FILE = "rec_{:05d}.pt"
+ID_FILES = {"users": "users_{:05d}.npy", "items": "items_{:05d}.npy"}
+"""Per part, the ratings file's ids of its owned users / items (where the ids are not the index)."""
 
 
 def is_ratings_spec(spec: str) -> bool:
@@ -50,10 +55,52 @@ def _writer(ratings):
                               tmp / name)
             files.append(name)
         deg = np.bincount(train[:, 0], minlength=U)
+        ids, id_files = _write_ids(tmp, ratings, a, k)
         value = {"users": U, "items": ratings.num_items, "train": int(train.shape[0]), "test": int(test.shape[0]),
-                 "valid_users": int(((deg > 0) & (deg < ratings.num_items)).sum()), "files": files}
-        return "rec", value, files
+                 "valid_users": int(((deg > 0) & (deg < ratings.num_items)).sum()), "files": files, "ids": ids}
+        return "rec", value, files + id_files
     return write
+
+
+def _write_ids(tmp: Path, ratings, a: torch.Tensor, k: int) -> tuple[dict, list[str]]:
+    """Per part, the ratings file's ids of its owned users and items (ascending index;
+    :data:`ID_FILES`), where the ids are not the index; ``meta["rec"]["ids"]`` says which."""
+    from graphdist.ids import INDEX, id_type, save_ids
+    U = ratings.num_users
+    part = a.numpy()
+    kinds = {"users": id_type(ratings.user_ids), "items": id_type(ratings.item_ids)}
+    files = []
+    for what, ids, sel in (("users", ratings.user_ids, part[:U]), ("items", ratings.item_ids, part[U:])):
+        if kinds[what] == INDEX:
+            continue
+        for r in range(k):
+            name = ID_FILES[what].format(r)
+            save_ids(tmp / name, np.asarray(ids)[sel == r])
+            files.append(name)
+    return {**kinds, "files": files}, files
+
+
+def load_rec_ids(directory, rank: int, meta: dict | None = None) -> tuple:
+    """``(user ids, item ids)`` of part ``rank``'s owned users and items (ascending index,
+    hash-checked; None where the index is the id). An artifact written before graphdist kept
+    the ratings file's ids is refused in one line with the command that rebuilds it."""
+    from graphdist.partition.artifact import check_hash, rebuild_hint
+    from graphdist.ids import INDEX, load_ids
+    d = Path(directory)
+    meta = check_rec_artifact(d) if meta is None else meta
+    kinds = meta["rec"].get("ids")
+    if not isinstance(kinds, dict):
+        raise ArtifactError(f"{d}: the artifact does not record the ratings file's user and item ids (written by an "
+                            f"older graphdist); {rebuild_hint(meta, d)}")
+    out = []
+    for what in ("users", "items"):
+        if kinds.get(what, INDEX) == INDEX:
+            out.append(None)
+            continue
+        name = ID_FILES[what].format(rank)
+        check_hash(meta, d, name)
+        out.append(load_ids(d / name))
+    return tuple(out)
 
 
 def partition_ratings(cfg) -> dict:

@@ -15,7 +15,9 @@ so every partitioner and quality tool works on it unchanged. Readers (the ``rati
 * ``ratings:FILE`` -- one interaction per line: user, item, then optionally a rating (or count)
   and a timestamp; tab, comma, ``;``, whitespace or ``::`` between fields (MovieLens ``u.data``,
   ``ratings.dat``, ``ratings.csv`` with its ``userId,movieId,...`` header line). Ids are remapped to
-  0.. in ascending order of the original id (users and items separately). ``min_rating=R`` keeps
+  0.. in ascending order of the original id (users and items separately) and kept
+  (:attr:`Ratings.user_ids`, :attr:`Ratings.item_ids`): int64, or exactly as written where an id
+  is a digit string that is not a plain int64 (:mod:`graphdist.rec.log`). ``min_rating=R`` keeps
   interactions with rating >= R; ``split=random`` (default) holds out a ``test`` fraction of each
   user's interactions at random (``seed``), ``split=temporal`` each user's latest ones (needs the
   timestamp column), ``split=FILE`` reads the test interactions from another file of the same
@@ -41,9 +43,6 @@ from graphdist.errors import DataFormatError, MissingFileError, SpecError
 
 __all__ = ["Ratings", "load_ratings", "load_ratings_file", "load_lightgcn", "split_per_user"]
 
-_ID_LIMIT = 2.0 ** 53  # ids travel as float64 first: larger integers are not exact
-
-
 @dataclass(eq=False)
 class Ratings:
     """Train/test interactions of ``num_users`` users and ``num_items`` items."""
@@ -60,6 +59,11 @@ class Ratings:
     """Human-readable origin (the spec string)."""
     meta: dict = field(default_factory=dict)
     """Facts about the source (split, filter, dropped duplicates, ...)."""
+    user_ids: np.ndarray | None = None
+    """``[U]`` each user's id in the input (int64, or the strings written), or None: the index
+    is the id (LightGCN files, rec-synth). :mod:`graphdist.ids`."""
+    item_ids: np.ndarray | None = None
+    """``[I]`` each item's id in the input, as :attr:`user_ids`."""
 
     @property
     def num_nodes(self) -> int:
@@ -144,111 +148,38 @@ def make_ratings(train: np.ndarray, test: np.ndarray, num_users: int, num_items:
 
 
 # ------------------------------------------------------------------------------ rating logs
-def _first_data_line(block: bytes) -> tuple[int, int] | None:
-    """``(start, end)`` byte offsets of the first non-blank, non-comment line of ``block``."""
-    pos = 0
-    while pos < len(block):
-        end = block.find(b"\n", pos)
-        end = len(block) if end < 0 else end
-        s = block[pos:end].strip()
-        if s and s[:1] not in (b"#", b"%"):
-            return pos, end
-        pos = end + 1
-    return None
-
-
-def _fields(line: bytes) -> list[bytes]:
-    from graphdist.data.table import FIELD_SEPARATORS
-    return line.replace(b"::", b"  ").translate(FIELD_SEPARATORS).split()
-
-
-def _is_number(tok: bytes) -> bool:
-    try:
-        float(tok)
-        return True
-    except ValueError:
-        return False
-
-
-def _read_log(path: Path):
-    """``(values float64 [n, c], Table)`` with ``c`` = 2..4 fields of the first data line; a header
-    line (a first data line whose first field is not a number) is skipped."""
-    from graphdist.data import table as tb
-    parts, firsts, lines = [], [], []
-    first, ncols = 1, None
-    for block in tb.blocks(path):
-        if ncols is None:
-            loc = _first_data_line(block)
-            if loc is None:
-                first += block.count(b"\n")
-                continue
-            s, e = loc
-            toks = _fields(block[s:e])
-            if not all(map(_is_number, toks)):  # a header such as userId,movieId,rating,timestamp: blank it
-                block = block[:s] + b" " * (e - s) + block[e:]
-                rest = _first_data_line(block[e:])
-                if rest is None:
-                    first += block.count(b"\n")
-                    ncols = -1  # decided by the next block
-                    continue
-                toks = _fields(block[e + rest[0]:e + rest[1]])
-                lineno = first + block[:e + rest[0]].count(b"\n")
-            else:
-                lineno = first + block[:s].count(b"\n")
-            if len(toks) < 2:
-                raise DataFormatError(path, f"expected at least 2 fields (user, item), got {len(toks)}", lineno)
-            ncols = min(len(toks), 4)
-        elif ncols == -1:
-            loc = _first_data_line(block)
-            if loc is None:
-                first += block.count(b"\n")
-                continue
-            ncols = max(2, min(len(_fields(block[loc[0]:loc[1]])), 4))
-        v, rows, n_lines = tb.parse_block(path, first, block, ncols, np.float64, "id")
-        parts.append(v)
-        firsts.append(first)
-        lines.append(rows)
-        first += n_lines
-    if ncols is None or ncols < 0:
-        raise DataFormatError(path, "no interactions found (expected lines: user item [rating [timestamp]])")
-    values = np.concatenate(parts)
-    return values, tb.Table(values, path, firsts, lines)
-
-
-def _check_ids(values: np.ndarray, tab, path) -> None:
-    for col, what in ((0, "user"), (1, "item")):
-        v = values[:, col]
-        bad = ~np.isfinite(v) | (v != np.floor(v)) | (np.abs(v) >= _ID_LIMIT)
-        if bad.any():
-            row = int(np.argmax(bad))
-            raise DataFormatError(path, f"{what} id {float(v[row]):g} is not an integer id", tab.line_of(row))
-    for col, what in ((2, "rating"), (3, "timestamp")):
-        if values.shape[1] > col:
-            bad = ~np.isfinite(values[:, col])
-            if bad.any():
-                row = int(np.argmax(bad))
-                raise DataFormatError(path, f"{what} {float(values[row, col]):g} is not a finite number",
-                                      tab.line_of(row))
-
-
 def _read_interactions(path: Path, min_rating: float, need_time: bool):
-    """``(user ids, item ids, timestamps or None)`` of the kept lines of one rating log."""
-    values, tab = _read_log(path)
-    if values.shape[0] == 0:
-        raise DataFormatError(path, "no interactions found (expected lines: user item [rating [timestamp]])")
-    _check_ids(values, tab, path)
+    """``(user ids, item ids, timestamps or None)`` of the kept lines of one rating log; ids as
+    :func:`graphdist.rec.log.id_column` keeps them (int64, or the strings written)."""
+    from graphdist.rec.log import id_column, numbers, read_log
+    fields, tab = read_log(path)
+    vals = [numbers(f, tab, what) for f, what in zip(fields[2:], ("rating", "timestamp"))]
+    u, i = id_column(fields[0], tab, "user"), id_column(fields[1], tab, "item")
+    del fields
+    keep = None
     if min_rating > 0:
-        if values.shape[1] < 3:
+        if not vals:
             raise DataFormatError(path, f"min_rating={min_rating:g} needs a rating column (3rd field), but the "
-                                        f"lines have {values.shape[1]} fields", tab.line_of(0))
-        values = values[values[:, 2] >= min_rating]
-        if values.shape[0] == 0:
+                                        f"lines have 2 fields", tab.line_of(0))
+        keep = vals[0] >= min_rating
+        if not keep.any():
             raise DataFormatError(path, f"no interactions with rating >= {min_rating:g}")
-    if need_time and values.shape[1] < 4:
+    if need_time and len(vals) < 2:
         raise DataFormatError(path, f"split=temporal needs a timestamp column (4th field), but the lines have "
-                                    f"{values.shape[1]} fields", tab.line_of(0))
-    t = values[:, 3] if values.shape[1] >= 4 else None
-    return values[:, 0].astype(np.int64), values[:, 1].astype(np.int64), t
+                                    f"{2 + len(vals)} fields", tab.line_of(0))
+    t = vals[1] if len(vals) >= 2 else None
+    if keep is not None:
+        u, i, t = u[keep], i[keep], (t[keep] if t is not None else None)
+    return u, i, t
+
+
+def _ids(*cols):
+    """``(ids ascending, inverse)`` over the concatenated id columns (strings when any is)."""
+    from graphdist.ids import token_ids
+    if all(c.dtype.kind in "iu" for c in cols):
+        ids, inv = np.unique(np.concatenate(cols), return_inverse=True)
+        return ids, inv.reshape(-1)
+    return token_ids(np.concatenate([np.char.encode(c.astype(str), "utf-8") for c in cols]))
 
 
 def _resolve_split_file(text: str, beside: Path) -> Path:
@@ -273,14 +204,14 @@ def load_ratings_file(path: Path, *, min_rating: float = 0.0, split: str = "rand
     if mode == "file":
         tpath = _resolve_split_file(split, path)
         tu, ti, _ = _read_interactions(tpath, min_rating, False)
-        users, uinv = np.unique(np.concatenate([u, tu]), return_inverse=True)
-        items, iinv = np.unique(np.concatenate([i, ti]), return_inverse=True)
+        users, uinv = _ids(u, tu)
+        items, iinv = _ids(i, ti)
         n = u.size
         train = np.stack([uinv[:n], iinv[:n]], 1)
         tst = np.stack([uinv[n:], iinv[n:]], 1)
     else:
-        users, uinv = np.unique(u, return_inverse=True)
-        items, iinv = np.unique(i, return_inverse=True)
+        users, uinv = _ids(u)
+        items, iinv = _ids(i)
         pairs = np.stack([uinv, iinv], 1)
         # a repeated pair counts once: its first line (its earliest one for a temporal split)
         pairs, kept = _unique_pairs(pairs, t if mode == "temporal" else None)
@@ -291,9 +222,15 @@ def load_ratings_file(path: Path, *, min_rating: float = 0.0, split: str = "rand
                              dtype=torch.float64).numpy()
         is_test = split_per_user(pairs[:, 0], test, key)
         train, tst = pairs[~is_test], pairs[is_test]
-    meta["user_ids"] = [int(users.min()), int(users.max())]
-    meta["item_ids"] = [int(items.min()), int(items.max())]
-    return make_ratings(train, tst, int(users.size), int(items.size), meta)
+    meta["user_ids"] = [_plain(users[0]), _plain(users[-1])]
+    meta["item_ids"] = [_plain(items[0]), _plain(items[-1])]
+    r = make_ratings(train, tst, int(users.size), int(items.size), meta)
+    r.user_ids, r.item_ids = users, items
+    return r
+
+
+def _plain(v):
+    return int(v) if isinstance(v, (int, np.integer)) else str(v)
 
 
 # ------------------------------------------------------------------------------ LightGCN layout

@@ -30,7 +30,7 @@ import torch
 from graphdist import comm
 from graphdist.keyed import key32, keyed_unit
 
-__all__ = ["RankingEval", "topk_lowest_id", "merge_topk", "select_eval_users"]
+__all__ = ["RankingEval", "RingTopK", "topk_lowest_id", "merge_topk", "select_eval_users"]
 
 _CELLS = 1 << 22
 """Scores held at once (users per chunk = this / items of the shard)."""
@@ -82,31 +82,26 @@ def select_eval_users(users: np.ndarray, n: int | None, seed: int) -> np.ndarray
     return np.array([(x, int(u)) <= cut for x, u in zip(h.tolist(), users.tolist())], dtype=bool)
 
 
-class RankingEval:
-    """Evaluates the users this rank owns (``rd``: its :class:`~graphdist.rec.setup.RankData`);
-    each call is collective: k - 1 shifts of item rows, one all-reduce.
+class RingTopK:
+    """The exact top-``k`` items of each of this rank's ``users`` (global user ids, ascending),
+    their training items excluded, with the item shards passed around the ring (the module
+    docstring); ``rd``: the rank's :class:`~graphdist.rec.rank.RankData`. :meth:`top` is
+    collective: k - 1 shifts of item rows.
 
     ``stats`` records the item-row buffers held during the last call (measured from the
     tensors: ``own_item_rows``, ``max_shard_rows``, ``peak_item_rows`` = the most rows of item
     embeddings alive at once, ``shifts``)."""
 
-    def __init__(self, rd, k: int, device="cpu", eval_users: int | None = None, seed: int = 0):
+    def __init__(self, rd, users: np.ndarray, k: int, device="cpu"):
         self.num_items = int(rd.item_owner.size)
         self.k = min(k, self.num_items)
         self.device = device
         self.rank, self.world = comm.world()
-        I = self.num_items
-        test = rd.test
-        users, n_test = np.unique(test[:, 0], return_counts=True)
-        keep = select_eval_users(users, eval_users, seed)
-        users, n_test = users[keep], n_test[keep]
-        test = test[np.isin(test[:, 0], users)]
+        users = np.asarray(users, dtype=np.int64)
         dev = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)  # noqa: E731
         self.users = dev(users)
         self.user_rows = dev(rd.local_rows(users))
-        self.n_test = torch.from_numpy(n_test).to(device=device, dtype=torch.float64)
-        self.test_keys = dev(np.sort(test[:, 0] * I + test[:, 1]))
-        # training items of the evaluated users, grouped by the shard (owner) of the item
+        # training items of the users, grouped by the shard (owner) of the item
         idx = rd.index
         at = np.searchsorted(idx.users, users)
         at = np.minimum(at, max(idx.users.size - 1, 0))
@@ -125,22 +120,19 @@ class RankingEval:
             a, b = cut[s], cut[s + 1]
             self.train.append((uidx[a:b], np.searchsorted(self.shard_ids[s], item[a:b])))
         self.item_rows = dev(rd.item_rows())
-        self.popularity_own = torch.as_tensor(rd.item_pop, dtype=torch.float32).to(device).reshape(-1, 1)
         self.stats: dict = {}
 
     @torch.no_grad()
-    def __call__(self, final: torch.Tensor) -> dict:
-        """``{"recall", "ndcg", "users"}`` of the model whose owned final embeddings are ``final``."""
+    def top_of(self, final: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scores [n, K], item ids [n, K])`` of the model whose owned final embeddings are
+        ``final`` (score = dot product; a user with fewer than K items left has ``-inf`` at
+        the end of its list)."""
         mine = final.index_select(0, self.item_rows)
         q = final.index_select(0, self.user_rows)
-        return self._ring(mine, lambda lo, hi, shard: q[lo:hi] @ shard.t())
+        return self.top(mine, lambda lo, hi, shard: q[lo:hi] @ shard.t())
 
-    @torch.no_grad()
-    def popularity(self) -> dict:
-        """The same metrics when every user gets the items with the most training interactions."""
-        return self._ring(self.popularity_own, lambda lo, hi, shard: shard.t().expand(hi - lo, -1).clone())
-
-    def _ring(self, mine: torch.Tensor, scores) -> dict:
+    def top(self, mine: torch.Tensor, scores) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ring: ``scores(lo, hi, shard)`` gives users ``lo:hi`` against a shard's rows."""
         K, n, dev = self.k, int(self.users.numel()), self.device
         top = (torch.empty((n, 0), device=dev), torch.empty((n, 0), dtype=torch.int64, device=dev))
         st = {"own_item_rows": int(mine.shape[0]), "max_shard_rows": 0, "peak_item_rows": int(mine.shape[0]),
@@ -158,7 +150,7 @@ class RankingEval:
             top = self._score_shard(top, shard, src, scores, n, K)
             del shard
         self.stats = st
-        return self._metrics(top[1], n, K)
+        return top
 
     def _score_shard(self, top, shard, src, scores, n, K):
         ids_np = self.shard_ids[src]
@@ -183,6 +175,36 @@ class RankingEval:
         if not vals:
             return top
         return torch.cat(vals), torch.cat(out)
+
+
+class RankingEval(RingTopK):
+    """Evaluates the users this rank owns that have test items (``rd``: its
+    :class:`~graphdist.rec.rank.RankData`); each call is collective: k - 1 shifts of item
+    rows (:class:`RingTopK`), one all-reduce."""
+
+    def __init__(self, rd, k: int, device="cpu", eval_users: int | None = None, seed: int = 0):
+        test = rd.test
+        users, n_test = np.unique(test[:, 0], return_counts=True)
+        keep = select_eval_users(users, eval_users, seed)
+        users, n_test = users[keep], n_test[keep]
+        super().__init__(rd, users, k, device)
+        I = self.num_items
+        test = test[np.isin(test[:, 0], users)]
+        self.n_test = torch.from_numpy(n_test).to(device=device, dtype=torch.float64)
+        self.test_keys = torch.from_numpy(np.ascontiguousarray(np.sort(test[:, 0] * I + test[:, 1]),
+                                                               dtype=np.int64)).to(device)
+        self.popularity_own = torch.as_tensor(rd.item_pop, dtype=torch.float32).to(device).reshape(-1, 1)
+
+    @torch.no_grad()
+    def __call__(self, final: torch.Tensor) -> dict:
+        """``{"recall", "ndcg", "users"}`` of the model whose owned final embeddings are ``final``."""
+        return self._metrics(self.top_of(final)[1], int(self.users.numel()), self.k)
+
+    @torch.no_grad()
+    def popularity(self) -> dict:
+        """The same metrics when every user gets the items with the most training interactions."""
+        top = self.top(self.popularity_own, lambda lo, hi, shard: shard.t().expand(hi - lo, -1).clone())
+        return self._metrics(top[1], int(self.users.numel()), self.k)
 
     def _metrics(self, top: torch.Tensor, n: int, K: int) -> dict:
         I, dev = self.num_items, self.device

@@ -70,16 +70,51 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     index, the adjacency and the exchange are built from them (they are not needed to train)."""
     ratings = ratings.pop() if isinstance(ratings, list) else ratings
     lg = lg.pop() if isinstance(lg, list) else lg
-    rank, ws, dev = ctx.rank, ctx.world_size, ctx.device
-    check_halo_bits(cfg, ws)
+    check_halo_bits(cfg, ctx.world_size)
     check_layout(lg, cfg.halo)
     rd = rank_data(ratings, lg) if isinstance(ratings, Ratings) else ratings.rank_data(lg)
     del ratings
-    U = rd.num_users
+    cfg, run = _build(cfg, lg, rd, ctx.device)
+    evaluator = RankingEval(rd, cfg.topk, ctx.device, eval_users=cfg.eval_users, seed=cfg.seed)
+    need = check_rank_fits(lg, rd, cfg, int(evaluator.users.numel()))  # before any step: one line if not
+    fingerprint = lg.fingerprint
+    del lg  # the adjacency and the exchange hold what training needs of the part
+    nb = rd.index.num_batches(cfg.batch_size)
+    epochs = cfg.epochs if cfg.steps is None else min(cfg.epochs, -(-cfg.steps // nb))
+    task = _RecTask(cfg, run.model, run.opt, run.adj, run.halo, run.halo_eval, rd, rd.num_users, ctx.rank,
+                    ctx.world_size, ctx.device, evaluator, nb)
+    lc = LoopConfig(total=epochs, unit="epoch", desc="train-rec", checkpoint_dir=cfg.checkpoint_dir,
+                    checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
+                    resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and ctx.is_rank0,
+                    settings=cfg, identity={"fingerprint": fingerprint},
+                    recorded={"partition_id": partition_id(rd.owned)}, reshard=True)
+    task.total = epochs
+    res = run_loop(task, lc, callbacks)
+    with Timer(ctx.device) as te:
+        final = _evaluate(run.model, run.adj, run.halo_eval, evaluator)
+    if not task.history["eval"] or task.history["eval"][-1][0] != res.done:
+        task.history["eval"].append([res.done, final["recall"], final["ndcg"]])
+    return _report(cfg, task.history, res, final, te.seconds, run, rd, evaluator, nb, need, pinfo, ctx)
+
+
+@dataclasses.dataclass
+class _Run:
+    """What a rank trains with: its rows of the table, the adjacency and the exchangers."""
+
+    model: LightGCNShard
+    opt: TableAdam
+    adj: object
+    halo: object
+    halo_eval: object
+
+
+def _build(cfg, lg, rd, dev):
+    """``(cfg with the rounds resolved, the run)``: the own rows of the table (keyed initial
+    values), the adjacency, the exchanger (and evaluation's, 32-bit unless ``--eval-halo-bits``),
+    in the rounds that fit (a resumed run keeps the checkpointed choice)."""
     model = LightGCNShard(init_embeddings(rd.owned, cfg.dim, cfg.init_std, cfg.seed), cfg.layers).to(dev)
     adj = lightgcn_adjacency(lg, dev, cfg.halo)
     halo = halo_exchanger(lg, dev, cfg.halo, cfg.halo_bits, cfg.seed)
-    # evaluation propagates with 32-bit rows unless --eval-halo-bits says otherwise
     halo_eval = halo if cfg.eval_halo_bits == cfg.halo_bits else halo_exchanger(
         lg, dev, cfg.halo, cfg.eval_halo_bits, cfg.seed + 1)
     cfg = with_recorded(cfg, "halo_rounds")  # resumed: the rounds the checkpointed run chose
@@ -89,30 +124,17 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         get_logger().info(f"halo exchange in {rounds} rounds (--halo-rounds)")
         in_rounds(rounds, adj, halo, halo_eval)
     opt = TableAdam(model.weight, lr=cfg.lr)  # torch.optim.Adam's arithmetic, without torch.optim's imports
-    evaluator = RankingEval(rd, cfg.topk, dev, eval_users=cfg.eval_users, seed=cfg.seed)
-    need = check_rank_fits(lg, rd, cfg, int(evaluator.users.numel()))  # before any step: one line if not
-    fingerprint = lg.fingerprint
-    del lg  # the adjacency and the exchange hold what training needs of the part
+    return cfg, _Run(model, opt, adj, halo, halo_eval)
+
+
+def _report(cfg, hist, res, final, eval_s, run, rd, evaluator, nb, need, pinfo, ctx) -> dict:
+    """The report every rank returns (rank 0's is written)."""
+    peaks = comm.all_gather_object(peak_memory_bytes(ctx.device))
     popular = evaluator.popularity()
-    part_id = partition_id(rd.owned)
-    nb = rd.index.num_batches(cfg.batch_size)
-    epochs = cfg.epochs if cfg.steps is None else min(cfg.epochs, -(-cfg.steps // nb))
-    task = _RecTask(cfg, model, opt, adj, halo, halo_eval, rd, U, rank, ws, dev, evaluator, nb)
-    lc = LoopConfig(total=epochs, unit="epoch", desc="train-rec", checkpoint_dir=cfg.checkpoint_dir,
-                    checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
-                    resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and ctx.is_rank0, settings=cfg,
-                    identity={"fingerprint": fingerprint}, recorded={"partition_id": part_id}, reshard=True)
-    task.total = epochs
-    res = run_loop(task, lc, callbacks)
-    hist, epoch = task.history, res.done
-    with Timer(dev) as te:
-        final = _evaluate(model, adj, halo_eval, evaluator)
-    if not hist["eval"] or hist["eval"][-1][0] != epoch:
-        hist["eval"].append([epoch, final["recall"], final["ndcg"]])
-    peaks = comm.all_gather_object(peak_memory_bytes(dev))
     steps = hist.get("steps") or [nb] * len(hist["losses"])
     K = cfg.topk
     mean = lambda xs: int(sum(xs) / len(xs)) if xs else 0  # noqa: E731
+    per_step = lambda xs: sum(xs) / max(sum(steps[len(steps) - len(xs):]), 1)  # noqa: E731
     return {
         f"recall@{K}": final["recall"],
         f"ndcg@{K}": final["ndcg"],
@@ -121,19 +143,19 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "time/step_s": statistics.median([t / n for t, n in zip(hist["epoch_s"], steps) if n]) if any(steps) else None,
         "steps": sum(steps),
         "steps_cap": cfg.steps,
-        "time/eval_s": te.seconds,
+        "time/eval_s": eval_s,
         "comm/halo_bytes_per_epoch": mean(hist["halo_bytes"]),
         "comm/item_bytes_per_epoch": mean(hist["item_bytes"]),
-        "comm/halo_bytes_per_step": sum(hist["halo_bytes"]) / max(sum(steps[len(steps) - len(hist["halo_bytes"]):]), 1),
-        "comm/item_bytes_per_step": sum(hist["item_bytes"]) / max(sum(steps[len(steps) - len(hist["item_bytes"]):]), 1),
-        "comm/halo": cfg.halo if ws > 1 else "none",
+        "comm/halo_bytes_per_step": per_step(hist["halo_bytes"]),
+        "comm/item_bytes_per_step": per_step(hist["item_bytes"]),
+        "comm/halo": cfg.halo if ctx.world_size > 1 else "none",
         "comm/halo_bits": cfg.halo_bits,
-        "comm/halo_rounds": halo.rounds,
+        "comm/halo_rounds": run.halo.rounds,
         "comm/eval_halo_bits": cfg.eval_halo_bits,
         "mem/peak_bytes": max(peaks),
         "mem/peak_bytes_per_rank": peaks,
         "mem/estimate_bytes_per_rank": comm.all_gather_object(need),
-        "world_size": ws,
+        "world_size": ctx.world_size,
         "partition": pinfo,
         f"popularity/recall@{K}": popular["recall"],
         f"popularity/ndcg@{K}": popular["ndcg"],
@@ -143,9 +165,9 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
         "eval/item_rows_peak": evaluator.stats.get("peak_item_rows"),
         "epochs_run": len(hist["losses"]),
         "run/resharded_from": res.resharded_from,
-        "data": {"users": U, "items": int(rd.item_owner.size), "train": rd.index.num_samples,
+        "data": {"users": rd.num_users, "items": int(rd.item_owner.size), "train": rd.index.num_samples,
                  "test": sum(comm.all_gather_object(int(rd.test.shape[0])))},
-        "device": str(dev),
+        "device": str(ctx.device),
         "config": asdict(cfg),
     }
 

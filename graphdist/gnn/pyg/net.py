@@ -1,10 +1,10 @@
-"""A PyG model in ``train-gcn``'s epoch (:class:`graphdist.gnn.trainer.GCNTask`): ``--model
+"""A PyG model in ``train-gcn``'s epoch (:class:`graphdist.gnn.task.GCNTask`): ``--model
 gat|gatv2|gin|gcn2|sage-max|transformer|MODULE:CLASS``.
 
 The model (:mod:`graphdist.gnn.pyg.models`) is built on every rank from ``--seed``, distributed
 (:func:`~graphdist.gnn.pyg.wrap.distribute`: ``--halo``, ``--halo-bits``, ``--eval-halo-bits``;
 rank 0's weights) and called as ``model(x, part.edge_index[, drop=...])`` on the owned rows.
-The trainer sees the same small interface as graphdist's own GCN (``trainer.BuiltinNet``).
+The trainer sees the same small interface as graphdist's own GCN (``graphdist.gnn.net.BuiltinNet``).
 """
 from __future__ import annotations
 

@@ -1,0 +1,252 @@
+"""graphdist infer / export of train-gcn checkpoints (issue 45): the input's ids survive, k = 2
+equals one process within 1e-5 (built-in and a user's PyG model), the exported PyG model
+reproduces infer's logits in a fresh process that never imports graphdist, refusals in one line."""
+from __future__ import annotations
+
+import glob
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tests.cli_ranks import run_cli
+from tests.conftest import once_per_run, planetoid
+
+pq = pytest.importorskip("pyarrow.parquet")
+
+SBM = "sbm:nodes=300,classes=3,avg_degree=6,homophily=0.8,features=6,seed=2"
+USER = "tests.test_outputs_gcn:UserNet"
+
+
+class UserNet(nn.Module):
+    """A user's PyG model: cls(in, hidden, out, layers, dropout), forward(x, edge_index)."""
+
+    def __init__(self, in_channels, hidden, out_channels, num_layers, dropout):
+        super().__init__()
+        from torch_geometric.nn import GCNConv, SAGEConv
+        self.dropout = dropout
+        self.conv1 = GCNConv(in_channels, hidden)
+        self.conv2 = SAGEConv(hidden, out_channels)
+
+    def forward(self, x, edge_index):
+        h = F.relu(self.conv1(F.dropout(x, self.dropout, self.training), edge_index))
+        return self.conv2(h, edge_index)
+
+
+def table(out) -> dict:
+    """An output folder as numpy arrays sorted by node_id."""
+    t = pq.read_table(sorted(glob.glob(f"{out}/*.parquet"))).to_pydict()
+    o = np.argsort(t["node_id"], kind="stable")
+    return {k: np.asarray(v)[o] for k, v in t.items()}
+
+
+def _ok(runs):
+    for code, text in runs:
+        assert code == 0, text
+    return runs
+
+
+def _cora(root):
+    from tests.conftest import shared_file
+    spec = f"planetoid:{shared_file('planetoid', 'Cora')}"
+    ck = str(root / "ck")
+    _ok(run_cli([["train-gcn", spec, "--epochs", "4", "--row-normalize", "--checkpoint-dir", ck, "--no-progress"],
+                 ["infer", spec, "--checkpoint-dir", ck, "--out", str(root / "k2")]], world_size=2))
+    _ok(run_cli([["infer", spec, "--checkpoint-dir", ck, "--out", str(root / "k1")],
+                 ["export", "--checkpoint-dir", ck, "--out", str(root / "exp")]], world_size=1))
+    return str(root)
+
+
+def _user(root):
+    ck = str(root / "ck")
+    _ok(run_cli([["train-gcn", SBM, "--model", USER, "--epochs", "3", "--checkpoint-dir", ck, "--no-progress"],
+                 ["infer", SBM, "--checkpoint-dir", ck, "--out", str(root / "k2"), "--layer", "1"]], world_size=2))
+    _ok(run_cli([["infer", SBM, "--checkpoint-dir", ck, "--out", str(root / "k1"), "--layer", "1"],
+                 ["export", "--checkpoint-dir", ck, "--out", str(root / "exp")]], world_size=1))
+    return str(root)
+
+
+@pytest.fixture
+def cora_run(tmp_path_factory, cora_dir):
+    from pathlib import Path
+    return Path(once_per_run(tmp_path_factory, "outputs-cora", _cora))
+
+
+def test_infer_k2_equals_one_process_and_reads_back_in_duckdb(cora_run):
+    a, b = table(cora_run / "k2"), table(cora_run / "k1")
+    assert a["node_id"].tolist() == list(range(2708)) == b["node_id"].tolist()  # Planetoid index
+    assert np.abs(a["logits"] - b["logits"]).max() < 1e-5
+    assert np.abs(a["embedding"] - b["embedding"]).max() < 1e-5 and a["embedding"].shape == (2708, 16)
+    assert (a["pred"] == a["logits"].argmax(1)).all()
+    man = json.loads((cora_run / "k2" / "manifest.json").read_text())
+    assert man["rows"] == 2708 and [p["file"] for p in man["parts"]] == ["part-00000.parquet", "part-00001.parquet"]
+    assert man["columns"] == {"node_id": "int64", "pred": "int64", "logits": "list<float32>[7]",
+                              "embedding": "list<float32>[16]"}
+    import duckdb
+    n, classes, top = duckdb.sql(f"SELECT count(*), count(DISTINCT pred), max(node_id) "
+                                 f"FROM '{cora_run}/k2/*.parquet'").fetchall()[0]
+    assert (n, top) == (2708, 2707) and classes > 1
+    row = duckdb.sql(f"SELECT logits FROM '{cora_run}/k2/*.parquet' WHERE node_id = 5").fetchall()[0][0]
+    assert np.allclose(row, a["logits"][5])
+
+
+FRESH = """
+import json, sys
+import numpy as np, torch
+sys.path.insert(0, sys.argv[1])
+import model
+from torch_geometric.io import read_planetoid_data
+data = read_planetoid_data(sys.argv[2], sys.argv[3])
+with torch.no_grad():
+    out = model.build()(data.x, data.edge_index)
+np.save(sys.argv[4], out.numpy())
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("graphdist", "partitioners", "embeddings"))))
+"""
+
+
+def _fresh(exp, root, name, tmp_path):
+    """The exported model's logits on the raw Planetoid files, in a process without graphdist."""
+    r = subprocess.run([sys.executable, "-c", FRESH, str(exp), str(root / "raw"), name.lower(),
+                        str(tmp_path / "out.npy")], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == []  # graphdist never imported
+    return np.load(tmp_path / "out.npy")
+
+
+def test_exported_model_in_fresh_process_reproduces_infer_cora(cora_run, cora_dir, tmp_path):
+    spec = json.loads((cora_run / "exp" / "model.json").read_text())
+    assert spec["preprocessing"]["row_normalize"] is True and spec["net"]["kind"] == "gcn"
+    got = _fresh(cora_run / "exp", cora_dir, "Cora", tmp_path)
+    assert np.abs(got - table(cora_run / "k2")["logits"]).max() < 1e-5
+
+
+def test_exported_sage_with_batch_norm_reproduces_infer_citeseer(tmp_path):
+    root = planetoid("CiteSeer")
+    spec, ck = f"planetoid:{root}", str(tmp_path / "ck")
+    _ok(run_cli([["train-gcn", spec, "--model", "sage", "--layers", "3", "--batch-norm", "--epochs", "3",
+                  "--checkpoint-dir", ck, "--no-progress"],
+                 ["infer", spec, "--checkpoint-dir", ck, "--out", str(tmp_path / "k1")],
+                 ["export", "--checkpoint-dir", ck, "--out", str(tmp_path / "exp")]], world_size=1))
+    a = table(tmp_path / "k1")
+    assert a["embedding"].shape[1] == 16  # layer 2 of 3, the last hidden
+    got = _fresh(tmp_path / "exp", root, "CiteSeer", tmp_path)
+    assert np.abs(got - a["logits"]).max() < 1e-5
+
+
+def test_user_pyg_model_k2_equals_one_process_and_exports_its_state_dict(tmp_path_factory):
+    from pathlib import Path
+
+    from graphdist.data import load_graph
+    run = Path(once_per_run(tmp_path_factory, "outputs-user", _user))
+    a, b = table(run / "k2"), table(run / "k1")
+    assert a["node_id"].tolist() == list(range(300))
+    assert np.abs(a["logits"] - b["logits"]).max() < 1e-5 and np.abs(a["embedding"] - b["embedding"]).max() < 1e-5
+    spec = json.loads((run / "exp" / "model.json").read_text())
+    assert spec["class"] == USER and spec["args"] == {"in_channels": 6, "hidden": 16, "out_channels": 3,
+                                                      "num_layers": 2, "dropout": 0.5}
+    net = UserNet(6, 16, 3, 2, 0.5)
+    net.load_state_dict(torch.load(run / "exp" / "model.pt", weights_only=True), strict=True)
+    g = load_graph(SBM)
+    with torch.no_grad():  # an independent one-process forward: the user's class, PyG alone
+        want = net.eval()(g.x, g.edge_index)
+        emb = net.conv1(g.x, g.edge_index)
+    assert np.abs(want.numpy() - a["logits"]).max() < 1e-5 and np.abs(emb.numpy() - a["embedding"]).max() < 1e-5
+    sys.path.insert(0, str(run / "exp"))
+    try:
+        import model as exported
+        with torch.no_grad():
+            assert np.abs(exported.build()(g.x, g.edge_index).numpy() - a["logits"]).max() < 1e-5
+    finally:
+        sys.path.remove(str(run / "exp"))
+        sys.modules.pop("model", None)
+
+
+def test_edge_list_ids_survive_artifact_and_k2(tmp_path):
+    """Non-contiguous ids: the artifact keeps each part's ids; infer writes them, at k = 2 from
+    the artifact as from the file in one process."""
+    from graphdist.cli import main
+    ids = np.array([7, 1000, 55, 2**40 + 3, 12, 999999, 31, 400])
+    rng = np.random.default_rng(0)
+    pairs = {(int(a), int(b)) for a, b in rng.choice(ids, (30, 2)) if a != b}
+    f = tmp_path / "g.txt"
+    f.write_text("".join(f"{a} {b}\n" for a, b in sorted(pairs)))
+    spec = f"edgelist:{f},features=degree,labels=random:2"
+    art, ck = tmp_path / "art", str(tmp_path / "ck")
+    assert main(["partition", spec, "--parts", "2", "--out", str(art)]) == 0
+    meta = json.loads((art / "meta.json").read_text())
+    assert meta["ids"] == {"type": "int64", "files": ["ids_00000.npy", "ids_00001.npy"]}
+    both = np.concatenate([np.load(art / n) for n in meta["ids"]["files"]])
+    assert sorted(both.tolist()) == sorted(set(ids.tolist()) & {x for p in pairs for x in p})
+    _ok(run_cli([["train-gcn", "--partition", str(art), "--epochs", "3", "--checkpoint-dir", ck, "--no-progress"],
+                 ["infer", "--partition", str(art), "--checkpoint-dir", ck, "--out", str(tmp_path / "k2")]],
+                world_size=2))
+    _ok(run_cli([["infer", spec, "--checkpoint-dir", ck, "--out", str(tmp_path / "k1")]], world_size=1))
+    a, b = table(tmp_path / "k2"), table(tmp_path / "k1")
+    assert a["node_id"].tolist() == b["node_id"].tolist() == sorted(both.tolist())
+    assert np.abs(a["logits"] - b["logits"]).max() < 1e-5
+
+
+def test_npz_node_ids(tmp_path):
+    from graphdist.data import load_graph
+    f = tmp_path / "g.npz"
+    np.savez(f, edge_index=np.array([[0, 1, 2], [1, 2, 0]]), num_nodes=3, node_ids=np.array([30, 10, 20]))
+    assert load_graph(f"npz:{f}").node_ids.tolist() == [30, 10, 20]
+    assert load_graph(f"npz:{f}").fingerprint == load_graph(f"npz:{f}").fingerprint
+    np.savez(f, edge_index=np.array([[0, 1], [1, 2]]), num_nodes=3, node_ids=np.array([1, 1, 2]))
+    from graphdist.errors import DataFormatError
+    with pytest.raises(DataFormatError, match="node_ids has repeated ids"):
+        load_graph(f"npz:{f}")
+
+
+def _one_line(text):
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("graphdist: error:"), text
+    return lines[0]
+
+
+def test_refusals_name_both_sides(tmp_path_factory, tmp_path):
+    from pathlib import Path
+
+    from graphdist.cli import main
+    run = Path(once_per_run(tmp_path_factory, "outputs-user", _user))
+    ck = str(run / "ck")
+    other = SBM.replace("seed=2", "seed=3")  # the same sizes, another graph
+    classes = SBM.replace("classes=3", "classes=4")
+    codes = run_cli([["infer", other, "--checkpoint-dir", ck, "--out", str(tmp_path / "a")],
+                     ["infer", classes, "--checkpoint-dir", ck, "--out", str(tmp_path / "b")]], world_size=1)
+    assert codes[0][0] == 2 and "was trained on a graph with fingerprint" in _one_line(codes[0][1])
+    assert "another graph" in codes[0][1]
+    assert codes[1][0] == 2
+    assert "holds model.conv2.lin_l.weight [3, 16], but 4 classes and 6 features give [4, 16]" in _one_line(codes[1][1])
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_builtin_class_count_and_out_refusals(cora_run, tmp_path, capsys):
+    from graphdist.cli import main
+    ck = str(cora_run / "ck")
+    sbm = "sbm:nodes=200,classes=3,features=1433"
+    code = run_cli([["infer", sbm, "--checkpoint-dir", ck, "--out", str(tmp_path / "x")]], world_size=1)[0]
+    assert code[0] == 2
+    assert "was trained for 7 classes and 1433 features, but sbm:nodes=200,classes=3,features=1433 has 3 classes " \
+           "and 1433 features" in _one_line(code[1])
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "keep.txt").write_text("x")
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    assert main(["infer", sbm, "--checkpoint-dir", ck, "--out", str(full)]) == 2
+    assert main(["infer", sbm, "--checkpoint-dir", ck, "--out", str(afile / "out")]) == 2
+    assert main(["export", "--checkpoint-dir", ck, "--out", str(full)]) == 2
+    assert main(["infer", sbm, "--checkpoint-dir", str(tmp_path / "none"), "--out", str(tmp_path / "y")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 4
+    assert "full: exists and is not empty; add --overwrite" in err[0] and "afile is a file" in err[1]
+    assert "exists and is not empty" in err[2] and "none: no such directory" in err[3]
+    assert (full / "keep.txt").read_text() == "x"
+    assert main(["export", "--checkpoint-dir", ck, "--out", str(full), "--overwrite"]) == 0
+    assert sorted(p.name for p in full.iterdir()) == ["model.json", "model.pt", "model.py"]

@@ -18,7 +18,6 @@ interface counters).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -26,6 +25,18 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import harness  # noqa: E402
+
+
+def build_parser():
+    ap = harness.parser(__doc__)
+    ap.add_argument("--specs", required=True, help="dataset specs separated by ';'")
+    ap.add_argument("--parts", default="4,8")
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--method", default="metis")
+    ap.add_argument("--seed", type=int, default=0)
+    return ap
 
 
 def crossing(g, a, k: int, hosts: int, cover_hosts: int) -> dict:
@@ -46,14 +57,7 @@ def crossing(g, a, k: int, hosts: int, cover_hosts: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--specs", required=True, help="dataset specs separated by ';'")
-    ap.add_argument("--parts", default="4,8")
-    ap.add_argument("--hosts", type=int, default=2)
-    ap.add_argument("--method", default="metis")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    args = build_parser().parse_args()
     from graphdist.data import load_graph
     from partitioners import partition
     from partitioners.quality import edge_imbalance, node_imbalance

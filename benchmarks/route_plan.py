@@ -6,7 +6,7 @@ the same parts, each in fresh rank processes.
     python benchmarks/route_plan.py --partition DIR [--hosts 2] [--halo plain,mvc] [--json FILE]
 
 k ranks (k = the artifact's parts, forked by :func:`graphdist.testing.run_ranks`, gloo on this
-machine), host-major on ``--hosts`` hosts as torchrun places them (``GROUP_RANK``). Each rank maps
+machine), host-major on ``--hosts`` hosts (the placement the job's ranks agree on, set here). Each rank maps
 its part; then its peak is the rise of its resident set
 over the plan's build (the kernel's high-water mark ``VmHWM``, reset through
 ``/proc/self/clear_refs`` just before). Also per rank: its message rows sent and received per
@@ -15,14 +15,22 @@ bound the memory check counts (:func:`graphdist.exchange.route_plan.plan_peak_by
 """
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+import harness  # noqa: E402
+
+
+def build_parser():
+    ap = harness.parser(__doc__)
+    ap.add_argument("--partition", required=True)
+    ap.add_argument("--hosts", type=int, default=2)
+    ap.add_argument("--halo", default="plain,mvc")
+    return ap
 
 
 def _status(key: str) -> int:
@@ -57,7 +65,10 @@ def _rank(rank, ws, directory, hosts, halo, variant):
     from graphdist.memory import set_mmap_threshold
     set_mmap_threshold(4)  # as a train-gcn rank does (--malloc-mmap-mb 4)
     per = ws // hosts
-    os.environ.update({"GROUP_RANK": str(rank // per), "LOCAL_WORLD_SIZE": str(per), "LOCAL_RANK": str(rank % per)})
+    import torch.distributed as dist
+
+    from graphdist import hosts as placement
+    placement.set_placement(placement.Placement.host_major(ws, hosts), dist.group.WORLD)  # host-major, as on real hosts
     lg = load_part(directory, rank)
     part = sum(int(t.numel()) * t.element_size() for t in lg.to_dict().values() if isinstance(t, torch.Tensor))
     n_send, n_recv = (sum(c) for c in exchange_counts(lg, halo))
@@ -78,12 +89,7 @@ def _rank(rank, ws, directory, hosts, halo, variant):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--partition", required=True)
-    ap.add_argument("--hosts", type=int, default=2)
-    ap.add_argument("--halo", default="plain,mvc")
-    ap.add_argument("--json", default=None)
-    args = ap.parse_args()
+    args = build_parser().parse_args()
     from graphdist.partition.artifact import read_meta
     from graphdist.testing import run_ranks
     k = int(read_meta(args.partition)["k"])

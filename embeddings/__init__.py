@@ -7,6 +7,8 @@
     model.py      DLRM / DCNv2 from torchrec modules, world-size independent initialisation
     sharding.py   sharding plans (forced types or torchrec's planner), their digest and report
     twod.py       2D sparse parallelism: rank layout, DMPCollection (CUDA) or its CPU equivalent
+    cost.py       a layout's bytes per collective, placed on the hosts, and its estimated step time
+    auto.py       --sparse-groups auto: candidates, start-up measurements, the choice
     build.py      splits, checks, the plan, the sharded model and its optimizers
     trainer.py    one rank's training loop, replica sync, signals, checkpoints, evaluation
     metrics.py    AUC, log loss, normalised entropy

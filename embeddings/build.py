@@ -21,8 +21,8 @@ import torch.distributed as dist
 from embeddings.config import DLRMTrainConfig
 from embeddings.data import ID_STATS_ROWS, ClickData, id_stats, load_click_data, split_eval
 from embeddings.model import LossWrapper, build_model, init_rows, table_name
-from embeddings.sharding import (EBC_PATH, build_plan, check_memory, describe_plan, expand_2d, optimizer_state_floats,
-                                 plan_hash)
+from embeddings.sharding import (EBC_PATH, build_plan, check_memory, describe_plan, expand_2d, memory_line,
+                                 optimizer_state_floats, plan_hash)
 from embeddings.twod import Layout, build_dmp_2d, layout_for
 from graphdist import comm
 from graphdist.errors import ConfigError
@@ -48,7 +48,8 @@ def load_splits(cfg: DLRMTrainConfig) -> tuple[ClickData, ClickData]:
 
 def validate(cfg: DLRMTrainConfig, train: ClickData, world_size: int) -> None:
     cfg.validate()
-    layout_for(world_size, cfg.sparse_groups)  # G divides W
+    if cfg.sparse_groups != "auto":
+        layout_for(world_size, cfg.sparse_groups)  # G divides W
     if cfg.batch_size < 1 or cfg.batch_size % world_size:
         raise ConfigError(f"--batch-size {cfg.batch_size} must be a positive multiple of the world size {world_size}")
     if cfg.eval_batch_size < 1:
@@ -57,7 +58,7 @@ def validate(cfg: DLRMTrainConfig, train: ClickData, world_size: int) -> None:
         raise ConfigError(f"{len(train)} training rows are fewer than one global batch of {cfg.batch_size}")
     if cfg.steps is None and cfg.epochs < 1:
         raise ConfigError(f"--epochs must be >= 1, got {cfg.epochs}")
-    if cfg.sparse_groups > 1 and cfg.embedding_optimizer == "adam":
+    if cfg.sparse_groups != "auto" and cfg.sparse_groups > 1 and cfg.embedding_optimizer == "adam":
         raise ConfigError("--sparse-groups > 1 averages the replicas' row-wise/element-wise AdaGrad "
                           "state ('sum', as DMPCollection.sync); --embedding-optimizer adam has none: use "
                           "rowwise_adagrad, rowwise_adagrad_scaled, adagrad or sgd")
@@ -175,6 +176,42 @@ def memory_budget(cfg: DLRMTrainConfig, device: torch.device, local_size: int) -
         return int(torch.cuda.get_device_properties(device).total_memory)
     from graphdist.memory import host_memory_bytes
     return host_memory_bytes() // max(local_size, 1)
+
+
+def host_room(local_size: int, started: bool) -> int | None:
+    """Bytes this host has for its ``local_size`` ranks' tables (embeddings and optimizer
+    state): ``MemAvailable`` (or its memory cgroup's room) while the ranks run, what they hold
+    already being in use; before they start (the launcher's check), less what each will hold
+    before its tables, taken as what this process holds now (the runtime and the data). None
+    where the OS does not say."""
+    from graphdist.memory import resident_bytes
+    from partitioners.sysmem import mem_available
+    avail, rss = mem_available(), resident_bytes() or 0
+    if avail is None:
+        return None
+    return avail if started else avail + rss - local_size * rss
+
+
+def check_host_memory(desc: dict, local_size: int) -> None:
+    """On every rank, before the tables are placed (CPU): the ranks of each host (host-major)
+    together need their embeddings and optimizer state; stop every rank with one line when
+    that is more than the host has available (:func:`host_room`, the least any of its ranks
+    saw)."""
+    rank, world = comm.world()
+    L = max(1, min(local_size, world))
+    room = host_room(L, True)
+    mine = torch.tensor([[desc["ranks"][rank]["embedding_bytes"], -1 if room is None else room]], dtype=torch.float64)
+    seen = comm.all_gather_rows(mine).tolist()
+    for h in range(world // L):
+        ranks = seen[h * L:(h + 1) * L]
+        rooms = [r[1] for r in ranks if r[1] >= 0]
+        need = sum(r[0] for r in ranks)
+        if rooms and need > min(rooms):
+            raise ConfigError(f"the sharding plan does not fit in memory: the {L} rank(s) of host {h} need "
+                              f"{fmt_bytes(need)} of embeddings and optimizer state (up to "
+                              f"{fmt_bytes(max(r[0] for r in ranks))} per rank) and the host has {fmt_bytes(min(rooms))} "
+                              "available; use fewer --sparse-groups, more ranks or hosts, smaller tables or "
+                              "a smaller --embedding-dim")
 
 
 def plan_for(cfg: DLRMTrainConfig, train: ClickData, world_size: int, local_size: int,
@@ -302,7 +339,13 @@ def build_sharded(cfg: DLRMTrainConfig, train: ClickData, device: torch.device, 
     module, plan, desc = plan_for(cfg, train, world, local, device.type, pg)
     digest = plan_hash(plan, layout.describe() if layout.groups > 1 else None)
     comm.check_same(digest, "the torchrec sharding plan (digest)")
-    check_memory(desc, memory_budget(cfg, device, local))
+    budget = memory_budget(cfg, device, local)
+    check_memory(desc, budget)
+    if device.type == "cpu":
+        check_host_memory(desc, local)
+    if comm.world()[0] == 0 and cfg.print_plan:
+        from graphdist.log import get_logger
+        get_logger("graphdist.dlrm").info(memory_line(desc, budget))
     dmp, sync = shard(module, plan, device, layout, pg)
     fill_embeddings(dmp, cfg.seed, train.num_embeddings, cfg.model.embedding_dim)
     return ShardedModel(dmp, make_optimizer(cfg, dmp), desc, layout, sync, digest)

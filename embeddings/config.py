@@ -68,11 +68,14 @@ class DLRMTrainConfig(RunConfig):
     pipeline: bool | None = None
     """torchrec's TrainPipelineSparseDist (input all-to-all of batch i+1 overlaps batch i);
     automatic: on with CUDA, off on CPU, where it measured about 10% more CPU time per step"""
-    sparse_groups: int = 1
+    sparse_groups: int | Literal["auto"] = 1
     """2D sparse parallelism: G replicas of the sharded embedding model; each table is sharded
     over a group of W/G ranks (all-to-all inside it) and the G replicas average their shards and
     optimizer state every --sync-every steps (on CPU only the rows looked up since the last sync;
-    on CUDA torchrec DMPCollection, whole shards). 1: every table is sharded over all W ranks"""
+    on CUDA torchrec DMPCollection, whole shards). 1: every table is sharded over all W ranks.
+    auto: the layout (1D, or G and --sparse-layout) with the lowest estimated step time that fits
+    --memory-budget-gb, from the tables, the batch and the links measured at start-up (kept on
+    --resume)"""
     sparse_layout: Literal["hosts", "torchrec"] = "hosts"
     """with --sparse-groups > 1, which ranks form a sharding group (ranks are host-major, as
     torchrun numbers them): hosts, S = W/G consecutive ranks, so the all-to-all stays inside a
@@ -84,7 +87,8 @@ class DLRMTrainConfig(RunConfig):
     and before every checkpoint)"""
     memory_budget_gb: float | None = None
     """per-rank memory for embeddings + optimizer state; a plan that needs more stops
-    (default: device memory, or host RAM / local ranks on CPU)"""
+    (default: device memory, or host RAM / local ranks on CPU; on CPU the ranks of a host must
+    also fit together in the memory it has available)"""
     checkpoint_every: int = 0
     """save every N steps (0: only at the end when --checkpoint-dir is set)"""
     print_plan: bool = field(default=True, metadata={"cli": False})
@@ -104,8 +108,8 @@ class DLRMTrainConfig(RunConfig):
             raise ConfigError(f"--steps must be >= 1, got {self.steps}")
         if self.checkpoint_every < 0:
             raise ConfigError(f"--checkpoint-every must be >= 0, got {self.checkpoint_every}")
-        if self.sparse_groups < 1:
-            raise ConfigError(f"--sparse-groups must be >= 1, got {self.sparse_groups}")
+        if self.sparse_groups != "auto" and self.sparse_groups < 1:
+            raise ConfigError(f"--sparse-groups must be >= 1 or auto, got {self.sparse_groups}")
         if self.sync_every < 1:
             raise ConfigError(f"--sync-every must be >= 1, got {self.sync_every}")
         if self.memory_budget_gb is not None and self.memory_budget_gb <= 0:

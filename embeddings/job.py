@@ -16,6 +16,7 @@ import logging
 import warnings
 
 from embeddings.config import DLRMTrainConfig
+from graphdist.errors import ConfigError
 
 __all__ = ["run", "worker", "train_rank", "quiet_torchrec", "require_torchrec", "summary_line"]
 
@@ -39,16 +40,38 @@ class _DropTorchrec(logging.Filter):
 
 
 def precheck(cfg: DLRMTrainConfig, world: int, device_type: str) -> None:
-    """Everything that can be wrong with the input, checked once before workers start."""
+    """Everything that can be wrong with the input, checked once before workers start; says the
+    memory per rank of the layout (of every candidate with ``--sparse-groups auto``)."""
     import torch
 
-    from embeddings.build import load_splits, memory_budget, plan_for, validate
-    from embeddings.sharding import check_memory
+    from embeddings.build import host_room, load_splits, memory_budget, plan_for, validate
+    from embeddings.sharding import check_memory, memory_line
+    from graphdist.fmt import fmt_bytes
+    from graphdist.log import get_logger
+    log = get_logger("graphdist.dlrm")
     train, _ = load_splits(cfg)  # also builds the criteo binary cache once
     validate(cfg, train, world)  # --sparse-groups G divides the world size
     local = cfg.nproc  # ranks per node
+    budget = memory_budget(cfg, torch.device(device_type), local)
+    if cfg.sparse_groups == "auto":
+        from embeddings.auto import evaluate, memory_lines, no_fit
+        room = host_room(local, False) if device_type == "cpu" else None
+        cands = evaluate(cfg, train, world, local, device_type, budget, room)
+        if not any(c["fits"] for c in cands):
+            raise ConfigError(no_fit(cands))
+        log.info("\n".join(["--sparse-groups auto, the layouts' memory:", *memory_lines(cands)]))
+        return
     _, _, desc = plan_for(cfg, train, world, local, device_type)  # for S = W / G ranks with G > 1
-    check_memory(desc, memory_budget(cfg, torch.device(device_type), local))
+    check_memory(desc, budget)
+    room = host_room(local, False) if device_type == "cpu" else None
+    need = sum(r["embedding_bytes"] for r in desc["ranks"][:local])
+    if room is not None and need > room:
+        raise ConfigError(f"the sharding plan does not fit in memory: the {local} ranks of this host need "
+                          f"{fmt_bytes(need)} of embeddings and optimizer state and it has {fmt_bytes(room)} available "
+                          "(after what each rank holds before its tables); use fewer --sparse-groups, more ranks or "
+                          "hosts, smaller tables or a smaller --embedding-dim")
+    log.info(memory_line(desc, budget) + ("" if room is None else f"; this host's {local} ranks: {fmt_bytes(need)} "
+                                          f"of {fmt_bytes(room)} available"))
 
 
 def train_rank(cfg: DLRMTrainConfig) -> dict:
@@ -95,7 +118,7 @@ def run(cfg: DLRMTrainConfig) -> dict | None:
     cfg.check_outputs()
     _, dev_type = pick_backend(cfg.device)
     world = cfg.nproc * cfg.nodes.max_nodes
-    if not under_launcher():
+    if not under_launcher() and cfg.sparse_groups != "auto":
         from embeddings.twod import layout_for
         layout_for(world, cfg.sparse_groups)  # G divides W: before any data is read
     if world > 1 and not under_launcher():
@@ -110,6 +133,7 @@ def summary_line(report: dict) -> str:
             f"world_size {report['world_size']}"
             + (f" ({report['sparse_groups']} replicas x {report['world_size'] // report['sparse_groups']})"
                if report.get("sparse_groups", 1) > 1 else "")
+            + ("  (--sparse-groups auto)" if report.get("sparse_auto") else "")
             + (f"  replica sync {fmt_bytes(report['comm/replica_sync_bytes_per_step'])}/step"
                if report.get("sparse_groups", 1) > 1 else "")
             + f"  peak mem {report['mem/peak_bytes'] / 2**20:.0f} MiB/rank"

@@ -120,6 +120,18 @@ class IdStats:
         a = self.ids[f]
         return float(((a >= r0) & (a < r1)).mean()) if a.size else 0.0
 
+    def distinct(self, f: int, r0: int, r1: int, samples: float) -> float:
+        """Expected distinct rows in ``[r0, r1)`` of feature ``f`` that ``samples`` consecutive
+        samples look up: the mean over the sample's consecutive runs of that many samples (all
+        of it when it holds fewer, scaled up by the ids missing)."""
+        a = self.ids[f]
+        if not a.size or samples <= 0:
+            return 0.0
+        per = max(1, int(round(samples * max(self.pooling[f], 1e-9))))
+        runs = [a[i:i + per] for i in range(0, max(a.size - per, 0) + 1, per)] if a.size >= per else [a]
+        counts = [np.unique(x[(x >= r0) & (x < r1)]).size for x in runs[:64]]
+        return float(np.mean(counts)) * (per / a.size if a.size < per else 1.0)
+
 
 def describe_plan(plan, num_embeddings: list[int], dim: int, world_size: int, global_batch: int,
                   stats: IdStats, optimizer: str) -> dict:
@@ -229,6 +241,15 @@ def check_memory(desc: dict, budget_bytes: int) -> None:
         raise ConfigError(f"sharding plan does not fit: {where} needs {fmt_bytes(worst['embedding_bytes'])} "
                           f"of embeddings and optimizer state, budget is {fmt_bytes(budget_bytes)} per rank "
                           "(--memory-budget-gb)")
+
+
+def memory_line(desc: dict, budget_bytes: int) -> str:
+    """What the plan holds per rank, said before anything is allocated."""
+    worst = max(desc["ranks"], key=lambda r: r["embedding_bytes"])
+    copies = desc.get("sparse_groups", 1)
+    return (f"memory per rank: up to {fmt_bytes(worst['embedding_bytes'])} of embeddings and optimizer state "
+            f"(rank {worst['rank']}{f', one of {copies} replicas' if copies > 1 else ''}), budget "
+            f"{fmt_bytes(budget_bytes)} (--memory-budget-gb)")
 
 
 def format_plan(desc: dict) -> str:

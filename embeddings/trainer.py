@@ -88,6 +88,8 @@ class _DLRMTask(Task):
         self.history = {"losses": []}
         self.local: list[torch.Tensor] = []
         self.t_train, self.steps_run, self.done, self.synced_at, self.syncs = 0.0, 0, 0, 0, 0
+        self.step_times: list[float] = []
+        self.t_sync = 0.0
 
     def run(self, units):
         cfg, sm, pipe = self.cfg, self.sm, self.pipe
@@ -98,6 +100,7 @@ class _DLRMTask(Task):
             pipe.reset()
         try:
             for t in units:
+                t_step = time.perf_counter()
                 if pipe is not None:
                     loss = pipe.progress(it)[0].detach()
                 else:
@@ -110,6 +113,7 @@ class _DLRMTask(Task):
                 self.done, self.steps_run = t, self.steps_run + 1
                 if sm.sync is not None and t % cfg.sync_every == 0:
                     self._sync(t)
+                self.step_times.append(time.perf_counter() - t_step)
                 for cb in self.step_callbacks:
                     cb(t, loss)
                 yield None
@@ -129,7 +133,9 @@ class _DLRMTask(Task):
             self._sync(self.done)
 
     def _sync(self, step: int) -> None:
+        t0 = time.perf_counter()
         self.sm.sync()
+        self.t_sync += time.perf_counter() - t0
         self.synced_at, self.syncs = step, self.syncs + 1
 
     def sync_bytes(self, rank: int) -> tuple[int, int]:
@@ -215,10 +221,13 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
         for warn in (epoch_warning(cfg, len(train_data)), table_warning(cfg, train_data)):
             if warn:
                 log.warning(f"warning: {warn}")
+    cfg, auto = _resolve_layout(cfg, train_data, device)
     sm = build_sharded(cfg, train_data, device)
     if rank == 0 and cfg.print_plan:
         print(format_plan(sm.desc), flush=True)
     task = _DLRMTask(cfg, sm, make_pipeline(cfg, sm.dmp, sm.opt, device), train_data, device, step_callbacks)
+    if auto is not None:
+        task.history["sparse_auto"] = auto  # kept in every checkpoint (a resume restores the history)
     lc = LoopConfig(total=T, unit="step", desc="train-dlrm", checkpoint_dir=cfg.checkpoint_dir,
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and rank == 0, poll_every=STOP_POLL_STEPS,
@@ -226,6 +235,8 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
                     layout_free=frozenset({"sharding", "sparse_groups", "sparse_layout"}))
     sm.dmp.train()
     res = run_loop(task, lc, callbacks)
+    if auto is not None and "candidates" not in auto:  # resumed: the estimates of the run that chose
+        auto = {**task.history.get("sparse_auto", {}), **auto}
     task.sync_now()  # one model to evaluate
     losses = task.history["losses"]
     tput = task.steps_run * cfg.batch_size / task.t_train if task.t_train > 0 else 0.0
@@ -248,7 +259,36 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
             "eval_samples": metrics["eval_samples"],
             "eval_click_rate": metrics["eval_click_rate"], "train_samples": len(train_data),
             "bad_lines": int(train_data.bad_lines + (eval_data.bad_lines if cfg.eval_data else 0)),
-            "time/train_s": task.t_train, "pipeline": task.pipe is not None, "config": _cfg_dict(cfg)}
+            "time/train_s": task.t_train, "time/step_s": _steady(task.step_times),
+            "time/replica_sync_s_per_step": task.t_sync / per_step,
+            "sparse_layout": cfg.sparse_layout, "sparse_auto": auto,
+            "pipeline": task.pipe is not None, "config": _cfg_dict(cfg)}
+
+
+def _resolve_layout(cfg: DLRMTrainConfig, train_data: ClickData, device):
+    """``(cfg, choice)``: with ``--sparse-groups auto`` the layout :mod:`embeddings.auto` chose
+    (printed on rank 0), else ``(cfg, None)``."""
+    if cfg.sparse_groups != "auto":
+        return cfg, None
+    from embeddings.auto import format_choice, resolve
+    from graphdist.hosts import placement
+    rank, world = comm.world()
+    where = placement()  # ranks per host as the job agreed on them (1 where hosts run unequal ranks)
+    cfg, auto = resolve(cfg, train_data, device, where.ranks_per_host or 1)
+    if rank == 0 and cfg.print_plan:
+        print(format_choice(auto), flush=True)
+    return cfg, auto
+
+
+WARMUP_STEPS = 5
+"""Steps left out of ``time/step_s`` (torchrec and DDP set up buffers in the first steps)."""
+
+
+def _steady(xs: list[float]) -> float:
+    """The mean step after the first :data:`WARMUP_STEPS` (after the first step when a run has
+    fewer than twice as many)."""
+    xs = xs[WARMUP_STEPS:] if len(xs) >= 2 * WARMUP_STEPS else xs[1:] or xs
+    return float(sum(xs) / len(xs)) if xs else 0.0
 
 
 def _global_losses(local: list[float], world: int) -> list[float]:

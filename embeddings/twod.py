@@ -54,7 +54,7 @@ import torch.distributed as dist
 
 from graphdist.errors import ConfigError
 
-__all__ = ["Layout", "layout_for", "build_dmp_2d", "ReplicaSync"]
+__all__ = ["Layout", "layout_for", "build_dmp_2d", "build_local", "ReplicaSync"]
 
 
 LAYOUTS = ("hosts", "torchrec")
@@ -307,3 +307,22 @@ def build_dmp_2d(module, plan, device: torch.device, layout: Layout, sharders=No
     dmp = DistributedModelParallel(module, env=env, device=device, plan=remap_plan(plan, rank, layout),
                                    sharders=sharders)
     return dmp, ReplicaSync(dmp, replica_pg)
+
+
+def build_local(module, plan, device: torch.device, world: int):
+    """``module`` with every table on this rank (``plan`` made for one rank) and no collective in
+    its step: the sharding group is this rank alone (the layout of G = W), and so is the group
+    its dense layers' DDP reduces over. :func:`embeddings.auto.probe_step_s` times its step as
+    the compute of one rank's step. Every rank must call it (the device mesh is collective)."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.types import ShardingEnv2D
+    from graphdist import comm
+    layout = layout_for(world, world)
+    mesh = DeviceMesh(device_type=device.type, mesh=[layout.sharding_group(g) for g in range(world)],
+                      mesh_dim_names=("replicate", "shard"))
+    alone = mesh.get_group(mesh_dim="shard")
+    env = ShardingEnv2D(sharding_pg=alone, replica_pg=alone, global_pg=alone, device_mesh=mesh,
+                        node_group_size=1, use_inter_host_allreduce=True)
+    return DistributedModelParallel(module, env=env, device=device,
+                                    plan=remap_plan(plan, comm.world()[0], layout))

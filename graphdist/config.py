@@ -18,6 +18,7 @@ Mapping from a field to its flag:
     bool, default False / True        --foo-bar  /  --no-foo-bar
     bool | None (tri-state)           --foo-bar / --no-foo-bar (None = decide automatically)
     list[int]                         --foo-bar 64,32
+    int | Literal["auto"]             --foo-bar N|auto  (a number, or one of the words)
     a nested dataclass                its fields, at the top level
 
 ``field(metadata=...)`` adjusts a field: ``flag`` (another flag name), ``positional`` (a
@@ -75,6 +76,30 @@ def _unoptional(tp) -> tuple[Any, bool]:
         if len(args) == 1 and len(get_args(tp)) == 2:
             return args[0], True
     return tp, False
+
+
+def _number_or_word(tp) -> tuple[type, tuple[str, ...]] | None:
+    """``int | Literal["auto", ...]`` (or float) -> ``(int, ("auto", ...))``; else None."""
+    if get_origin(tp) not in (typing.Union, types.UnionType):
+        return None
+    args = get_args(tp)
+    nums = [a for a in args if a in (int, float)]
+    lits = [a for a in args if get_origin(a) is Literal]
+    if len(nums) != 1 or len(lits) != 1 or len(args) != 2:
+        return None
+    return nums[0], tuple(str(w) for w in get_args(lits[0]))
+
+
+def _number_or_word_type(num: type, words: tuple[str, ...]):
+    def parse(text: str):
+        if text in words:
+            return text
+        try:
+            return num(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if num is int else 'a number'} or "
+                                             f"{' or '.join(words)}, got {text!r}") from None
+    return parse
 
 
 def flag_name(f: dataclasses.Field) -> str:
@@ -159,7 +184,11 @@ def add_arguments(parser: argparse.ArgumentParser, cls, *, skip: tuple[str, ...]
             else:
                 target.add_argument(flag, action="store_true", help=doc, **kw)
             continue
-        if get_origin(tp) is Literal:
+        either = _number_or_word(tp)
+        if either is not None:
+            kw["type"] = _number_or_word_type(*either)
+            kw["metavar"] = f.metadata.get("metavar", "|".join(("N" if either[0] is int else "X",) + either[1]))
+        elif get_origin(tp) is Literal:
             kw["choices"] = list(get_args(tp))
             kw["type"] = type(kw["choices"][0])
         elif get_origin(tp) is list:
@@ -227,8 +256,12 @@ def check_choices(cfg) -> None:
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
         tp, optional = _unoptional(hints[f.name])
+        either = _number_or_word(tp)
         if dataclasses.is_dataclass(tp) and v is not None:
             check_choices(v)
+        elif either is not None and not (isinstance(v, either[0]) and not isinstance(v, bool) or v in either[1]):
+            kind = "an integer" if either[0] is int else "a number"
+            raise ConfigError(f"{flag_name(f)} must be {kind} or {' or '.join(either[1])}, got {v!r}")
         elif get_origin(tp) is Literal and not (optional and v is None) and v not in get_args(tp):
             raise ConfigError(f"{flag_name(f)} must be one of {', '.join(map(str, get_args(tp)))}, got {v!r}")
 

@@ -498,6 +498,7 @@ def test_bad_groups_and_plan_too_big_for_a_group_are_one_line(capsys):
     assert need[2] > need[1]
     gb = (need[1] + need[2]) / 2 / 2**30
     precheck(make_cfg("table_wise", spec=spec, batch_size=8, groups=1, memory_budget_gb=gb, nproc=4), 4, "cpu")
+    assert "memory per rank: up to" in capsys.readouterr().err  # said before the run (a 1D plan fits)
     assert main(["train-dlrm", spec, "--nproc", "4", "--sparse-groups", "2", "--sharding", "table_wise",
                  "--batch-size", "8", "--memory-budget-gb", str(gb), "--device", "cpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -127,3 +127,56 @@ def test_scaled_variant_is_plain_rowwise_adagrad_at_one_group():
     a, _ = fused(w0, steps, 1, "rowwise_adagrad_scaled", 1)
     b, _ = fused(w0, steps, 1, "rowwise_adagrad", 1)
     assert np.array_equal(a[0], b[0])
+
+
+def test_scaled_update_equals_the_hand_computation():
+    """Two rows of width 4 (FBGEMM's least), G = 2 replicas, lr 0.1, every weight starts at 1,
+    the replicas averaged after each step; the rule's step lr / sqrt(v / G) (eps = 1e-8 is below
+    the tolerance), v += the row's mean squared gradient. By hand:
+
+    step 1: replica 0 looks up row 0, gradient (2, 2, 0, 0): v = 8 / 4 = 2, sqrt(2 / 2) = 1,
+            row 0 = 1 - 0.1 (2, 2, 0, 0) = (0.8, 0.8, 1, 1); replica 1, row 0, gradient
+            (0, 0, 2, 2): (1, 1, 0.8, 0.8). sync: row 0 = 0.9 everywhere, v = 2 on both.
+    step 2: replica 0 looks up row 1, gradient (4, 4, 0, 0): v = 32 / 4 = 8, sqrt(8 / 2) = 2,
+            row 1 = (0.8, 0.8, 1, 1); replica 1 looks up row 0, gradient (4, 4, 4, 4):
+            v = 2 + 16 = 18, sqrt(18 / 2) = 3, row 0 = 0.9 - 0.4 / 3 = 0.76667.
+            sync: row 0 = (0.9 + 0.76667) / 2 = 5/6, v = (2 + 18) / 2 = 10;
+                  row 1 = (0.9, 0.9, 1, 1), v = (8 + 0) / 2 = 4.
+
+    Plain row-wise AdaGrad (lr / sqrt(v)) on the same steps ends at row 0 = 0.88215, row 1 =
+    (0.92929, 0.92929, 1, 1): step 1 moves 0.1 x 2 / sqrt(2) = 0.14142, step 2 0.1 x 4 / sqrt(8)
+    = 0.14142 (row 1) and 0.1 x 4 / sqrt(18) = 0.09428 (row 0)."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import ComputeDevice
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import SplitTableBatchedEmbeddingBagsCodegen as TBE
+
+    from embeddings.build import optimizer_class
+    steps = [[(0, (2.0, 2.0, 0.0, 0.0)), (0, (0.0, 0.0, 2.0, 2.0))],  # (row, gradient) per replica
+             [(1, (4.0, 4.0, 0.0, 0.0)), (0, (4.0, 4.0, 4.0, 4.0))]]
+
+    def run(name):
+        _, kw = optimizer_class(name, 0.1, 2)
+        tbes = [TBE([(2, 4, EmbeddingLocation.HOST, ComputeDevice.CPU)], optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD,
+                    learning_rate=kw["lr"], eps=kw["eps"], pooling_mode=PoolingMode.SUM) for _ in range(2)]
+        w = [t.split_embedding_weights()[0] for t in tbes]
+        v = [t.get_optimizer_state()[0]["sum"] for t in tbes]
+        with torch.no_grad():
+            for x in w:
+                x.fill_(1.0)
+        for per_replica in steps:
+            for tbe, (row, grad) in zip(tbes, per_replica):
+                tbe(torch.tensor([row]), torch.tensor([0, 1])).backward(torch.tensor([grad]))
+            with torch.no_grad():
+                for ts in (w, v):
+                    avg = (ts[0] + ts[1]) / 2
+                    for t in ts:
+                        t.copy_(avg)
+        return w[0].double().numpy(), v[0].double().numpy()
+
+    w, v = run("rowwise_adagrad_scaled")
+    np.testing.assert_allclose(w, [[5 / 6] * 4, [0.9, 0.9, 1.0, 1.0]], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(v, [10.0, 4.0], atol=1e-6, rtol=0)
+    w, v = run("rowwise_adagrad")
+    np.testing.assert_allclose(w, [[0.882149] * 4, [0.929289, 0.929289, 1.0, 1.0]], atol=1e-6, rtol=0)
+    np.testing.assert_allclose(v, [10.0, 4.0], atol=1e-6, rtol=0)

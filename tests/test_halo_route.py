@@ -390,7 +390,7 @@ def _cuda_job(rank, ws, graph, a):
 
     from graphdist.gnn.trainer import GCNConfig, fit
     from graphdist.partition.layout import build_layout
-    from graphdist.runtime import init_distributed
+    from graphdist.procgroup import init_distributed
     from tests.test_gcn_parity import HID
     _as_hosts(rank, 2)
     ctx = init_distributed("cpu") if dist.is_initialized() else None

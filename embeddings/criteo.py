@@ -15,6 +15,7 @@ directory in graphdist's cache home (``$XDG_CACHE_HOME/graphdist/criteo/<name>-<
         dense.npy   float32 [N, 13]   log(1 + max(x, 0))
         sparse.npy  uint32  [N, 26]   the raw 32-bit ids (hashing into tables happens per batch)
         labels.npy  int8    [N]
+        skipped.npy int64   [bad_lines]  0-based lines skipped by --skip-bad-lines (over the files in order)
         meta.json   source sizes/mtimes, rows, bad_lines
 
 which is the dense / sparse / labels split of torchrec's Criteo preprocessing
@@ -26,6 +27,8 @@ line by line to name it. Later runs memory-map the arrays; each rank reads only 
 each global batch.
 A bad line (wrong field count, non-integer dense value, non-hex categorical value) raises
 :class:`~graphdist.errors.DataFormatError` with file and line, unless ``skip_bad_lines``.
+Row r of the cache is line :func:`row_lines` ``(r)`` of the input (0-based, counted over its
+files in order): r itself unless lines were skipped.
 """
 from __future__ import annotations
 
@@ -90,8 +93,9 @@ def _count_lines(files: list[str]) -> int:
     return n
 
 
-def parse_lines(lines: list[str], path: str, first_line: int, skip_bad: bool):
-    """Parse text lines; returns ``(dense, sparse, labels, n_bad)`` of the good lines."""
+def parse_lines(lines: list[str], path: str, first_line: int, skip_bad: bool, skipped: list | None = None):
+    """Parse text lines; returns ``(dense, sparse, labels, n_bad)`` of the good lines (the index
+    in ``lines`` of each bad one is appended to ``skipped``)."""
     dense = np.zeros((len(lines), NUM_DENSE), dtype=np.float32)
     sparse = np.zeros((len(lines), NUM_SPARSE), dtype=np.uint32)
     labels = np.zeros(len(lines), dtype=np.int8)
@@ -128,6 +132,8 @@ def parse_lines(lines: list[str], path: str, first_line: int, skip_bad: bool):
             dense[k] = 0
             sparse[k] = 0
             bad += 1
+            if skipped is not None:
+                skipped.append(j)
     return dense[:k], sparse[:k], labels[:k], bad
 
 
@@ -193,7 +199,8 @@ def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
         d = np.lib.format.open_memmap(os.path.join(tmp, "dense.npy"), "w+", np.float32, (total, NUM_DENSE))
         s = np.lib.format.open_memmap(os.path.join(tmp, "sparse.npy"), "w+", np.uint32, (total, NUM_SPARSE))
         y = np.lib.format.open_memmap(os.path.join(tmp, "labels.npy"), "w+", np.int8, (total,))
-        rows = bad = 0
+        rows = bad = seen = 0
+        skipped: list[int] = []
         for fpath in files:
             with open(fpath, "rb") as fh:
                 line_no = 1
@@ -203,10 +210,13 @@ def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
                         break
                     parsed = parse_lines_fast(lines)
                     if parsed is None:  # some line is malformed: find it (or skip it) line by line
+                        sk: list[int] = []
                         parsed = parse_lines([x.decode("utf-8", "replace") for x in lines], fpath,
-                                             line_no, skip_bad_lines)
+                                             line_no, skip_bad_lines, sk)
+                        skipped += [seen + j for j in sk]
                     cd, cs, cy, b = parsed
                     line_no += len(lines)
+                    seen += len(lines)
                     d[rows:rows + len(cy)] = cd
                     s[rows:rows + len(cy)] = cs
                     y[rows:rows + len(cy)] = cy
@@ -215,6 +225,7 @@ def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
         for a in (d, s, y):
             a.flush()
         del d, s, y
+        np.save(os.path.join(tmp, "skipped.npy"), np.asarray(skipped, dtype=np.int64))
         meta = {"format_version": FORMAT_VERSION, "source": _signature(files), "rows": rows,
                 "lines": total, "bad_lines": bad}
         with open(os.path.join(tmp, "meta.json"), "w") as fh:
@@ -239,7 +250,8 @@ def ensure_cache(path: str, skip_bad_lines: bool = False, cache_dir: str | None 
         with open(meta_p) as fh:
             meta = json.load(fh)
         if (meta.get("format_version") == FORMAT_VERSION and meta.get("source") == _signature(files)
-                and (skip_bad_lines or meta.get("bad_lines", 0) == 0)):
+                and (skip_bad_lines or meta.get("bad_lines", 0) == 0)
+                and (meta.get("bad_lines", 0) == 0 or os.path.exists(os.path.join(out, "skipped.npy")))):
             return out
     build_cache(path, out, skip_bad_lines)
     return out
@@ -259,3 +271,16 @@ def load_criteo(path: str, skip_bad_lines: bool = False, cache_dir: str | None =
     labels = np.load(os.path.join(out, "labels.npy"), mmap_mode="r", allow_pickle=False)[:n]
     return ClickData(dense=dense, cat=sparse[:, :, None], labels=labels,
                      num_embeddings=[num_embeddings_cap] * NUM_SPARSE, bad_lines=int(meta["bad_lines"]))
+
+
+def row_lines(path: str, rows, cache_dir: str | None = None) -> np.ndarray:
+    """The 0-based input lines (over the files in order) of cache rows ``rows``: a row is its
+    line plus the lines skipped before it (``skipped.npy``; a cache built before that file
+    existed skipped nothing, else :func:`ensure_cache` rebuilt it)."""
+    rows = np.asarray(rows, dtype=np.int64)
+    p = os.path.join(cache_path(path, cache_dir), "skipped.npy")
+    skipped = np.load(p) if os.path.exists(p) else np.zeros(0, np.int64)
+    if skipped.size == 0:
+        return rows
+    kept_before = skipped - np.arange(skipped.size)  # rows kept before each skipped line
+    return rows + np.searchsorted(kept_before, rows, side="right")

@@ -22,7 +22,6 @@ both AUCs (equal within 1e-6 for the float model) and the int8 figures.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -31,7 +30,26 @@ import sys
 import time
 from pathlib import Path
 
+import harness  # noqa: E402
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout (children too)
+
+
+def build_parser():
+    ap = harness.parser(__doc__)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--sharding", default="row_wise")
+    ap.add_argument("--train-rows", type=int, default=100_000)
+    ap.add_argument("--eval-rows", type=int, default=50_000)
+    ap.add_argument("--scale", type=float, default=0.01)
+    ap.add_argument("--num-embeddings", type=int, default=100_000)
+    ap.add_argument("--dim", type=int, default=64)
+    ap.add_argument("--batch-size", type=int, default=2048)
+    ap.add_argument("--eval-batch-size", type=int, default=4096)
+    ap.add_argument("--steps", type=int, default=40)
+    ap.add_argument("--rounds", type=int, default=3)
+    return ap
 
 
 def _cfg(a, work: Path):
@@ -104,21 +122,7 @@ def _eval_rank(rank, world, args):
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--sharding", default="row_wise")
-    ap.add_argument("--train-rows", type=int, default=100_000)
-    ap.add_argument("--eval-rows", type=int, default=50_000)
-    ap.add_argument("--scale", type=float, default=0.01)
-    ap.add_argument("--num-embeddings", type=int, default=100_000)
-    ap.add_argument("--dim", type=int, default=64)
-    ap.add_argument("--batch-size", type=int, default=2048)
-    ap.add_argument("--eval-batch-size", type=int, default=4096)
-    ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--json")
-    a = ap.parse_args()
+    a = build_parser().parse_args()
     from graphdist.testing import run_ranks
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)

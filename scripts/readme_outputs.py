@@ -254,6 +254,9 @@ def rewrite(lines: list[str], block: Block, ran: list[Ran]) -> None:
         for i, j in path:  # a line printed with other figures: the same words
             if i is not None and j is None:
                 k = next((k for k in loose if _words(got[k]) == _words(want[i])), None)
+                if k is None:  # reworded (a unit changed, say): the most alike line a `...` took
+                    k = max(loose, key=lambda k: _alike(got[k], want[i]), default=None)
+                    k = k if k is not None and _alike(got[k], want[i]) >= 0.6 else None
                 if k is not None:
                     keep[i], matched[i] = got[k], k
                     loose.remove(k)
@@ -269,6 +272,12 @@ def rewrite(lines: list[str], block: Block, ran: list[Ran]) -> None:
             new += ([keep[i]] if i in keep else [ln] if ln.strip() == "..." else []) + after.get(i, [])
             i += 1
     lines[block.start:block.end] = new
+
+
+def _alike(a: str, b: str) -> float:
+    """How alike two lines' words are (difflib's ratio over their words, 0..1)."""
+    import difflib
+    return difflib.SequenceMatcher(None, a.split(), b.split()).ratio()
 
 
 def _words(line: str) -> str:

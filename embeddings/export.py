@@ -23,7 +23,6 @@ scale and bias; ``build()`` rebuilds that module from ``model.json``.
 """
 from __future__ import annotations
 
-import shutil
 
 import torch
 
@@ -130,8 +129,7 @@ def quantize_tables(model: torch.nn.Module) -> torch.nn.Module:
 def export_dlrm(tr, cfg) -> dict:
     """Write ``cfg.out`` from checkpoint ``tr`` (a ``train-dlrm`` one); returns what was written."""
     from embeddings.job import quiet_torchrec, require_torchrec
-    from graphdist.fileio import atomic_torch_save, atomic_write_json, atomic_write_text
-    from graphdist.outputs import begin_dir, swap_into
+    from graphdist.outputs import write_model_dir
     require_torchrec()
     quiet_torchrec()
     quantize = getattr(cfg, "quantize", "none")
@@ -150,15 +148,7 @@ def export_dlrm(tr, cfg) -> dict:
         del model
     table_bytes = sum(v.numel() * v.element_size() for k, v in sd.items() if ".embedding_bags." in k)
     spec["tables_bytes"] = table_bytes
-    tmp = begin_dir(cfg.out)
-    try:
-        atomic_torch_save(sd, tmp / "model.pt")
-        atomic_write_json(tmp / "model.json", spec)
-        atomic_write_text(tmp / "model.py", MODEL_PY)
-        swap_into(tmp, cfg.out, cfg.overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    write_model_dir(cfg.out, cfg.overwrite, sd, spec, MODEL_PY)
     model = f"{spec['arch']}, {len(spec['tables'])} tables, {spec['embedding_dim']} wide"
     if quantize == "int8":
         model += (f", int8 tables {fmt_bytes(table_bytes)} ({table_bytes / max(float_bytes, 1):.3f}x of "

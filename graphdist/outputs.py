@@ -39,7 +39,7 @@ import numpy as np
 
 from graphdist.errors import ConfigError
 
-__all__ = ["check_out", "PartsWriter", "part_name", "vectors", "id_array", "read_manifest", "begin_dir", "swap_into",
+__all__ = ["check_out", "PartsWriter", "part_name", "vectors", "id_array", "read_manifest", "begin_dir", "swap_into", "write_model_dir",
            "MANIFEST",
            "FORMAT_VERSION", "ROWS_PER_GROUP"]
 
@@ -220,6 +220,21 @@ def swap_into(tmp, out, overwrite: bool) -> None:
     fsync_dir(out.absolute().parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def write_model_dir(out, overwrite: bool, state: dict, spec: dict, source: str) -> None:
+    """An exported model's folder, whole or not at all: ``model.pt`` (``state``), ``model.json``
+    (``spec``) and ``model.py`` (``source``), written into :func:`begin_dir` and swapped into ``out``."""
+    from graphdist.fileio import atomic_torch_save, atomic_write_json, atomic_write_text
+    tmp = begin_dir(out)
+    try:
+        atomic_torch_save(state, tmp / "model.pt")
+        atomic_write_json(tmp / "model.json", spec)
+        atomic_write_text(tmp / "model.py", source)
+        swap_into(tmp, out, overwrite)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def _is_vector(t) -> bool:

@@ -23,7 +23,6 @@ The built-in ``gcn`` / ``sage`` become ``GCNConv`` / ``SAGEConv`` layers (``weig
 """
 from __future__ import annotations
 
-import shutil
 
 import torch
 
@@ -35,9 +34,8 @@ __all__ = ["export_gcn", "MODEL_PY"]
 def export_gcn(tr, cfg) -> dict:
     """Write ``cfg.out`` from the checkpoint ``tr`` (:class:`graphdist.trained.Trained`, a
     ``train-gcn`` one); returns what was written."""
-    from graphdist.fileio import atomic_torch_save, atomic_write_json, atomic_write_text
     from graphdist.gnn.config import BUILTIN_MODELS
-    from graphdist.outputs import begin_dir, swap_into
+    from graphdist.outputs import write_model_dir
     s = tr.settings
     sd = tr.tensors("model")
     if s["model"] in BUILTIN_MODELS:
@@ -49,15 +47,7 @@ def export_gcn(tr, cfg) -> dict:
     spec.update(trainer="gcn", checkpoint=str(tr.snap), step=tr.step, fingerprint=tr.fingerprint,
                 preprocessing={"row_normalize": bool(s.get("row_normalize")), "merge_repeated_edges": True,
                                "self_loops": "one per node (GCN norm)" if s["model"] == "gcn" else "as given"})
-    tmp = begin_dir(cfg.out)
-    try:
-        atomic_torch_save(state, tmp / "model.pt")
-        atomic_write_json(tmp / "model.json", spec)
-        atomic_write_text(tmp / "model.py", source)
-        swap_into(tmp, cfg.out, cfg.overwrite)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    write_model_dir(cfg.out, cfg.overwrite, state, spec, source)
     return {"out": str(cfg.out), "files": ["model.py", "model.pt", "model.json"], "model": s["model"],
             "tensors": len(state), "parameters": int(sum(v.numel() for v in state.values()))}
 

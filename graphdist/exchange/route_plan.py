@@ -31,9 +31,10 @@ __all__ = ["SenderPlan", "sender_plan", "receiver_plan", "plan_peak_bytes", "pla
 PEAK_PER_SEND_ROW = 56
 """Bytes per message row sent of the plan's build, at most: the keys (8), the part's owned ids and
 send positions they are read from (16, pages of a mapped part file), :func:`sender_plan`'s working
-set on one other host's raw rows at a time and its phase-1 rows (the whole build measured at
-most 75 bytes per row sent on products-sized parts, ``benchmarks/route_plan.py``, BENCHMARKS.md "The route
-plan's memory")."""
+set on one other host's raw rows at a time and its phase-1 rows (the whole build, sender, receiver
+and carrier together, measured 87-147 bytes per row sent on parts of the products-shaped SBM at a
+quarter of its nodes, k = 4 and 8, ``benchmarks/route_plan.py``, BENCHMARKS.md "The route plan's
+memory")."""
 PEAK_PER_RECV_ROW = 32
 """Bytes per message row received: the message (int32 pairs), each row's carrier, the positions
 of the rows received directly and through a carrier (:func:`receiver_plan`)."""
@@ -199,7 +200,8 @@ def plan_peak_bytes(n_send: int, n_recv: int, ranks_per_host: int) -> int:
     """The most bytes :func:`graphdist.exchange.route.gather_route` holds at once for a routed
     plan of a rank that sends ``n_send`` and receives ``n_recv`` message rows per exchange (its
     layout's), on top of what the rank held before, the plan it keeps included: the sender's
-    side, the receiver's and the carrier's added up (an upper bound: 1.6-2.5x the peaks measured
-    on products-sized parts at k = 4, BENCHMARKS.md "The route plan's memory")."""
+    side, the receiver's and the carrier's added up (an upper bound: 1.07-1.42x the peaks measured
+    at k = 4 and 1.23-2.07x at k = 8 on parts of the products-shaped SBM at a quarter of its
+    nodes, BENCHMARKS.md "The route plan's memory")."""
     return (PEAK_PER_SEND_ROW * int(n_send) + PEAK_PER_RECV_ROW * int(n_recv)
             + PEAK_PER_FORWARDED_ROW * max(int(ranks_per_host) - 1, 0) * int(n_recv))

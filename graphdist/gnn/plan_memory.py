@@ -6,6 +6,7 @@ across hosts holds (``--halo-route hosts``, :func:`route_bytes`): its plan, buil
 and the buffers of its two phases in every exchange."""
 from __future__ import annotations
 
+from graphdist.gnn.plan_replay import Epoch, Replay
 from graphdist.gnn.stats import PartStats, layer_plan
 from graphdist.memory import PROCESS_BYTES
 
@@ -33,106 +34,23 @@ def route_bytes(ps: PartStats, mode: str, per_host: int) -> tuple[int, int]:
 def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, k: int = 1,
                     per_host: int = 0) -> int:
     """Largest bytes of activations and gradients live at one time in an epoch (training
-    forward, backward, evaluation), replaying the tensors the layers allocate and free.
+    forward, backward, evaluation), replayed tensor by tensor (:func:`activation_replay`), with
+    the allocator's slack."""
+    return int(activation_replay(ps, layers, cfg, mode, active, k, per_host).peak() * ALLOC_SLACK)
+
+
+def activation_replay(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, k: int = 1,
+                      per_host: int = 0) -> Replay:
+    """The tensors of one epoch as the layers allocate and free them (:mod:`graphdist.gnn.models`,
+    :mod:`graphdist.exchange.spmm`): the training forward and backward, the evaluation forward.
     ``per_host`` > 1: the exchanges take the route across hosts (``--halo-route hosts``), whose
     two phases hold, beside the direct exchange's buffers, a copy of the rows sent, the rows
     received and those forwarded (at most ``per_host - 1`` copies of each row received)."""
-    n, f4 = ps.n, 4
-    ms, mr = (ps.send.get(mode, 0), ps.recv.get(mode, 0)) if active else (0, 0)
-    rounds = max(1, int(getattr(cfg, "halo_rounds", 1) or 1)) if active else 1
-    routed = active and per_host > 1
-    live = peak = 0
-
-    def alloc(b):
-        nonlocal live, peak
-        live += b
-        peak = max(peak, live)
-
-    def exchange(w, sent, got):
-        """One product with its exchange in ``rounds`` rounds (``graphdist.exchange.spmm``): a
-        round's send rows and receive buffer, the owned product (kept: the output), then per
-        round the next round posted, the send rows let go at the wait, the halo block's product
-        added into the output in place, the received rows let go."""
-        s = -(-sent // rounds) + (k if rounds > 1 and sent else 0)  # a round takes ceil(c/R) of a peer's rows
-        q = -(-got // rounds) + (k if rounds > 1 and got else 0)
-        alloc((s + q) * w * f4)
-        two = (s + q + (per_host - 1) * max(s, q)) * w * f4 if routed else 0  # the route's phase buffers
-        alloc(two)
-        alloc(-two)
-        alloc(n * w * f4)
-        for r in range(rounds):
-            if r + 1 < rounds:
-                alloc((s + q) * w * f4)
-            alloc(-s * w * f4)
-            alloc(-q * w * f4)
-
-    def prop(w, held=False):
-        exchange(w, 0, mr) if held else exchange(w, ms, mr)  # held: the pass's message rows, no send
-
-    saved = []
-    inp = 0  # bytes of the current input tensor that the forward owns
-    for i, lay in enumerate(layers):
-        fi, fo, w = lay["f_in"], lay["f_out"], lay["train_width"]
-        if i == 0 and cfg.dropout > 0:
-            alloc(n * fi * f4)  # the dropped-out copy of the features
-            inp = n * fi * f4
-        if lay["train_first"]:
-            prop(fi, lay.get("train_held", False))
-            alloc(n * fo * f4)  # the linear's output
-            saved.append(n * fi * f4)  # A h, for the weight gradient
-            if i == 0 or not inp:
-                alloc(-inp)
-            else:
-                saved.append(inp)
-        else:
-            alloc(n * fo * f4)  # h W^T
-            prop(fo)
-            alloc(-n * fo * f4)
-            saved.append(inp)  # h, for the weight gradient
-        if cfg.batch_norm and i < len(layers) - 1:
-            alloc(2 * n * fo * f4)
-            saved.append(2 * n * fo * f4)
-        inp = n * fo * f4
-    # backward: the loss gradient, then per layer: the sparse product's gradient (with its
-    # exchange), the linear's, the ReLU/dropout's; each freed once the next one exists
-    g = n * layers[-1]["f_out"] * f4
-    alloc(g)
-    for i in range(len(layers) - 1, -1, -1):
-        lay = layers[i]
-        fi, fo, first = lay["f_in"], lay["f_out"], lay["train_first"]
-        into = i > 0 or cfg.label_rate > 0  # the layer's input needs a gradient (not the raw features)
-        steps = ([fi] if into else []) + ([fi] if into else []) if first else [fo] + ([fi] if into else [])
-        for j, width in enumerate(steps):
-            sparse = (first and j == 1) or (not first and j == 0)
-            if sparse:  # gradient rows out and back, then the send operator's product added (mvc)
-                exchange(width, mr, ms)
-            else:
-                alloc(n * width * f4)
-            alloc(-g)
-            g = n * width * f4
-        if i > 0:  # through the ReLU / dropout before this layer
-            alloc(n * fi * f4)
-            alloc(-g)
-            g = n * fi * f4
-        alloc(-saved.pop() if saved else 0)
-    train_peak = peak
-    # evaluation: nothing saved; a layer's input, its product and its output live at a time
-    live = peak = prev = 0
-    for i, lay in enumerate(layers):
-        fo, w = lay["f_out"], lay["eval_width"]
-        if lay["eval_first"]:
-            kept = i == 0 and lay["eval_reuse"] and (not active or lay.get("eval_held", False))  # counted with the arrays
-            if not kept:
-                prop(w)
-            alloc(n * fo * f4)
-            alloc(0 if kept else -n * w * f4)
-        else:
-            alloc(n * fo * f4)  # h W^T
-            prop(fo)
-            alloc(-n * fo * f4)
-        alloc(-prev)
-        prev = n * fo * f4
-    return int(max(train_peak, peak) * ALLOC_SLACK)
+    ep = Epoch(ps, cfg, mode, active, k, per_host)
+    ep.train(layers)
+    ep.phase = "eval"
+    ep.evaluation(layers)
+    return ep
 
 
 def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str, held: bool,

@@ -47,9 +47,10 @@ def activation_replay(ps: PartStats, layers: list[dict], cfg, mode: str, active:
     two phases hold, beside the direct exchange's buffers, a copy of the rows sent, the rows
     received and those forwarded (at most ``per_host - 1`` copies of each row received)."""
     ep = Epoch(ps, cfg, mode, active, k, per_host)
-    ep.train(layers)
-    ep.phase = "eval"
+    ep.carried(layers)
+    logits = ep.train(layers)
     ep.evaluation(layers)
+    ep.free(logits)  # the training pass's logits: held until the next epoch's
     return ep
 
 

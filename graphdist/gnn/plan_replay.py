@@ -65,21 +65,19 @@ class Replay:
                 top = max(top, live)
         return top
 
-    def live_at_peak(self, phase: str) -> dict[str, int]:
-        """``{name: bytes}`` of the buffers live when ``phase`` first reaches its peak."""
-        live, top, now, at = 0, -1, {}, {}
+    def at_peak(self, phase: str, within: int = 0) -> set[str]:
+        """The buffers of ``phase`` live at every moment it comes within ``within`` bytes of its
+        :meth:`phase_peak` (leaving one of them out lowers every such moment by its size)."""
+        top, live, now, common = self.phase_peak(phase), 0, set(), None
+        mine = self.buffers(phase)
         for ph, name, b in self.events:
-            if ph != phase:
+            if ph != phase or name not in mine:
                 continue
             live += b
-            if b > 0:
-                now[name] = b
-            else:
-                now.pop(name, None)
-            if live > top:
-                top, at = live, dict(now)
-        return at
-
+            (now.add if b > 0 else now.discard)(name)
+            if live >= top - within:
+                common = set(now) if common is None else common & now
+        return common or set()
 
 
 class Epoch(Replay):

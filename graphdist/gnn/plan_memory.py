@@ -1,6 +1,8 @@
 """The memory model of a ``train-gcn`` rank (``graphdist plan`` and the check before a run):
 the arrays it holds plus the largest bytes of activations and gradients live at one time in an
-epoch, replayed tensor by tensor (:func:`activation_peak`), with the allocator's slack on top
+epoch, replayed tensor by tensor (:func:`activation_peak`, :mod:`graphdist.gnn.plan_replay`,
+checked against torch's allocation record in ``tests/test_memory_record.py``), with the allocator's
+slack on top
 (:data:`ALLOC_SLACK`), over the process's own footprint (:data:`RUNTIME_BYTES`); and what the route
 across hosts holds (``--halo-route hosts``, :func:`route_bytes`): its plan, built before training,
 and the buffers of its two phases in every exchange."""
@@ -19,7 +21,8 @@ ALLOC_SLACK = 1.05
 1.037-1.067 (``(peak - a 400-node run's peak - predicted arrays) / replayed activations`` on 40k-
 and 80k-node SBM graphs at k = 1 and 2, hidden 256 and 512: ``python benchmarks/memory_constants.py``,
 BENCHMARKS.md "Memory model constants"), the middle of that range; with it the predicted peak above
-the footprint was 0.985-1.010 of the measured one."""
+the footprint was 0.985-1.010 of the measured one. (Fitted on the replay before it was checked
+against the allocator's record, issue 47 item 8; not refitted since.)"""
 
 
 def route_bytes(ps: PartStats, mode: str, per_host: int) -> tuple[int, int]:
@@ -86,10 +89,6 @@ def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str
     optimizer = params * 4 * 3  # gradient and two Adam moments
     act = activation_peak(ps, layers, cfg, mode, active, k, per_host if routed else 0)
     route_held, route_peak = route_bytes(ps, mode, per_host) if routed else (0, 0)
-    if active and getattr(cfg, "halo_staleness", 0):  # last epoch's rows held per layer and direction
-        smooth = 2 if getattr(cfg, "staleness_smoothing", 0.0) > 0 else 1
-        act += smooth * 4 * sum(lay["train_width"] * (ps.recv.get(mode, 0) + (ps.send.get(mode, 0) if lay["needs_input_grad"] else 0))
-                                for lay in layers)
     # the route's plan is built before training: its build peak stands beside the part's CSR
     # (let go once the net is built), where the activations will stand later
     build = route_peak - route_held + ps.edges * 4 + (n + 1) * 8 if routed else 0

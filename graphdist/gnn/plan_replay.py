@@ -170,11 +170,17 @@ class Epoch(Replay):
         return out
 
     def dropout(self, r: int, w: int, what: str) -> str:
-        """:func:`graphdist.gnn.models.keyed_dropout` into a new tensor (its scratch compare
-        buffer as large, let go at once)."""
+        """:func:`graphdist.gnn.models.keyed_dropout` into a new tensor (a block of rows at a
+        time: the compare's scratch of one block, let go at once)."""
         out = self.rows(r, w, what)
-        self.free(self.rows(r, w, f"{what}: scratch"))
+        self.scratch(r, w, f"{what}: scratch")
         return out
+
+    def scratch(self, r: int, w: int, what: str) -> None:
+        """The dropout's compare of one block of rows (:func:`graphdist.keyed.blocks`), made and
+        let go."""
+        from graphdist.keyed import BLOCK
+        self.free(self.rows(min(r, max(1, BLOCK // max(w, 1))), w, what))
 
     def held_prop(self, i: int, w: int) -> tuple[str, str]:
         """The first layer's product of held halo rows (``--input-halo resident``): their
@@ -197,9 +203,9 @@ class Epoch(Replay):
         for i, lay in enumerate(layers):
             fi, fo = lay["f_in"], lay["f_out"]
             keep = {"early": [], "late": [], "bn": []}
-            if i > 0:  # the ReLU (and dropout, in place: a scratch as large) of the last output
+            if i > 0:  # the ReLU (and dropout, in place, a block at a time) of the last output
                 if cfg.dropout > 0:
-                    self.free(self.rows(n, fi, f"L{i} ReLU/dropout scratch"))
+                    self.scratch(n, fi, f"L{i} ReLU/dropout scratch")
                 keep["late"].append(h)  # kept by the ReLU/dropout (and the weight gradient)
             root = self.rows(n, fo, f"L{i} root h W_r^T") if self.sage else None
             if lay["train_first"]:

@@ -279,7 +279,7 @@ def row_lines(path: str, rows, cache_dir: str | None = None) -> np.ndarray:
     existed skipped nothing, else :func:`ensure_cache` rebuilt it)."""
     rows = np.asarray(rows, dtype=np.int64)
     p = os.path.join(cache_path(path, cache_dir), "skipped.npy")
-    skipped = np.load(p) if os.path.exists(p) else np.zeros(0, np.int64)
+    skipped = np.load(p, allow_pickle=False) if os.path.exists(p) else np.zeros(0, np.int64)
     if skipped.size == 0:
         return rows
     kept_before = skipped - np.arange(skipped.size)  # rows kept before each skipped line

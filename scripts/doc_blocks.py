@@ -68,8 +68,12 @@ class Block:
 
 
 def pages() -> list[Path]:
-    """README.md and every Markdown page of the docs site, in a fixed order."""
-    return [README, *sorted(p for p in DOCS.rglob("*.md") if "hooks" not in p.relative_to(DOCS).parts)]
+    """README.md and every Markdown page of the docs site, in a fixed order; not the benchmark
+    pages (``benchmarks-details.md``, ``benchmarks-history.md``), which, as BENCHMARKS.md, record
+    what a measurement printed on its date and machine, with the command that made it."""
+    skip = {"benchmarks-details.md", "benchmarks-history.md"}
+    return [README, *sorted(p for p in DOCS.rglob("*.md")
+                            if "hooks" not in p.relative_to(DOCS).parts and p.name not in skip)]
 
 
 def fences(lines: list[str]) -> list[tuple[int, int]]:

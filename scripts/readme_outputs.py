@@ -25,7 +25,7 @@ files git tracks or would add, none it ignores: ``datasets/`` is the data home a
 its root, under bash, one intra-op thread per process. ``$GRAPHDIST_DATA`` (the caller's) is set
 only for a group whose data the shipped data home lacks; a group whose data no data home has is
 skipped, saying which file is missing. Each command's exit code is checked, and its output
-(stdout, then stderr; progress bars dropped) must be the block's lines one for one: a line that
+(stdout, then stderr; progress bars and progress lines dropped) must be the block's lines one for one: a line that
 appears or disappears is a drift; their order may differ (ranks print concurrently). Within a
 line, measured times and rates (``ms``, ``samples/s``, ``time ... s``, plan's ``(est.)`` and
 ``time s`` columns) and the machine's free memory (``fits in ... GiB``) are not compared; the
@@ -63,6 +63,10 @@ MEMORY_TOLERANCE = 0.15
 libraries, thread pools) by up to about 10%: 15% passes that and fails a 25% change"""
 WARNING = re.compile(r"(?i)\bwarn(ing)?\b|\berror\b:|traceback")
 PROGRESS = re.compile(r"^[^|\n]*\d+%\|[^|]*\|[^\]]*\]")
+LOG_PROGRESS = re.compile(r"^[\w-]+: [\w-]+ \d+/\d+ \(\d+%\)(, |$)")
+"""A progress line written where stderr is not a terminal (``graphdist.progress.LogLines``:
+``train-gcn: epoch 20/200 (10%), 15.3 epoch/s, 12s left, loss=1.7424``): at a terminal, where the
+pages' commands are typed, it is the bar, so it is dropped as the bar is."""
 
 
 @dataclass
@@ -217,6 +221,8 @@ def _no_bars(text: str) -> list[str]:
     """stderr's lines without progress bars (redrawn in place with carriage returns)."""
     out = []
     for ln in text.split("\n"):
+        if LOG_PROGRESS.match(ln):
+            continue
         if "\r" in ln or PROGRESS.match(ln):
             out += [p for p in (PROGRESS.sub("", part) for part in ln.split("\r")) if p.strip()]
         else:
@@ -248,6 +254,9 @@ def rewrite(lines: list[str], block: Block, ran: list[Ran]) -> None:
         for i, j in path:  # a line printed with other figures: the same words
             if i is not None and j is None:
                 k = next((k for k in loose if _words(got[k]) == _words(want[i])), None)
+                if k is None:  # reworded (a unit changed, say): the most alike line a `...` took
+                    k = max(loose, key=lambda k: _alike(got[k], want[i]), default=None)
+                    k = k if k is not None and _alike(got[k], want[i]) >= 0.6 else None
                 if k is not None:
                     keep[i], matched[i] = got[k], k
                     loose.remove(k)
@@ -263,6 +272,12 @@ def rewrite(lines: list[str], block: Block, ran: list[Ran]) -> None:
             new += ([keep[i]] if i in keep else [ln] if ln.strip() == "..." else []) + after.get(i, [])
             i += 1
     lines[block.start:block.end] = new
+
+
+def _alike(a: str, b: str) -> float:
+    """How alike two lines' words are (difflib's ratio over their words, 0..1)."""
+    import difflib
+    return difflib.SequenceMatcher(None, a.split(), b.split()).ratio()
 
 
 def _words(line: str) -> str:

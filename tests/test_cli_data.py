@@ -55,6 +55,6 @@ def test_data_info_says_what_it_writes_and_takes_the_cache_dir_for_criteo(tmp_pa
     assert main(["data", "info", f"criteo:{tsv}", "--cache-dir", str(cache), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"] == 5
     assert sorted(p.name for p in (cache / "day_0.txt.graphdist-cache").iterdir()) == [
-        "dense.npy", "labels.npy", "meta.json", "sparse.npy"]
+        "dense.npy", "labels.npy", "meta.json", "skipped.npy", "sparse.npy"]
     assert main(["data", "info", "sbm:nodes=50", "--cache-dir", str(cache)]) == 2
     assert "--cache-dir applies to criteo: specs only, not sbm:" in capsys.readouterr().err

@@ -58,7 +58,9 @@ def test_feature_and_label_count_mismatch(tmp_path):
         load_graph(f"npz:{p}")
 
 
-def test_missing_files(tmp_path):
+def test_missing_files(tmp_path, monkeypatch):
+    import graphdist.specs
+    monkeypatch.setattr(graphdist.specs, "data_homes", lambda: [tmp_path / "no-home"])  # no complete copy elsewhere
     with pytest.raises(MissingFileError, match="edge list .*nope.txt.* not found"):
         load_graph(f"edgelist:{tmp_path / 'nope.txt'}")
     (tmp_path / "Cora" / "raw").mkdir(parents=True)

@@ -19,7 +19,9 @@ go to its own Parquet file (:mod:`graphdist.outputs`)::
                                 one-layer model), before its activation
 
 Refused in one line before the forward pass: a checkpoint of another trainer, of another number
-of classes or input features, or of another graph (fingerprint), each naming both sides.
+of classes or input features, or of another graph (fingerprint), each naming both sides; a part
+that would not fit its machine's memory or its rank's process limit, with the numbers
+(:mod:`graphdist.gnn.infer_memory`, checked once the part is loaded, before it is reordered and the model built).
 """
 from __future__ import annotations
 
@@ -139,6 +141,7 @@ def infer(cfg: InferConfig) -> dict:
     the report."""
     from graphdist import comm
     from graphdist.memory import peak_memory_bytes
+    from graphdist.gnn.infer_memory import check_infer_fits
     from graphdist.procgroup import start_rank
     from graphdist.timer import Timer
     from graphdist.trained import open_checkpoint
@@ -152,6 +155,7 @@ def infer(cfg: InferConfig) -> dict:
         n_classes = int(comm.all_reduce_max(torch.tensor([lg.num_classes])).item())
         where = cfg.spec or cfg.partition
         _check(tr, gcfg, lg, n_classes, where)
+        fits = check_infer_fits(gcfg, lg, n_classes, _emb_width(cfg, gcfg, n_classes), ctx.device)
         lg, ids = _reordered(lg, ids, gcfg)
         net = _net(gcfg, lg, n_classes, ctx.device)
         _check_shapes(tr, net.model, n_classes, int(lg.x.shape[1]))
@@ -171,6 +175,7 @@ def infer(cfg: InferConfig) -> dict:
             "embedding_layer": layer, "embedding_width": int(emb.shape[1]), "model": gcfg.model,
             "checkpoint": str(tr.snap), "time/load_s": t_load.seconds, "time/forward_s": t_fwd.seconds,
             "time/write_s": t_write.seconds, "mem/peak_bytes": int(max(peaks)), "mem/peak_bytes_per_rank": peaks,
+            "mem/estimate_bytes_per_rank": fits and fits["need_bytes_per_rank"],
             "world_size": ctx.world_size, "device": str(ctx.device)}
 
 
@@ -265,6 +270,13 @@ def _layer(cfg, gcfg, net) -> int:
     if not 1 <= layer <= n:
         raise ConfigError(f"--layer {layer}: the {gcfg.model} model has {n} message-passing layers (1..{n})")
     return layer
+
+
+def _emb_width(cfg, gcfg, n_classes: int) -> int:
+    """The written embedding's width for graphdist's own models (``--layer`` as :func:`_layer`
+    resolves it, checked there): the hidden width, or the classes for the output layer."""
+    layer = cfg.layer if cfg.layer is not None else max(gcfg.layers - 1, 1)
+    return n_classes if layer >= gcfg.layers else gcfg.hidden
 
 
 def _layers(model) -> list:

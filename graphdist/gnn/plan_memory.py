@@ -35,11 +35,12 @@ def route_bytes(ps: PartStats, mode: str, per_host: int) -> tuple[int, int]:
 
 
 def activation_peak(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, k: int = 1,
-                    per_host: int = 0) -> int:
+                    per_host: int = 0, train: bool = True) -> int:
     """Largest bytes of activations and gradients live at one time in an epoch (training
     forward, backward, evaluation), replayed tensor by tensor (:func:`activation_replay`), with
-    the allocator's slack."""
-    return int(activation_replay(ps, layers, cfg, mode, active, k, per_host).peak() * ALLOC_SLACK)
+    the allocator's slack; ``train=False``: of the evaluation pass alone (``graphdist infer``)."""
+    rp = activation_replay(ps, layers, cfg, mode, active, k, per_host)
+    return int((rp.peak() if train else rp.phase_peak("eval", static=False)) * ALLOC_SLACK)
 
 
 def activation_replay(ps: PartStats, layers: list[dict], cfg, mode: str, active: bool, k: int = 1,
@@ -57,6 +58,21 @@ def activation_replay(ps: PartStats, layers: list[dict], cfg, mode: str, active:
     return ep
 
 
+def adjacency_bytes(ps: PartStats, model: str, mode: str, active: bool) -> int:
+    """Bytes of the model's normalised adjacency of a part: the owned block (one CSR where GCN's
+    is symmetric, else it and its transpose) and, with an exchange, the halo block (and mvc's
+    send operator)."""
+    n = ps.n
+    own_nnz = ps.own_edges - (ps.loops if model == "gcn" else 0) + (n if model == "gcn" else 0)
+    sym = ps.symmetric and model == "gcn"
+    adj = own_nnz * 8 * (1 if sym else 2) + 4 * (n + 1) * (1 if sym else 2)
+    if active:
+        adj += ps.halo_entries.get(mode, 0) * 8 * 2 + 4 * (n + ps.recv.get(mode, 0) + 2)
+        if mode == "mvc":
+            adj += ps.send_entries * 8 * 2 + 4 * (n + ps.send.get(mode, 0) + 2)
+    return adj
+
+
 def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str, held: bool,
                 per_host: int = 0) -> dict:
     """Bytes of one rank, by what holds them (the exchange in ``cfg.halo_rounds`` rounds; ``held``:
@@ -69,15 +85,7 @@ def rank_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, mode: str
     routed = active and getattr(cfg, "halo_route", "direct") == "hosts" and 1 < per_host < k
     layers = layer_plan(cfg, f_in, n_classes, active, held)
     n = ps.n
-    loops_added = n if cfg.model == "gcn" else 0
-    own_nnz = ps.own_edges - (ps.loops if cfg.model == "gcn" else 0) + loops_added
-    sym = ps.symmetric and cfg.model == "gcn"
-    adj = own_nnz * 8 * (1 if sym else 2) + 4 * (n + 1) * (1 if sym else 2)
-    if active:
-        hn = ps.halo_entries.get(mode, 0)
-        adj += hn * 8 * 2 + 4 * (n + ps.recv.get(mode, 0) + 2)
-        if mode == "mvc":
-            adj += ps.send_entries * 8 * 2 + 4 * (n + ps.send.get(mode, 0) + 2)
+    adj = adjacency_bytes(ps, cfg.model, mode, active)
     feats = n * f_in * 4
     held = active and (layers[0].get("eval_held", False) or layers[0].get("train_held", False))
     kept = n * f_in * 4 if layers[0]["eval_reuse"] and (not active or layers[0].get("eval_held", False)) else 0

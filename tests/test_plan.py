@@ -187,16 +187,18 @@ def test_rounds_are_the_fewest_that_fit():
     assert _rounds(cfg, _facts(lg, 4, 2 * need[1], ceiling=between)) == 8
     with pytest.raises(ConfigError, match=r"GiB per rank in 64 halo rounds, and a rank may hold only .* ulimit -d"):
         _rounds(cfg, _facts(lg, 4, 2 * need[1], ceiling=need[64] - 1))
-    # plan, in stats mode, with a replication that makes the halo three times the rows
+    # plan, in stats mode, with a replication that makes the halo three times the rows, the input's
+    # halo rows exchanged (held ones are not sent in rounds, and at three times the rows they, not
+    # the rounds' buffers, would set the peak: tests/test_memory_record.py)
     base = dict(num_nodes=10**6, num_edges=10**7, features=64, classes=4, parts=4, replication=4.0,
-                layers=2, hidden=64, halo="plain", spmm_rate=1e9)
+                layers=2, hidden=64, halo="plain", spmm_rate=1e9, input_halo="exchange")
     peak = {r: plan(PlanConfig(halo_rounds=r, **base))["mem/peak_bytes"] for r in (2, 4)}
     assert peak[4] < peak[2]
     got = plan(PlanConfig(mem_per_rank=(peak[2] + peak[4]) / 2 / 2**30, **base))
     assert got["comm/halo_rounds"] == 4 and got["fits"] is True and got["mem/peak_bytes"] == peak[4]
     # --halo auto: the rounds of the mode it resolves to, not of no exchange (stats mode: both modes
-    # move the same rows, a tie, which the run's rule gives mvc; --halo-error 0 keeps the input's
-    # rows held, as in the plain runs above)
+    # move the same rows, a tie, which the run's rule gives mvc; --halo-error 0 keeps the widths
+    # at 32 bits, as in the plain runs above)
     got = plan(PlanConfig(mem_per_rank=(peak[2] + peak[4]) / 2 / 2**30, **{**base, "halo": "auto", "halo_error": 0.0}))
     assert got["comm/halo"] == "mvc" and got["comm/halo_rounds"] == 4 and got["fits"] is True
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.profiler import record_function
 
 from graphdist import comm
 from graphdist.exchange.stale import STALE_RESHARD
@@ -53,14 +54,15 @@ class GCNTask(Task):
             with Timer(self.dev) as t:
                 model.train()
                 self.opt.zero_grad(set_to_none=True)
-                tm, labels_in, denom = _label_split(cfg, masks[0], y, self.ids, epoch, self.n_train)
-                out = net.train_pass(epoch, labels_in)
-                loss = F.cross_entropy(out[tm], y[tm], reduction="sum") / denom
-                loss.backward()
+                with record_function("graphdist.train"):  # named ranges in a torch.profiler record
+                    tm, labels_in, denom = _label_split(cfg, masks[0], y, self.ids, epoch, self.n_train)
+                    out = net.train_pass(epoch, labels_in)
+                    loss = F.cross_entropy(out[tm], y[tm], reduction="sum") / denom
+                    loss.backward()
                 net.sync_grads()
                 self.opt.step()
                 model.eval()
-                with torch.no_grad():
+                with torch.no_grad(), record_function("graphdist.eval"):
                     known = torch.where(masks[0], y, -1) if cfg.label_rate > 0 else None
                     ok = net.eval_pass(known).argmax(1) == y
                     m = torch.stack([loss.detach().double() * self.n_train] +  # mean loss, times n_train

@@ -57,7 +57,10 @@ TIMES = [(re.compile(r"\d[\d,]*(?:\.\d+)? ms\b"), "<t> ms"),
 MEASURED_COLUMN = re.compile(r"(epoch s \(est\.\)|time s)\s*$")
 """a table whose last column is measured: its rows' last figure is not compared"""
 ROW_FIGURE = re.compile(r"^(\s*\S.*?\s)(\d[\d,]*(?:\.\d+)?)(\s*(?:\(inexact\)|<- \S+)?)$")
-MEMORY = re.compile(r"(peak mem(?:ory)?|peak RSS|needs about|may hold only) (\d[\d,]*(?:\.\d+)?) (MiB|GiB)")
+MEMORY = re.compile(r"(peak mem(?:ory)?|peak RSS|peak|needs about|may hold only) (\d[\d,]*(?:\.\d+)?) (MiB|GiB)")
+ROW_PEAK = re.compile(r"(\d[\d,]*(?:\.\d+)? (?:MiB|GiB))(\s+<est>)")
+"""plan's per-rank peak, the column before its measured estimate: a process's memory (it counts
+an in-process run's whole-graph load, measured as it loads)"""
 MEMORY_TOLERANCE = 0.15
 """a process's memory differs between runs by a few percent and between machines (allocator,
 libraries, thread pools) by up to about 10%: 15% passes that and fails a 25% change"""
@@ -84,6 +87,7 @@ def shapes(lines: list[str]) -> list[tuple[str, list[float]]]:
     for line in lines:
         if measured and line[:1] in " 0123456789" and ROW_FIGURE.match(line):
             line = ROW_FIGURE.sub(r"\1<est>\3", line)
+            line = ROW_PEAK.sub(r"peak \1\2", line)
         elif line.strip() != "..." and not re.fullmatch(r"[-\s]+", line):  # `...` and a rule keep the table
             measured = bool(MEASURED_COLUMN.search(line))
         for pat, rep in TIMES:

@@ -58,6 +58,13 @@ Items:
 10. :func:`tensor_from_numpy` -- ``torch.from_numpy`` keeps numpy's strides, and numpy gives an
    empty array stride 0 (``torch/csrc/utils/tensor_numpy.cpp``, C++); ``torch.save`` writes the
    strides, so a part file built by k ranks would differ from the one-process artifact's bytes.
+11. :func:`profiler_event_tree`, :func:`is_allocation` -- torch.profiler's record of every
+   allocation in order, with its address and size: the event tree of a finished
+   ``profile(profile_memory=True)`` (``prof.profiler.kineto_results.experimental_event_tree()``,
+   ``torch/autograd/profiler.py``) whose allocation nodes carry the tag
+   ``torch._C._profiler._EventType.Allocation`` and ``extra_fields.ptr`` / ``alloc_size``. The
+   public ``key_averages()`` sums memory per op and loses the order and the addresses the memory
+   model's check needs (:mod:`graphdist.gnn.alloc_record`).
    The values are copied into a tensor torch made (torch's own strides).
 """
 from __future__ import annotations
@@ -237,3 +244,17 @@ def tensor_from_numpy(arr) -> torch.Tensor:
     t = torch.empty(arr.shape, dtype=torch.from_numpy(arr[:0]).dtype)
     t.numpy()[...] = arr
     return t
+
+
+# 11. the profiler's record of each allocation ------------------------------------------------
+
+def profiler_event_tree(prof) -> list:
+    """The root events of a finished ``torch.profiler.profile`` (item 11)."""
+    return prof.profiler.kineto_results.experimental_event_tree()
+
+
+def is_allocation(node) -> bool:
+    """Whether an event of :func:`profiler_event_tree` is an allocation (a free when its
+    ``extra_fields.alloc_size`` is negative; item 11)."""
+    from torch._C._profiler import _EventType
+    return node.tag == _EventType.Allocation

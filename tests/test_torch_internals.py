@@ -352,3 +352,22 @@ def test_item10_from_numpy_keeps_an_empty_arrays_zero_stride_and_save_writes_it(
     full = np.arange(6, dtype=np.int64).reshape(2, 3)[:, ::2]  # (a view of a larger array, too)
     got = ti.tensor_from_numpy(full)
     assert got.tolist() == [[0, 2], [3, 5]] and got.is_contiguous() and got.dtype == torch.int64
+
+
+# 11. the profiler's record of each allocation -------------------------------------------------
+
+def test_item11_the_profilers_event_tree_holds_each_allocation_with_its_address_and_size():
+    from torch.profiler import ProfilerActivity, profile, record_function
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        with record_function("graphdist.probe"):
+            t = torch.empty(12345, dtype=torch.uint8)
+            del t
+    nodes, stack = [], list(ti.profiler_event_tree(prof))
+    while stack:
+        n = stack.pop()
+        nodes.append(n)
+        stack.extend(n.children)
+    sizes = [int(n.extra_fields.alloc_size) for n in nodes if ti.is_allocation(n)]
+    assert 12345 in sizes and -12345 in sizes, f"no allocation / free of 12345 B in the tree: {sizes}"
+    assert any(n.name == "graphdist.probe" for n in nodes)
+    assert all(isinstance(n.extra_fields.ptr, int) for n in nodes if ti.is_allocation(n))

@@ -21,12 +21,12 @@ EXCHANGE_OPS = ("_HaloSpMM",)
 def _walk(tree, names) -> tuple[list, list]:
     """``(allocations (ns, address, bytes, end of the exchange op that made it or None),
     ranges (name, start ns, end ns))``."""
-    from torch._C._profiler import _EventType
+    from graphdist.torch_internals import is_allocation
     allocs, ranges = [], []
     stack = [(n, None) for n in tree]
     while stack:
         node, ex = stack.pop()
-        if node.tag == _EventType.Allocation:
+        if is_allocation(node):
             f = node.extra_fields
             allocs.append((node.start_time_ns, f.ptr, int(f.alloc_size), ex))
             continue
@@ -58,7 +58,8 @@ def range_events(prof, names=("graphdist.train", "graphdist.eval")) -> dict[str,
     """``{range name: per occurrence, the bytes of its buffers' allocations (> 0) and frees (< 0)
     in order}``, from a finished ``torch.profiler.profile(profile_memory=True)``: only the
     buffers the occurrence allocates (one an earlier range made and this one frees not counted)."""
-    allocs, ranges = _walk(prof.profiler.kineto_results.experimental_event_tree(), names)
+    from graphdist.torch_internals import profiler_event_tree
+    allocs, ranges = _walk(profiler_event_tree(prof), names)
     allocs = sorted(allocs + _unrecorded_frees(allocs), key=lambda a: a[0])
     out: dict[str, list[list[int]]] = {}
     for name, t0, t1 in ranges:

@@ -18,10 +18,12 @@ def _handler(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("export", help="a trained model for use without graphdist (PyG model, or vectors)",
+    p = sub.add_parser("export", help="a trained model for use without graphdist (PyG model, vectors, or an unsharded DLRM)",
                        description="Write a trained model out of graphdist: a train-gcn checkpoint as a one-process "
                                    "PyG model (DIR/model.py build(), model.pt, model.json); a train-rec checkpoint "
                                    "as its final user and item vectors (DIR/users.parquet, DIR/items.parquet; give "
-                                   "the interaction SPEC or --partition).")
+                                   "the interaction SPEC or --partition); a train-dlrm checkpoint of any sharding as "
+                                   "one unsharded torchrec model (DIR/model.py build() and features(), model.pt, "
+                                   "model.json), read by graphdist score.")
     config.add_arguments(p, ExportConfig)
     p.set_defaults(func=_handler)

@@ -41,13 +41,18 @@ from graphdist.errors import ConfigError
 
 __all__ = ["check_out", "PartsWriter", "part_name", "vectors", "id_array", "read_manifest", "begin_dir", "swap_into", "write_model_dir",
            "MANIFEST",
-           "FORMAT_VERSION", "ROWS_PER_GROUP"]
+           "FORMAT_VERSION", "ROWS_PER_GROUP", "WRITER_BYTES"]
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 """The manifest's ``format_version``."""
 ROWS_PER_GROUP = 1 << 16
 """Rows per Parquet row group (and per slice converted at once)."""
+WRITER_BYTES = 96 * 2 ** 20
+"""pyarrow and its Parquet writer, loaded at the first write (libraries, mimalloc's pool): a rank's
+resident set grew by 117 MiB writing 20,000 rows of 8 logits and 256 floats (21 MB) and by 164 MiB
+writing 100,000 (row groups of 65,536 rows, 70 MB): 96 MiB plus one row group, rounded up
+(SBM, 2 x 256, k = 1, 2026-12-06; BENCHMARKS.md "After training: outputs")."""
 
 
 def part_name(rank: int) -> str:

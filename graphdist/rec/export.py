@@ -5,7 +5,8 @@ the ratings file's own ids, for a vector index.
     DIR/items.parquet   item_id, embedding
     DIR/model.json      dim, layers, score = dot product, the checkpoint
 
-The vectors are the ones ``recommend`` ranks with (:func:`graphdist.rec.recommend.trained_part`),
+The vectors are the ones ``recommend`` ranks with (:func:`graphdist.rec.recommend.load_part`,
+:func:`~graphdist.rec.recommend.propagate`),
 so a brute-force top-K over them, training items excluded and ties by the lowest item id, gives
 its lists. They propagate over the interaction graph, so the data is needed: ``SPEC`` or
 ``--partition DIR``, on any number of ranks. Each rank writes its users' and items' rows into
@@ -49,13 +50,16 @@ def export_rank(cfg) -> dict:
     """This rank's share (joins the process group); every rank returns the summary."""
     from graphdist import comm
     from graphdist.outputs import begin_dir
-    from graphdist.rec.recommend import trained_part
+    from graphdist.rec.recommend import load_part, propagate
+    from graphdist.rec.recommend_memory import check_export_fits
     from graphdist.procgroup import start_rank
     from graphdist.trained import open_checkpoint
     ctx = start_rank(cfg)
     tr = open_checkpoint(cfg.checkpoint_dir)
     tr.require("rec", "export")
-    tp = trained_part(cfg, tr, ctx, cfg.spec or cfg.partition)
+    lp = load_part(cfg, tr, ctx, cfg.spec or cfg.partition)
+    check_export_fits(tr, lp, ctx.device)
+    tp = propagate(tr, lp, ctx.device)
     tmp = begin_dir(cfg.out) if ctx.rank == 0 else None
     tmp = Path(comm.all_gather_json(str(tmp) if tmp else None)[0])
     err = None

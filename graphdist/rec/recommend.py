@@ -32,7 +32,8 @@ from graphdist.errors import ArtifactError, ConfigError
 from graphdist.launch import Nodes
 from partitioners import METHODS
 
-__all__ = ["RecommendConfig", "run", "worker", "recommend", "trained_part", "TrainedPart", "summary_line"]
+__all__ = ["RecommendConfig", "run", "worker", "recommend", "load_part", "propagate", "LoadedPart", "TrainedPart",
+           "summary_line"]
 
 
 @dataclass
@@ -146,16 +147,41 @@ class TrainedPart:
 
     def own(self, items: bool) -> np.ndarray:
         """Owned users (or items) by global index (item index for items), ascending."""
-        o = np.sort(self.rd.owned.numpy())
-        U = self.rd.num_users
-        return o[o >= U] - U if items else o[o < U]
+        return owned_of(self.rd, items)
 
 
-def trained_part(cfg, tr, ctx, where: str) -> TrainedPart:
-    """Load this rank's part and the checkpoint's rows of its nodes, then propagate (collective)."""
+def owned_of(rd, items: bool) -> np.ndarray:
+    """The users (or items) a rank's :class:`~graphdist.rec.rank.RankData` owns, by global index
+    (item index for items), ascending."""
+    o = np.sort(rd.owned.numpy())
+    U = rd.num_users
+    return o[o >= U] - U if items else o[o < U]
+
+
+@dataclass
+class LoadedPart:
+    """A rank's part as :func:`load_part` leaves it: what propagating needs, before the table is read."""
+
+    rd: object
+    """The rank's :class:`~graphdist.rec.rank.RankData`."""
+    user_ids: np.ndarray
+    item_ids: np.ndarray
+    kinds: tuple[str, str]
+    adj: object
+    """LightGCN's normalised adjacency of the owned rows (plain layout)."""
+    halo: object
+    """Its exact (32-bit, one round) halo exchange."""
+    layers: int
+    halo_rows: int
+    """Halo rows of the part."""
+
+
+def load_part(cfg, tr, ctx, where: str) -> LoadedPart:
+    """Load this rank's part (collective), check it is the checkpoint's graph and build its
+    propagation; the part and the interaction data are let go."""
     from graphdist.ids import id_type, take
     from graphdist.rec.data import Ratings
-    from graphdist.rec.model import LightGCNShard, halo_exchanger, lightgcn_adjacency
+    from graphdist.rec.model import halo_exchanger, lightgcn_adjacency
     from graphdist.rec.rank import rank_data
     from graphdist.rec.setup import load_local
     rcfg = rec_config(tr.settings, spec=cfg.spec, partition=cfg.partition, parts=cfg.parts, method=cfg.method,
@@ -178,13 +204,20 @@ def trained_part(cfg, tr, ctx, where: str) -> TrainedPart:
                                 f"but {len(uid)} and {len(iid)} ids")
         kinds = (id_type(u), id_type(i))
     del source
-    rows = load_table(tr, rd.owned)
     adj = lightgcn_adjacency(lg, ctx.device, "plain")
     halo = halo_exchanger(lg, ctx.device, "plain", 32, rcfg.seed)
-    del lg
+    return LoadedPart(rd, uid, iid, kinds, adj, halo, rcfg.layers, int(lg.num_halo))
+
+
+def propagate(tr, lp: LoadedPart, device) -> TrainedPart:
+    """Read the checkpoint's rows of the part's nodes and propagate once (collective); the
+    adjacency and the exchange are let go."""
+    from graphdist.rec.model import LightGCNShard
+    rows = load_table(tr, lp.rd.owned)
     with torch.no_grad():
-        final = LightGCNShard(rows.to(ctx.device), rcfg.layers)(adj, halo)
-    return TrainedPart(rd, final, uid, iid, kinds)
+        final = LightGCNShard(rows.to(device), lp.layers)(lp.adj, lp.halo)
+    lp.adj = lp.halo = None
+    return TrainedPart(lp.rd, final, lp.user_ids, lp.item_ids, lp.kinds)
 
 
 def load_table(tr, owned: torch.Tensor) -> torch.Tensor:
@@ -219,8 +252,9 @@ def load_table(tr, owned: torch.Tensor) -> torch.Tensor:
 def recommend(cfg: RecommendConfig) -> dict:
     """This rank's recommendations (joins the process group); every rank returns the report."""
     from graphdist import comm
-    from graphdist.rec.metrics import RingTopK
     from graphdist.memory import peak_memory_bytes
+    from graphdist.rec.metrics import RingTopK
+    from graphdist.rec.recommend_memory import check_recommend_fits
     from graphdist.procgroup import start_rank
     from graphdist.timer import Timer
     from graphdist.trained import open_checkpoint
@@ -228,12 +262,13 @@ def recommend(cfg: RecommendConfig) -> dict:
     tr = open_checkpoint(cfg.checkpoint_dir)
     tr.require("rec", "recommend")
     with Timer() as t_load:
-        tp = trained_part(cfg, tr, ctx, cfg.spec or cfg.partition)
-    users = tp.own(items=False)
-    uid = tp.user_ids
-    if cfg.users:
-        keep = requested_users(cfg.users, uid, tp.kinds[0])
-        users, uid = users[keep], uid[keep]
+        lp = load_part(cfg, tr, ctx, cfg.spec or cfg.partition)
+        users, uid = owned_of(lp.rd, items=False), lp.user_ids
+        if cfg.users:
+            keep = requested_users(cfg.users, uid, lp.kinds[0])
+            users, uid = users[keep], uid[keep]
+        fits = check_recommend_fits(tr, lp, users, cfg.top_k, ctx.device)
+        tp = propagate(tr, lp, ctx.device)
     with Timer(ctx.device) as t_rank:
         ring = RingTopK(tp.rd, users, cfg.top_k, ctx.device)
         scores, items = ring.top_of(tp.final)
@@ -247,7 +282,7 @@ def recommend(cfg: RecommendConfig) -> dict:
             "top_k": cfg.top_k, "checkpoint": str(tr.snap), "time/load_s": t_load.seconds,
             "time/rank_s": t_rank.seconds, "time/write_s": t_write.seconds,
             "eval/item_rows_peak": ring.stats.get("peak_item_rows"), "mem/peak_bytes": int(max(peaks)),
-            "mem/peak_bytes_per_rank": peaks, "world_size": ctx.world_size, "device": str(ctx.device)}
+            "mem/peak_bytes_per_rank": peaks, "mem/estimate_bytes_per_rank": fits["need_bytes_per_rank"], "world_size": ctx.world_size, "device": str(ctx.device)}
 
 
 def requested_users(path: str, own_ids: np.ndarray, kind: str) -> np.ndarray:

@@ -145,7 +145,8 @@ def rec_runs(args) -> dict:
                threads=1 if k > 1 else None)
         rep = json.loads((work / f"rec_k{k}.json").read_text())
         rows[k] = {"rank_s": rep["time/rank_s"], "load_s": rep["time/load_s"], "wall_s": w["wall_s"],
-                   "peak_MiB": [b / 2**20 for b in rep["mem/peak_bytes_per_rank"]]}
+                   "peak_MiB": [b / 2**20 for b in rep["mem/peak_bytes_per_rank"]],
+                   "estimate_MiB": [b / 2**20 for b in rep.get("mem/estimate_bytes_per_rank") or []]}
         print(json.dumps({k: rows[k]}), flush=True)
     vec = work / "vectors"
     gd("export", "--partition", arts[kmax], "--nproc", kmax, "--checkpoint-dir", ck, "--out", vec, "--overwrite",

@@ -282,7 +282,8 @@ def recommend(cfg: RecommendConfig) -> dict:
             "top_k": cfg.top_k, "checkpoint": str(tr.snap), "time/load_s": t_load.seconds,
             "time/rank_s": t_rank.seconds, "time/write_s": t_write.seconds,
             "eval/item_rows_peak": ring.stats.get("peak_item_rows"), "mem/peak_bytes": int(max(peaks)),
-            "mem/peak_bytes_per_rank": peaks, "mem/estimate_bytes_per_rank": fits["need_bytes_per_rank"], "world_size": ctx.world_size, "device": str(ctx.device)}
+            "mem/peak_bytes_per_rank": peaks, "mem/estimate_bytes_per_rank": fits["need_bytes_per_rank"],
+            "world_size": ctx.world_size, "device": str(ctx.device)}
 
 
 def requested_users(path: str, own_ids: np.ndarray, kind: str) -> np.ndarray:

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphdist.data.graph import Graph, csr_from_coo
+from graphdist.data.graph import Graph
 from graphdist.errors import DataFormatError, MissingFileError
 
 PLANETOID_SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
@@ -21,7 +21,7 @@ PLANETOID_SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index
 # ---------------------------------------------------------------------------------- planetoid
 def load_planetoid(path) -> Graph:
     """``ROOT/NAME`` with ``ROOT/NAME/raw/ind.<name>.*`` present (as torch_geometric's
-    ``Planetoid(ROOT, NAME)`` expects). Read as PyG reads them (:func:`read_planetoid`); no download, no writes. A
+    ``Planetoid(ROOT, NAME)`` expects). Read with PyG's own reader; no download, no writes. A
     folder lacking some of the 8 files is read from a complete copy of the dataset in a data home
     (``<home>/planetoid/NAME``) when there is one, saying so in one line; else the error says
     where the files come from (:func:`planetoid_hint`)."""
@@ -38,69 +38,14 @@ def load_planetoid(path) -> Graph:
                           f"{other}")
         root = other
     raw = root / "raw"
+    from torch_geometric.io import read_planetoid_data
     try:
-        if prefix in PLAIN_PLANETOID:
-            g = read_planetoid(raw, prefix)
-        else:  # NELL's relation features: PyG's own reader
-            from torch_geometric.io import read_planetoid_data
-            g = Graph.from_pyg(read_planetoid_data(str(raw), prefix))
+        data = read_planetoid_data(str(raw), prefix)
     except Exception as e:  # noqa: BLE001 - corrupt pickles etc.
         raise DataFormatError(raw, f"could not read Planetoid files: {e}") from None
+    g = Graph.from_pyg(data)
     g.meta = {"directed": False, "source": "planetoid", "dataset": name}
     return g
-
-
-PLAIN_PLANETOID = ("cora", "citeseer", "pubmed")
-"""Datasets :func:`read_planetoid` reads; any other name goes to PyG's reader."""
-
-
-def read_planetoid(raw: Path, prefix: str) -> Graph:
-    """The 8 files of Cora, CiteSeer or PubMed as PyG's ``read_planetoid_data`` reads them (the
-    same graph, features, labels and splits; ``tests/test_data_loaders.py`` compares the two) without
-    importing PyG, which cost a process 2 s of start-up (1.1 s of it torch's compiler, which a
-    trainer's optimizer imports anyway). The files are the dataset authors'
-    pickles (SciPy sparse matrices, NumPy arrays, a dict of adjacency lists) and ``test.index``::
-
-        x = [allx | tx]  (test rows moved to their indices)   CiteSeer: isolated test nodes as zero rows
-        y = argmax [ally | ty]                               train = the first len(y) nodes,
-        edges = the dict's lists, self-loops dropped          val = the next 500, test = test.index
-    """
-    import pickle
-    import warnings
-
-    def load(part):
-        with open(raw / f"ind.{prefix}.{part}", "rb") as f, warnings.catch_warnings():
-            warnings.filterwarnings("ignore", ".*`scipy.sparse.csr` name.*")
-            out = pickle.load(f, encoding="latin1")  # noqa: S301 - the dataset's own format, read as PyG reads it
-        return out if part == "graph" else np.asarray(out.todense() if hasattr(out, "todense") else out,
-                                                      dtype=np.float32)
-
-    y_train, tx, allx, ty, ally = (load(p) for p in ("y", "tx", "allx", "ty", "ally"))
-    adj = load("graph")
-    test = np.loadtxt(raw / f"ind.{prefix}.test.index", dtype=np.int64, ndmin=1)
-    order = np.sort(test)
-    if prefix == "citeseer":  # isolated nodes leave gaps in the test indices: zero rows there
-        span = int(test.max() - test.min()) + 1
-        tx_ext, ty_ext = np.zeros((span, tx.shape[1]), np.float32), np.zeros((span, ty.shape[1]), np.float32)
-        tx_ext[order - test.min()], ty_ext[order - test.min()] = tx, ty
-        tx, ty = tx_ext, ty_ext
-    x = np.concatenate([allx, tx])
-    x[test] = x[order]
-    y = np.concatenate([ally, ty]).argmax(1)
-    y[test] = y[order]
-    n = y.shape[0]
-    keys = np.fromiter(adj.keys(), dtype=np.int64, count=len(adj))
-    lens = np.fromiter((len(v) for v in adj.values()), dtype=np.int64, count=len(adj))
-    src = np.repeat(keys, lens)
-    dst = np.fromiter((c for v in adj.values() for c in v), dtype=np.int64, count=int(lens.sum()))
-    keep = src != dst
-    indptr, indices = csr_from_coo(torch.from_numpy(dst[keep]), torch.from_numpy(src[keep]), n)
-    masks, n_train = {}, y_train.shape[0]
-    for k, idx in (("train_mask", np.arange(n_train)), ("val_mask", np.arange(n_train, n_train + 500)), ("test_mask", test)):
-        m = torch.zeros(n, dtype=torch.bool)
-        m[torch.from_numpy(idx)] = True
-        masks[k] = m
-    return Graph(indptr, indices, x=torch.from_numpy(x), y=torch.from_numpy(y.astype(np.int64)), **masks)
 
 
 FETCHED = {"citeseer": "CiteSeer", "pubmed": "PubMed"}

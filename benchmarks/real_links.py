@@ -31,6 +31,7 @@ VARIANTS = {
     "plain": ["--halo", "plain"],
     "mvc": ["--halo", "mvc"],
     "mvc8": ["--halo", "mvc", "--halo-bits", "8"],
+    "plain8": ["--halo", "plain", "--halo-bits", "8"],
     "stale": ["--halo", "mvc", "--halo-staleness", "1"],
     "bns0.1": ["--halo", "plain", "--boundary-rate", "0.1"],
     "auto": ["--halo", "auto"],

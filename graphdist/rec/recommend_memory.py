@@ -75,7 +75,7 @@ def _sizes(tr, lp) -> dict:
     others = np.delete(per_rank, comm.world()[0])
     return {"n": int(rd.owned.numel()), "h": int(lp.halo_rows), "dim": int(lay["embedding.rank0"][1]),
             "n_old": max(int(lay[f"ids.rank{j}"][0]) for j in range(old)) if "ids.rank0" in lay else 0,
-            "items_own": own_items, "shard": int(others.max()) if others.size else 0, "items": int(per_rank.sum())}
+            "items_own": own_items, "shard": int(others.max()) if others.size else 0, "items": int(rd.item_owner.size)}
 
 
 def _need(extra: int) -> int:

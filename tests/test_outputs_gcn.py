@@ -56,7 +56,9 @@ def _cora(root):
     spec = f"planetoid:{shared_file('planetoid', 'Cora')}"
     ck = str(root / "ck")
     _ok(run_cli([["train-gcn", spec, "--epochs", "4", "--row-normalize", "--checkpoint-dir", ck, "--no-progress"],
-                 ["infer", spec, "--checkpoint-dir", ck, "--out", str(root / "k2")]], world_size=2))
+                 ["infer", spec, "--checkpoint-dir", ck, "--out", str(root / "k2")],
+                 ["infer", spec, "--checkpoint-dir", ck, "--out", str(root / "k2r4"), "--halo-rounds", "4",
+                  "--report", str(root / "k2r4.json")]], world_size=2))
     _ok(run_cli([["infer", spec, "--checkpoint-dir", ck, "--out", str(root / "k1")],
                  ["export", "--checkpoint-dir", ck, "--out", str(root / "exp")]], world_size=1))
     return str(root)
@@ -83,6 +85,9 @@ def test_infer_k2_equals_one_process_and_reads_back_in_duckdb(cora_run):
     assert np.abs(a["logits"] - b["logits"]).max() < 1e-5
     assert np.abs(a["embedding"] - b["embedding"]).max() < 1e-5 and a["embedding"].shape == (2708, 16)
     assert (a["pred"] == a["logits"].argmax(1)).all()
+    r = table(cora_run / "k2r4")  # the halo rows in 4 all-to-alls of a slice each: the same outputs
+    assert json.loads((cora_run / "k2r4.json").read_text())["comm/halo_rounds"] == 4
+    assert np.abs(r["logits"] - b["logits"]).max() < 1e-5 and np.abs(r["embedding"] - b["embedding"]).max() < 1e-5
     man = json.loads((cora_run / "k2" / "manifest.json").read_text())
     assert man["rows"] == 2708 and [p["file"] for p in man["parts"]] == ["part-00000.parquet", "part-00001.parquet"]
     assert man["columns"] == {"node_id": "int64", "pred": "int64", "logits": "list<float32>[7]",

@@ -2,13 +2,15 @@
 own nodes.
 
     graphdist infer (SPEC | --partition DIR) --checkpoint-dir D --out OUT [--nproc N] [--layer L]
+                    [--halo-rounds R]
 
 On any number of ranks (the weights are replicated, so not necessarily the training's): each
 rank loads its part, builds the trained model from the checkpoint's recorded settings (graphdist's
 own GCN / SAGE, :class:`graphdist.gnn.net.BuiltinNet`, or the PyG ``--model``,
 :class:`graphdist.gnn.pyg.net.PygNet`), loads the weights only (no optimizer state), and runs
 one forward pass as evaluation runs it: no autograd graph, dropout off, exact 32-bit halo rows in
-the plain exchange, each layer's activations freed when the next is computed. Its owned nodes
+the plain exchange (in as many rounds as the part needs to fit, ``--halo-rounds``), each layer's
+activations freed when the next is computed. Its owned nodes
 go to its own Parquet file (:mod:`graphdist.outputs`)::
 
     node_id    int64            the input's own id (edge list / npz id, Planetoid index)
@@ -53,6 +55,10 @@ class InferConfig:
     """the train-gcn run's --checkpoint-dir (its latest snapshot; settings and weights come from it)"""
     out: str = field(default="", metadata={"required": True, "metavar": "DIR"})
     """output folder: one part-RRRRR.parquet per rank and manifest.json"""
+    halo_rounds: int = 0
+    """move each layer's halo rows in R all-to-alls of a slice each, so a rank holds one slice's
+    buffers (0: the fewest of 1, 2, 4, ... 64 whose predicted peak fits every machine and process
+    limit; --model gcn|sage only; the result is the same up to float rounding)"""
     layer: int | None = None
     """write the output of message-passing layer L (1-based) as the embedding (default: the last
     hidden layer, layers - 1; the output layer of a one-layer model)"""
@@ -87,6 +93,8 @@ class InferConfig:
             raise ConfigError("give a dataset SPEC or --partition DIR")
         if not self.checkpoint_dir or not self.out:
             raise ConfigError("--checkpoint-dir and --out are required")
+        if not 0 <= self.halo_rounds <= 64:
+            raise ConfigError(f"--halo-rounds must be in 0..64, got {self.halo_rounds}")
         if self.layer is not None and self.layer < 1:
             raise ConfigError(f"--layer must be >= 1 (layers count from 1), got {self.layer}")
         for name, v in (("parts", self.parts), ("nproc", self.nproc)):
@@ -124,7 +132,7 @@ def worker(cfg: InferConfig) -> dict:
 def gcn_config(settings: dict, **where):
     """The training's :class:`~graphdist.gnn.config.GCNConfig` from its recorded settings, with the
     data source ``where`` and the exact evaluation exchange: plain float32 rows, fresh, direct,
-    in one round, no simulated link."""
+    in one round (infer's memory check may choose more), no simulated link."""
     from graphdist.gnn.config import GCNConfig
     names = {f.name for f in dataclasses.fields(GCNConfig)}
     kw = {k: v for k, v in settings.items() if k in names and k != "nodes"}
@@ -155,7 +163,9 @@ def infer(cfg: InferConfig) -> dict:
         n_classes = int(comm.all_reduce_max(torch.tensor([lg.num_classes])).item())
         where = cfg.spec or cfg.partition
         _check(tr, gcfg, lg, n_classes, where)
-        fits = check_infer_fits(gcfg, lg, n_classes, _emb_width(cfg, gcfg, n_classes), ctx.device)
+        rounds, fits = check_infer_fits(dataclasses.replace(gcfg, halo_rounds=cfg.halo_rounds), lg, n_classes,
+                                        _emb_width(cfg, gcfg, n_classes), ctx.device)
+        gcfg = dataclasses.replace(gcfg, halo_rounds=rounds)
         lg, ids = _reordered(lg, ids, gcfg)
         net = _net(gcfg, lg, n_classes, ctx.device)
         _check_shapes(tr, net.model, n_classes, int(lg.x.shape[1]))
@@ -175,7 +185,7 @@ def infer(cfg: InferConfig) -> dict:
             "embedding_layer": layer, "embedding_width": int(emb.shape[1]), "model": gcfg.model,
             "checkpoint": str(tr.snap), "time/load_s": t_load.seconds, "time/forward_s": t_fwd.seconds,
             "time/write_s": t_write.seconds, "mem/peak_bytes": int(max(peaks)), "mem/peak_bytes_per_rank": peaks,
-            "mem/estimate_bytes_per_rank": fits and fits["need_bytes_per_rank"],
+            "mem/estimate_bytes_per_rank": fits and fits["need_bytes_per_rank"], "comm/halo_rounds": rounds,
             "world_size": ctx.world_size, "device": str(ctx.device)}
 
 
@@ -352,6 +362,7 @@ def _write(cfg, tr, gcfg, ids, logits, emb, layer: int) -> dict:
 
 def summary_line(rep: dict) -> str:
     mb = rep["bytes"] / 1e6
+    rounds = f" in {rep['comm/halo_rounds']} halo rounds" if rep["comm/halo_rounds"] > 1 else ""
     return (f"infer: {rep['rows']:,} nodes -> {rep['out']} ({mb:.1f} MB, {rep['world_size']} part file(s)); "
-            f"forward {rep['time/forward_s']:.2f} s, write {rep['time/write_s']:.2f} s; "
+            f"forward {rep['time/forward_s']:.2f} s{rounds}, write {rep['time/write_s']:.2f} s; "
             f"peak mem {rep['mem/peak_bytes'] / 2**20:.0f} MiB/rank")

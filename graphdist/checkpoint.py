@@ -7,6 +7,7 @@
         meta.json
       step_00000050/
       latest                text file naming the newest complete snapshot
+      order/                train-gcn: each part's locality order (graphdist.partition.order.keep)
 
 :meth:`Checkpointer.save` is collective. ``latest`` always names a complete snapshot, whatever
 instant a crash (or a power loss) hits:

@@ -82,7 +82,8 @@ def test_resume_reproduces_unbroken_run(tmp_path):
         assert cut == full[:5]
         assert resumed == full  # dropout RNG, Adam moments and batch-norm buffers all restored
         # snapshots at 3, 5 (the stop), 6, 8; the default --keep-checkpoints 2 keeps the newest two
-        assert files == ["latest", "step_00000006", "step_00000008"]
+        # (and order/: each part's locality order, which the resume read)
+        assert files == ["latest", "order", "step_00000006", "step_00000008"]
         assert same  # the resumed run ends with the unbroken run's weights
     assert (tmp_path / "cut" / "latest").read_text().strip() == "step_00000010"
 

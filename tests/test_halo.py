@@ -241,6 +241,39 @@ def test_reordered_part_is_the_same_graph():
                 assert torch.allclose(o, b[pos], atol=1e-6)
 
 
+def test_a_kept_order_is_read_not_computed_and_only_for_its_own_rows(tmp_path, monkeypatch):
+    """reordered(kept=D) keeps each part's order in D/order/ and reads it back (the same part,
+    locality_order not called); a kept file of other rows, or one cut short, is computed again."""
+    import numpy as np
+
+    from graphdist.partition import order
+    gen = torch.Generator().manual_seed(3)
+    n = 60
+    g = Graph.from_edges(torch.randint(0, n, (240,), generator=gen), torch.randint(0, n, (240,), generator=gen), n,
+                         x=torch.randn(n, 3, generator=gen))
+    plans = build_layouts(g, torch.arange(n) % 2, 2)
+    first = [p.reordered("blocks", 1 << 20, kept=str(tmp_path)) for p in plans]
+    files = sorted((tmp_path / "order").iterdir())
+    assert [f.name.split("-", 1)[1] for f in files] == ["blocks-w1048576-k2-part00000.npy",
+                                                         "blocks-w1048576-k2-part00001.npy"]
+    assert not any(m.order_kept for m in first)
+    calls = []
+    real = order.locality_order
+    monkeypatch.setattr(order, "locality_order", lambda *a, **kw: calls.append(a) or real(*a, **kw))
+    again = [p.reordered("blocks", 1 << 20, kept=str(tmp_path)) for p in plans]
+    assert not calls and all(m.order_kept for m in again)
+    for a, b in zip(first, again):
+        assert torch.equal(a.owned, b.owned) and torch.equal(a.indices, b.indices) and torch.equal(a.x, b.x)
+    assert not plans[0].reordered("rcm", 64, kept=str(tmp_path), write=False).order_kept  # another order
+    assert len(calls) == 1 and len(list((tmp_path / "order").iterdir())) == 2  # write=False kept nothing
+    np.save(files[0], plans[1].owned.numpy())  # part 1's rows under part 0's name
+    np.save(files[1], first[1].owned.numpy()[:-1])  # one row short
+    third = [p.reordered("blocks", 1 << 20, kept=str(tmp_path)) for p in plans]
+    assert len(calls) == 3 and not any(m.order_kept for m in third)
+    assert all(torch.equal(a.owned, c.owned) for a, c in zip(first, third))  # computed again, kept again
+    assert all(m.order_kept for m in (p.reordered("blocks", 1 << 20, kept=str(tmp_path)) for p in plans))
+
+
 def test_old_part_format_is_refused(tmp_path):
     write_parts(tmp_path, path6(), A3)
     d = torch.load(part_path(tmp_path, 0), weights_only=True)

@@ -166,7 +166,7 @@ def infer(cfg: InferConfig) -> dict:
         rounds, fits = check_infer_fits(dataclasses.replace(gcfg, halo_rounds=cfg.halo_rounds), lg, n_classes,
                                         _emb_width(cfg, gcfg, n_classes), ctx.device)
         gcfg = dataclasses.replace(gcfg, halo_rounds=rounds)
-        lg, ids = _reordered(lg, ids, gcfg)
+        lg, ids = _reordered(lg, ids, gcfg, cfg.checkpoint_dir)
         net = _net(gcfg, lg, n_classes, ctx.device)
         _check_shapes(tr, net.model, n_classes, int(lg.x.shape[1]))
         tr.check_fingerprint(lg.fingerprint, where)
@@ -244,11 +244,12 @@ def _check_shapes(tr, model, n_classes: int, f_in: int) -> None:
                           f"features give {list(want[k])} (a checkpoint of another class or feature count)")
 
 
-def _reordered(lg, ids, gcfg):
+def _reordered(lg, ids, gcfg, kept: str):
     """The part in the training's locality order (``--reorder``), and its ids alike (the part's
-    owned nodes come in ascending node index)."""
+    owned nodes come in ascending node index): the order the training kept in its checkpoint
+    folder ``kept`` where it ran on these parts (read, not computed again), else computed."""
     before = lg.owned.numpy().copy()  # (not a view: the mapped part file goes with the old part)
-    out = lg.reordered(gcfg.reorder, max(lg.x.shape[1], gcfg.hidden))
+    out = lg.reordered(gcfg.reorder, max(lg.x.shape[1], gcfg.hidden), kept=kept, write=False)
     if out is lg:
         return lg, ids
     return out, ids[np.searchsorted(before, out.owned.numpy())]

@@ -101,16 +101,18 @@ class Inputs:
 
 def prepare(cfg, lg, dev):
     """``(part, inputs)``: the part's owned rows in locality order (``--reorder``: every result is
-    order-free; blocks sized for the widest product) and its node data on ``dev``, normalised as
+    order-free; blocks sized for the widest product; the order kept in ``--checkpoint-dir``, so a
+    resume or ``graphdist infer`` of the same parts reads it) and its node data on ``dev``, normalised as
     ``--row-normalize`` says; the global class and mask counts (collectives)."""
     width = max(lg.x.shape[1], cfg.hidden)
     blocks = block_count(lg.num_owned, width) if cfg.reorder == "blocks" else 1
-    with Timer() as t_order:
-        lg = lg.reordered(cfg.reorder, width)
+    with Timer() as t_order:  # kept in the checkpoint folder: a resume reads it (minutes of METIS at scale)
+        lg = lg.reordered(cfg.reorder, width, kept=cfg.checkpoint_dir)
     if blocks > 1:
+        how = "kept in --checkpoint-dir, read" if lg.order_kept else "computed"
         get_logger().info(f"--reorder blocks: rank 0's {lg.num_owned:,} rows in {blocks} METIS blocks of at most "
                           f"{BLOCK_BYTES >> 20} MiB of {width}-column input rows, each in RCM order "
-                          f"({t_order.seconds:.1f} s)")
+                          f"({how} in {t_order.seconds:.1f} s)")
     check_layout(lg, cfg.halo)
     x = lg.x / lg.x.sum(1, keepdim=True).clamp(min=1.0) if cfg.row_normalize else lg.x
     masks = [m.to(dev) if m is not None else torch.zeros_like(lg.train_mask, device=dev)

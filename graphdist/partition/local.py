@@ -26,6 +26,7 @@ and the receiver multiplies by ``left(v)``.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import ClassVar
 
 import torch
 
@@ -114,6 +115,9 @@ class LocalGraph:
     ascending id)."""
     pre_send_counts: list[int] | None = None
     """mvc: partial sums sent to each peer."""
+    order_kept: ClassVar[bool] = False
+    """the owned rows' order was read from a kept one (:meth:`reordered`), not computed (set on
+    the copy :meth:`reordered` returns; not a field: never saved with a part)"""
 
     @property
     def num_owned(self) -> int:
@@ -240,16 +244,28 @@ class LocalGraph:
         return ExchangeLayout(send_counts, recv_counts, recv_col, pre_col, raw_out, pre_pos)
 
     # ------------------------------------------------------------------ locality
-    def reordered(self, order: str = "rcm", width: int = 64) -> "LocalGraph":
+    def reordered(self, order: str = "rcm", width: int = 64, kept: str | None = None,
+                  write: bool = True) -> "LocalGraph":
         """A copy whose owned rows are permuted for locality of the owned-block SpMM
         (:func:`graphdist.partition.order.locality_order`: ``blocks``, ``rcm``, ``community``,
         ``degree``; ``none``: unchanged; ``width``: the widest product's columns, which sizes
         the ``blocks`` order's blocks). Message order (by global id) and halo columns are
-        unchanged."""
+        unchanged. ``kept``: a folder (a run's checkpoint folder) whose kept order of this part
+        is read instead of computed (METIS blocks of a products-size part take minutes), and
+        where a computed one is kept when ``write``; ``self.order_kept`` says which happened."""
         if order == "none" or self.num_owned < 3:
             return self
-        from graphdist.partition.order import locality_order
-        return self.permuted(locality_order(self.indptr, self.indices, self.num_owned, order, width))
+        from graphdist.partition.order import keep, kept_name, locality_order, read_kept
+        name = kept_name(self.fingerprint, order, width, self.world_size, self.rank)
+        perm = read_kept(kept, name, self.owned) if kept else None
+        reused = perm is not None
+        if perm is None:
+            perm = locality_order(self.indptr, self.indices, self.num_owned, order, width)
+        out = self.permuted(perm)
+        if kept and write and not reused:
+            keep(kept, name, out.owned)
+        out.order_kept = reused
+        return out
 
     def permuted(self, perm: torch.Tensor) -> "LocalGraph":
         """A copy with owned row ``i`` = old owned row ``perm[i]`` (columns renumbered alike)."""

@@ -149,3 +149,50 @@ def _group_max(best, v, counts):
     import numpy as np
     starts = np.flatnonzero(np.concatenate([[True], v[1:] != v[:-1]]))
     best[v[starts]] = np.maximum.reduceat(counts, starts)
+
+
+KEPT = "order"
+"""The sub-folder of a run's checkpoint folder that keeps its parts' locality orders."""
+
+
+def kept_name(fingerprint: str, order: str, width: int, k: int, rank: int) -> str:
+    """File name of a kept order: the graph, the order and its width, the part of k parts."""
+    return f"{(fingerprint or 'graph')[:16]}-{order}-w{int(width)}-k{int(k)}-part{int(rank):05d}.npy"
+
+
+def read_kept(folder, name: str, owned: torch.Tensor) -> torch.Tensor | None:
+    """The permutation of ``owned`` (this part's global ids in their order) that a kept order
+    (:func:`keep`) gives: None when ``folder`` keeps none under ``name``, or one of other rows
+    (another partition of the same graph), or a file that cannot be read."""
+    from pathlib import Path
+    path = Path(folder) / KEPT / name
+    try:
+        ids = np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    own = owned.numpy()
+    if ids.dtype != np.int64 or ids.shape != own.shape:
+        return None
+    by_id = np.argsort(own, kind="stable")
+    pos = np.searchsorted(own, ids, sorter=by_id)
+    pos = by_id[np.minimum(pos, own.size - 1)]
+    if not np.array_equal(own[pos], ids) or np.unique(pos).size != own.size:
+        return None
+    return torch.from_numpy(pos.astype(np.int64))
+
+
+def keep(folder, name: str, ids: torch.Tensor) -> None:
+    """Keep a part's order in ``folder`` (its global ids in that order), written atomically; a
+    folder that cannot be written keeps nothing (the order is computed again next time)."""
+    from pathlib import Path
+
+    from graphdist.fileio import replace_durably
+    path = Path(folder) / KEPT / name
+    tmp = path.with_name(f"{path.name}.tmp{__import__('os').getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            np.save(f, ids.numpy().astype(np.int64, copy=False), allow_pickle=False)
+        replace_durably(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)

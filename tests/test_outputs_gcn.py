@@ -171,6 +171,19 @@ def test_user_pyg_model_k2_equals_one_process_and_exports_its_state_dict(tmp_pat
         sys.modules.pop("model", None)
 
 
+def test_halo_rounds_for_a_user_model_are_refused_in_one_line(tmp_path_factory, tmp_path):
+    """A user's PyG model exchanges in one round (its layers are its own): --halo-rounds 2 is
+    refused on every rank before the forward pass, nothing written."""
+    from pathlib import Path
+    run = Path(once_per_run(tmp_path_factory, "outputs-user", _user))
+    (code, text), = run_cli([["infer", SBM, "--checkpoint-dir", str(run / "ck"), "--out", str(tmp_path / "o"),
+                              "--halo-rounds", "2"]], world_size=2)
+    lines = [ln for ln in text.splitlines() if "error" in ln]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in text, text
+    assert "--halo-rounds applies to --model gcn|sage only" in lines[0] and USER in lines[0], lines[0]
+    assert not (tmp_path / "o").exists()
+
+
 def test_edge_list_ids_survive_artifact_and_k2(tmp_path):
     """Non-contiguous ids: the artifact keeps each part's ids; infer writes them, at k = 2 from
     the artifact as from the file in one process."""

@@ -184,11 +184,12 @@ def read_kept(folder, name: str, owned: torch.Tensor) -> torch.Tensor | None:
 def keep(folder, name: str, ids: torch.Tensor) -> None:
     """Keep a part's order in ``folder`` (its global ids in that order), written atomically; a
     folder that cannot be written keeps nothing (the order is computed again next time)."""
+    import os
     from pathlib import Path
 
     from graphdist.fileio import replace_durably
     path = Path(folder) / KEPT / name
-    tmp = path.with_name(f"{path.name}.tmp{__import__('os').getpid()}")
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:

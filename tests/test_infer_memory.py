@@ -85,8 +85,7 @@ def _rounds_job(rank, world_size, spec):
 
     from graphdist.data import load_graph
     from graphdist.gnn.config import GCNConfig
-    from graphdist.gnn.infer_memory import check_infer_fits, infer_memory
-    from graphdist.gnn.stats import part_stats
+    from graphdist.gnn.infer_memory import check_infer_fits, infer_memory, infer_part_stats
     from graphdist.memory import resident_bytes
     from graphdist.partition.layout import build_layout
     from partitioners.sysmem import proc_status_bytes
@@ -94,7 +93,7 @@ def _rounds_job(rank, world_size, spec):
     part = torch.randint(0, world_size, (graph.num_nodes,), generator=torch.Generator().manual_seed(0))
     lg = build_layout(graph, part, rank, world_size)
     cfg = GCNConfig(layers=3, hidden=512, halo="plain", halo_rounds=0)
-    ps = part_stats(lg, check_symmetry=False)
+    ps = infer_part_stats(lg)
     needs = [infer_memory(ps, GCNConfig(layers=3, hidden=512, halo="plain", halo_rounds=r), lg.x.shape[1], 4,
                           world_size, 512)["peak_bytes"] for r in (1, 2, 4)]
     target = (needs[1] + needs[2]) // 2
@@ -118,3 +117,28 @@ def test_infer_takes_the_fewest_halo_rounds_that_fit_its_process_limit():
         assert needs[0] >= needs[1] > needs[2] and needs[1] - needs[2] > 16 << 20, needs
         assert chosen == 4
         assert per_rank == [o[0][2] for o in out]  # the 4-round need of every rank
+
+
+def test_pattern_symmetry_by_hash_equals_the_transpose_check():
+    """stats.pattern_symmetric (no transpose built, rows in chunks) says what comparing the owned
+    block with its transpose says, with halo columns (>= n) in the rows, for every chunk size."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from graphdist.gnn.stats import pattern_symmetric
+    rng = np.random.default_rng(0)
+    seen = set()
+    for trial in range(40):
+        n, halo = int(rng.integers(3, 120)), int(rng.integers(0, 30))
+        m = sp.random(n, n, density=0.06, random_state=trial, format="csr")
+        if trial % 2:
+            m = m + m.T  # symmetric
+        own = (m != 0).astype(np.int8).tocsr()
+        h = sp.random(n, max(halo, 1), density=0.1 if halo else 0.0, random_state=trial + 99, format="csr")
+        full = sp.hstack([own, (h != 0).astype(np.int8)]).tocsr()  # [owned | halo] columns, as a part's CSR
+        full.sort_indices()
+        want = (own != own.T).nnz == 0
+        seen.add(want)
+        for chunk in (1, 7, 1 << 22):
+            assert pattern_symmetric(full.indptr, full.indices, n, chunk=chunk) == want, (trial, chunk)
+    assert seen == {True, False}

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["PartStats", "part_stats", "stats_parts", "layer_plan", "STATS_BYTES_PER_ROW", "STATS_BYTES_PER_HALO_ROW"]
+__all__ = ["PartStats", "part_stats", "pattern_symmetric", "stats_parts", "layer_plan", "STATS_BYTES_PER_ROW", "STATS_BYTES_PER_HALO_ROW"]
 
 STATS_BYTES_PER_ROW = 48
 """Stats mode: bytes of a part's arrays other than features and CSR (``PartStats.plan_bytes``: ids,
@@ -89,6 +89,37 @@ def part_stats(lg, check_symmetry: bool = True) -> PartStats:
     pre = (sum(lg.pre_send_counts), sum(lg.pre_recv_counts)) if lg.has_mvc else (0, 0)
     return PartStats(n, lg.num_halo, int(cols.size), own_edges, loops, bool(symmetric), send, recv, hent,
                      send_entries, plan_bytes, to, frm, *pre)
+
+
+def pattern_symmetric(ptr: np.ndarray, cols: np.ndarray, n: int, chunk: int = 1 << 22) -> bool:
+    """Whether the owned block of a local CSR (columns ``< n``) has the pattern of its transpose,
+    without building the transpose: each entry ``(r, c)`` hashed to 64 bits (splitmix64 of
+    ``r * 2^32 + c``) and summed, against the same sum over ``(c, r)``; equal multisets give
+    equal sums, unequal ones a chance of about 2^-64 of equal sums. Rows in chunks of about
+    ``chunk`` entries, so the memory is bounded (the check of a products-size part: seconds)."""
+    ptr = np.asarray(ptr, dtype=np.int64)
+    a = b = np.uint64(0)
+    lo = 0
+    while lo < n:
+        hi = int(min(n, np.searchsorted(ptr, ptr[lo] + chunk, side="right") - 1))
+        hi = max(hi, lo + 1)
+        c = np.asarray(cols[ptr[lo]:ptr[hi]]).astype(np.int64)
+        r = np.repeat(np.arange(lo, hi, dtype=np.int64), np.diff(ptr[lo:hi + 1]))
+        own = c < n
+        r, c = r[own].astype(np.uint64), c[own].astype(np.uint64)
+        with np.errstate(over="ignore"):
+            a += _mix((r << np.uint64(32)) | c).sum(dtype=np.uint64)
+            b += _mix((c << np.uint64(32)) | r).sum(dtype=np.uint64)
+        lo = hi
+    return bool(a == b)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser, elementwise on uint64 (wrapping)."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
 
 
 def stats_parts(cfg) -> list[PartStats]:

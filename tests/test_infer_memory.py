@@ -85,7 +85,8 @@ def _rounds_job(rank, world_size, spec):
 
     from graphdist.data import load_graph
     from graphdist.gnn.config import GCNConfig
-    from graphdist.gnn.infer_memory import check_infer_fits, infer_memory, infer_part_stats
+    from graphdist.gnn.infer_memory import check_infer_fits, infer_memory
+    from graphdist.gnn.stats import part_stats
     from graphdist.memory import resident_bytes
     from graphdist.partition.layout import build_layout
     from partitioners.sysmem import proc_status_bytes
@@ -93,7 +94,7 @@ def _rounds_job(rank, world_size, spec):
     part = torch.randint(0, world_size, (graph.num_nodes,), generator=torch.Generator().manual_seed(0))
     lg = build_layout(graph, part, rank, world_size)
     cfg = GCNConfig(layers=3, hidden=512, halo="plain", halo_rounds=0)
-    ps = infer_part_stats(lg)
+    ps = part_stats(lg)
     needs = [infer_memory(ps, GCNConfig(layers=3, hidden=512, halo="plain", halo_rounds=r), lg.x.shape[1], 4,
                           world_size, 512)["peak_bytes"] for r in (1, 2, 4)]
     target = (needs[1] + needs[2]) // 2

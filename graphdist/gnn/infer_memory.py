@@ -26,7 +26,7 @@ from graphdist.gnn.plan_memory import RUNTIME_BYTES, activation_peak, adjacency_
 from graphdist.gnn.stats import PartStats, layer_plan
 from graphdist.outputs import WRITER_BYTES
 
-__all__ = ["infer_memory", "infer_part_stats", "check_infer_fits"]
+__all__ = ["infer_memory", "check_infer_fits"]
 
 
 def infer_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, emb_width: int) -> dict:
@@ -52,15 +52,6 @@ def infer_memory(ps: PartStats, cfg, f_in: int, n_classes: int, k: int, emb_widt
             "write_bytes": write, "runtime_bytes": RUNTIME_BYTES, "peak_bytes": int(total)}
 
 
-def infer_part_stats(lg) -> PartStats:
-    """The part's statistics as the check reads them: the owned block's symmetry found by a hash
-    (:func:`graphdist.gnn.stats.pattern_symmetric`), not a transpose, so a symmetric GCN block
-    counts once, as it is stored."""
-    from graphdist.gnn.stats import part_stats, pattern_symmetric
-    ps = part_stats(lg, check_symmetry=False)
-    return dataclasses.replace(ps, symmetric=pattern_symmetric(lg.indptr.numpy(), lg.indices.numpy(), lg.num_owned))
-
-
 def check_infer_fits(cfg, lg, n_classes: int, emb_width: int, device) -> tuple[int, dict | None]:
     """Collective: the exchange rounds inference takes and the figures of every rank: the fewest
     of ``cfg.halo_rounds`` (given) or 1, 2, 4, ... (0; 1 at k = 1) with which every rank's
@@ -72,15 +63,17 @@ def check_infer_fits(cfg, lg, n_classes: int, emb_width: int, device) -> tuple[i
     from graphdist.errors import ConfigError
     from graphdist.fits import fewest_fitting
     from graphdist.gnn.config import BUILTIN_MODELS
-    from graphdist.gnn.decide import ROUNDS
+    from graphdist.gnn.decide import ROUNDS, round_choices
+    from graphdist.gnn.stats import part_stats
     k = comm.world()[1]
     if cfg.model not in BUILTIN_MODELS:
         if cfg.halo_rounds > 1:
             raise ConfigError(f"--halo-rounds applies to --model gcn|sage only (graphdist's own layers), not to "
                               f"--model {cfg.model}")
         return 1, None
-    cands = [1] if k == 1 else [cfg.halo_rounds] if cfg.halo_rounds else list(ROUNDS)
-    ps, f_in = infer_part_stats(lg), int(lg.x.shape[1])
+    cands = round_choices(cfg, k)
+    # the owned block's symmetry checked (a hash, no transpose): a symmetric GCN block is stored once
+    ps, f_in = part_stats(lg), int(lg.x.shape[1])
     needs = [infer_memory(ps, dataclasses.replace(cfg, halo_rounds=r), f_in, n_classes, k, emb_width)["peak_bytes"]
              for r in cands]
     name = f"inference of {cfg.model} {cfg.layers}x{cfg.hidden}"

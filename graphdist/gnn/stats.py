@@ -58,21 +58,17 @@ class PartStats:
 
 
 def part_stats(lg, check_symmetry: bool = True) -> PartStats:
-    """:class:`PartStats` of a :class:`~graphdist.partition.local.LocalGraph` (without
-    ``check_symmetry`` the owned block counts as unsymmetric: an upper bound, and no transpose
-    is built)."""
-    import scipy.sparse as sp
+    """:class:`PartStats` of a :class:`~graphdist.partition.local.LocalGraph` (the owned block's
+    symmetry by :func:`pattern_symmetric`; without ``check_symmetry`` it counts as unsymmetric:
+    an upper bound, and the pass is saved)."""
     n = lg.num_owned
     ptr, cols = lg.indptr.numpy(), lg.indices.numpy()
     rows = np.repeat(np.arange(n, dtype=np.int32), np.diff(ptr))
     loops = int((cols == rows).sum())
-    own = cols < n
-    own_edges, symmetric = int(own.sum()), False
-    if check_symmetry:
-        m = sp.csr_matrix((np.ones(own_edges, dtype=np.int8), (rows[own], cols[own])), shape=(n, n))
-        symmetric = (m != m.T).nnz == 0
-        del m
     del rows
+    own = cols < n
+    own_edges = int(own.sum())
+    symmetric = pattern_symmetric(ptr, cols, n) if check_symmetry else False
     to, frm = {"plain": list(lg.send_counts)}, {"plain": list(lg.recv_counts)}
     hent = {"plain": int((~own).sum())}
     send_entries = 0

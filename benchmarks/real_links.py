@@ -164,6 +164,31 @@ def build_parser():
     return ap
 
 
+def baselines(rows: list[dict]) -> dict:
+    """Per variant the median of its baseline runs' epoch seconds (the compute plan is given)."""
+    import statistics
+    runs: dict = {}
+    for r in rows:
+        if "base_epoch_s" in r:
+            runs.setdefault(r["variant"], []).append(r["base_epoch_s"])
+    return {v: statistics.median(ts) for v, ts in runs.items()}
+
+
+def plan_vs_real(rows: list[dict]) -> list[list]:
+    """Per link and variant: the real epochs (ms), plan's epoch with the measured compute, and
+    plan over the mean of the real epochs."""
+    import statistics
+    out = []
+    for r in rows:
+        if r.get("plan_link") == "cap" and r.get("plan_compute_s"):
+            real = [x["real_epoch_s"] for x in rows if x.get("rate_gbps") == r["rate_gbps"]
+                    and x.get("variant") == r["variant"] and "real_epoch_s" in x]
+            if real:
+                out.append([r["rate_gbps"] or "veth", r["variant"], " / ".join(f"{x * 1e3:.1f}" for x in real),
+                            f"{r['plan_epoch_s'] * 1e3:.1f}", f"{r['plan_epoch_s'] / statistics.mean(real):.2f}"])
+    return out
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     from graphdist.testbed import Testbed
@@ -177,10 +202,12 @@ def main(argv=None) -> int:
     rows = []
     if args.plan_only:
         rows = [r for r in json.loads(Path(args.plan_only).read_text()) if "plan_epoch_s" not in r]
-        base = {r["variant"]: r["base_epoch_s"] for r in rows if "base_epoch_s" in r}
+        base = baselines(rows)
         for rate in dict.fromkeys(r["rate_gbps"] for r in rows if "real_epoch_s" in r):
             rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r], base)
         harness.write_json(args.json, rows)
+        print(harness.table(["link", "variant", "real ms/epoch", "plan ms/epoch (measured compute)", "plan / real"],
+                            plan_vs_real(rows)))
         return 0
     print(f"load: {os.getloadavg()}", flush=True)
     if args.sim_only:
@@ -195,11 +222,12 @@ def main(argv=None) -> int:
                     print(json.dumps(rows[-1]), flush=True)
         harness.write_json(args.json, rows)
         return 0
-    if args.baseline:  # the compute alone: every variant on one host, no link
-        for var in variants:
-            sim = sim_run(args, var, 0.0, work / f"base-{var}.json")
+    if args.baseline:  # the compute alone: every variant on one host, no link (the median of --repeats runs)
+        for rep, var in ((rep, var) for rep in range(args.repeats) for var in variants):
+            sim = sim_run(args, var, 0.0, work / f"base-{var}-{rep}.json")
             sr = sim["report"]
-            rows.append({"rate_gbps": None, "variant": var, "base_epoch_s": sr["time/epoch_s"], "load": harness.load(),
+            rows.append({"rate_gbps": None, "variant": var, "repeat": rep, "base_epoch_s": sr["time/epoch_s"],
+                         "load": harness.load(),
                          "base_final_loss": sr["losses"][-1], "base_mode": sr.get("comm/halo"),
                          "base_bits": sr.get("comm/halo_bits")})
             print(json.dumps(rows[-1]), flush=True)
@@ -232,7 +260,7 @@ def main(argv=None) -> int:
                         row["auto_real_mode"] = rr.get("comm/halo")
                     rows.append(row)
                     print(json.dumps({k: v for k, v in row.items() if k not in ("auto_real", "auto_sim")}), flush=True)
-            base = {r["variant"]: r["base_epoch_s"] for r in rows if "base_epoch_s" in r}
+            base = baselines(rows)
             rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r], base)
     print(f"done in {time.time() - t_start:.0f} s; load {os.getloadavg()}", flush=True)
     harness.write_json(args.json, rows)
@@ -245,6 +273,8 @@ def main(argv=None) -> int:
         ["link", "variant", "plan at (Gbit/s, us)", "plan ms/epoch"],
         [[r["rate_gbps"] or "veth", r["variant"], f"{r['plan_link']} ({r['plan_gbps']:.3f}, {r['plan_latency_us']:.0f})",
           f"{r['plan_epoch_s'] * 1e3:.1f}"] for r in rows if "plan_epoch_s" in r]))
+    print("\n" + harness.table(["link", "variant", "real ms/epoch", "plan ms/epoch (measured compute)", "plan / real"],
+                              plan_vs_real(rows)))
     return 0
 
 

@@ -29,9 +29,10 @@ carries its two directions one after the other on a capped link (BENCHMARKS.md, 
 so rates count sent + received bytes together.
 
 The link between hosts carries a step's bytes while the ranks compute: the step is the larger of
-the two, not their sum. On the test bed (a token-bucket cap per host link, more ranks than cores)
-the sum overestimated the measured step 1.3-2.5x (BENCHMARKS.md, issue 49): the bucket fills while
-the link is idle, and a rank waiting on the link leaves the cores to the others. The replica
+the two, not their sum. On the test bed (then a 256 KiB token bucket per host link; more ranks
+than cores) the sum overestimated the measured step 1.3-2.5x (BENCHMARKS.md, issue 49): the
+bucket filled while the link was idle, and a rank waiting on the link leaves the cores to the
+others. The replica
 sync is the exception: it runs after the update with every rank waiting on it, so its time on
 the link adds (at the rate of a ring's edges, whose two directions run at once). So::
 

@@ -2,7 +2,7 @@
 
 Rehearse a multi-node job before a real cluster, or test one: each host has its own network
 stack, address, hostname and hosts file, and optionally a capped link (``tc``'s token bucket,
-both directions), so ranks on different hosts talk real TCP over a real, slow link::
+both directions; :func:`link_burst`), so ranks on different hosts talk real TCP over a real, slow link::
 
     switch namespace  gdtb<id>sw   bridge br0
        |-- veth --  host 0  gdtb<id>h0   10.77.0.1  hostname h0   [rate cap]
@@ -40,10 +40,20 @@ import threading
 
 from graphdist.errors import ConfigError
 
-__all__ = ["Testbed", "TestbedError", "can_make", "finish", "main"]
+__all__ = ["Testbed", "TestbedError", "can_make", "finish", "link_burst", "main"]
 
 SUBNET = "10.77.0"
 PREFIX = "gdtb"
+
+
+def link_burst(gbps: float) -> int:
+    """Bytes of tbf's bucket for a cap of ``gbps``: about 1 ms of line rate, at least 16 KiB (a
+    few full-size frames; tbf cuts a larger GSO segment into frames itself). A physical link sends
+    nothing faster than its rate; a bigger bucket refills while the hosts compute and passes the
+    head of every exchange at once. With the earlier 256 KiB bucket (21 ms of line rate at 0.1
+    Gbit/s) a 0.5 MB all-to-all took 0.77x its time at the cap (BENCHMARKS.md, "What a gloo
+    exchange gets from a capped link")."""
+    return max(16 * 1024, int(gbps * 1e9 / 8 / 1000))
 
 
 class TestbedError(ConfigError):
@@ -160,8 +170,7 @@ class Testbed:
     def set_rate(self, i: int, gbps: float) -> None:
         """Cap host ``i``'s link at ``gbps`` Gbit/s in both directions (tbf on each end)."""
         rate = f"{int(gbps * 1e6)}kbit"
-        # bucket: at least one full 64 KiB segment burst plus ~1 ms of line rate
-        burst = max(256 * 1024, int(gbps * 1e9 / 8 / 1000))
+        burst = link_burst(gbps)
         for ns, dev in ((self.ns[i], "eth0"), (self.switch, f"p{i}")):
             _ip("tc", "qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate, "burst", str(burst),
                 "latency", "50ms", ns=ns)

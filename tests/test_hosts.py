@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -82,6 +83,10 @@ def test_testbed_hosts_names_links_and_cleanup():
         assert "10.77.0.1" in lines[1] and "h0" in lines[1] and "10.77.0.2" in lines[2]
         q = tb.run(0, ["tc", "qdisc", "show", "dev", "eth0"])
         assert "tbf" in q.stdout and "500Mbit" in q.stdout, q.stdout
+        # the bucket holds about 1 ms of line rate (62,500 bytes at 0.5 Gbit/s), as a physical link
+        # sends nothing faster than its rate (the earlier 256 KiB passed the head of each exchange at once)
+        size, unit = re.search(r"burst (\d+)(b|Kb|Mb)\b", q.stdout).groups()
+        assert int(size) * {"b": 1, "Kb": 1024, "Mb": 1 << 20}[unit] == 62_500, q.stdout
         probe = [sys.executable, "-c", "import socket,sys; socket.create_connection(('h0', 22), timeout=2)"]
         listener = tb.popen(0, [sys.executable, "-c", "import socket,time; s=socket.create_server(('0.0.0.0', 22)); "
                                 "[s.accept() for _ in range(2)]"])

@@ -175,14 +175,15 @@ def link_seconds(parts: list[PartStats], layers: list[dict], cfg, mode: str) -> 
     epoch, and the bytes and seconds per link class. Ranks are host-major on ``cfg.hosts``
     hosts (0: one rank per host), every host behind one switch on a link of ``cfg.link_gbps``
     in each direction. An all-to-all on them is bound, per host, by the larger of (measured on
-    the test bed, BENCHMARKS.md "Real hosts"):
+    the test bed with a bucket of 1 ms of line rate, BENCHMARKS.md "`plan` and `--halo auto` on
+    real links"):
 
     - the bytes its ranks send to other hosts, and those they receive (the link's two
       directions, each at the rate);
-    - the bytes of its busiest connection, sent and received together: one connection (a pair of
-      ranks on two hosts) carries its two directions one after the other, as a gloo all-to-all
-      does (2 hosts x 1 rank: sent + received at the rate; 4 hosts x 1 rank: three connections,
-      so the directions overlap; 2 hosts x 2 ranks: four).
+    - the bytes one of its ranks sends to and receives from other hosts together: a gloo rank
+      moves its two directions one after the other (2 hosts x 1 rank and 4 hosts x 1 rank took
+      sent + received at the rate; 2 hosts x 2 ranks, two ranks a direction each, about the
+      larger direction).
 
     Bytes between ranks of one host go at ``cfg.intra_gbps`` (0: not charged). A rank is taken to
     wait for the slower of its host's link and its own traffic within the host (the two classes
@@ -196,16 +197,17 @@ def link_seconds(parts: list[PartStats], layers: list[dict], cfg, mode: str) -> 
     hosts = int(getattr(cfg, "hosts", 0) or 0) or k
     per = k // hosts
     tr_row, ev_row = row_bytes_per_epoch(layers, cfg)
-    # per host and phase (training, evaluation): bytes sent and received across hosts, and the
-    # busiest connection's bytes both ways; per rank: bytes sent + received within the host
+    # per host and phase (training, evaluation): bytes sent and received across hosts, and its
+    # busiest rank's bytes across hosts both ways; per rank: bytes sent + received within the host
     out_b, in_b = [[0.0, 0.0] for _ in range(hosts)], [[0.0, 0.0] for _ in range(hosts)]
-    conn = [[0.0, 0.0] for _ in range(hosts)]
+    rank_b = [[0.0, 0.0] for _ in range(hosts)]
     intra = [[0.0, 0.0] for _ in range(k)]
     sent = {"inter": 0.0, "intra": 0.0}
     for r, ps in enumerate(parts):
         to, frm = peer_rows(ps, mode, k, r)
         ss, sr = sampled_share(ps, mode, cfg.boundary_rate)
         h = r // per
+        mine = [0.0, 0.0]  # this rank's bytes across hosts, both ways
         for p in range(k):
             if p == r:
                 continue
@@ -216,10 +218,11 @@ def link_seconds(parts: list[PartStats], layers: list[dict], cfg, mode: str) -> 
                 continue
             out_b[h] = [out_b[h][0] + to[p] * ss * tr_row, out_b[h][1] + to[p] * ev_row]
             in_b[h] = [in_b[h][0] + frm[p] * sr * tr_row, in_b[h][1] + frm[p] * ev_row]
-            conn[h] = [max(a, b) for a, b in zip(conn[h], pair)]
+            mine = [a + b for a, b in zip(mine, pair)]
             sent["inter"] += to[p] * (ss * tr_row + ev_row)
+        rank_b[h] = [max(a, b) for a, b in zip(rank_b[h], mine)]
     per_bit = 8 / (cfg.link_gbps * 1e9)
-    host = [[max(out_b[h][i], in_b[h][i], conn[h][i]) * per_bit for i in (0, 1)] for h in range(hosts)]
+    host = [[max(out_b[h][i], in_b[h][i], rank_b[h][i]) * per_bit for i in (0, 1)] for h in range(hosts)]
     intra_gbps = float(getattr(cfg, "intra_gbps", 0.0) or 0.0)
     own = [[b * 8 / (intra_gbps * 1e9) if intra_gbps > 0 else 0.0 for b in x] for x in intra]
     wire = []

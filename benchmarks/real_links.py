@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -166,7 +167,6 @@ def build_parser():
 
 def baselines(rows: list[dict]) -> dict:
     """Per variant the median of its baseline runs' epoch seconds (the compute plan is given)."""
-    import statistics
     runs: dict = {}
     for r in rows:
         if "base_epoch_s" in r:
@@ -174,10 +174,9 @@ def baselines(rows: list[dict]) -> dict:
     return {v: statistics.median(ts) for v, ts in runs.items()}
 
 
-def plan_vs_real(rows: list[dict]) -> list[list]:
-    """Per link and variant: the real epochs (ms), plan's epoch with the measured compute, and
-    plan over the mean of the real epochs."""
-    import statistics
+def plan_vs_real(rows: list[dict]) -> str:
+    """A table, per link and variant: the real epochs (ms), plan's epoch with the measured
+    compute, and plan over the mean of the real epochs."""
     out = []
     for r in rows:
         if r.get("plan_link") == "cap" and r.get("plan_compute_s"):
@@ -186,7 +185,7 @@ def plan_vs_real(rows: list[dict]) -> list[list]:
             if real:
                 out.append([r["rate_gbps"] or "veth", r["variant"], " / ".join(f"{x * 1e3:.1f}" for x in real),
                             f"{r['plan_epoch_s'] * 1e3:.1f}", f"{r['plan_epoch_s'] / statistics.mean(real):.2f}"])
-    return out
+    return harness.table(["link", "variant", "real ms/epoch", "plan ms/epoch (measured compute)", "plan / real"], out)
 
 
 def main(argv=None) -> int:
@@ -206,8 +205,7 @@ def main(argv=None) -> int:
         for rate in dict.fromkeys(r["rate_gbps"] for r in rows if "real_epoch_s" in r):
             rows += plan_rows(args, [r for r in rows if r.get("rate_gbps") == rate and "real_epoch_s" in r], base)
         harness.write_json(args.json, rows)
-        print(harness.table(["link", "variant", "real ms/epoch", "plan ms/epoch (measured compute)", "plan / real"],
-                            plan_vs_real(rows)))
+        print(plan_vs_real(rows))
         return 0
     print(f"load: {os.getloadavg()}", flush=True)
     if args.sim_only:
@@ -273,8 +271,7 @@ def main(argv=None) -> int:
         ["link", "variant", "plan at (Gbit/s, us)", "plan ms/epoch"],
         [[r["rate_gbps"] or "veth", r["variant"], f"{r['plan_link']} ({r['plan_gbps']:.3f}, {r['plan_latency_us']:.0f})",
           f"{r['plan_epoch_s'] * 1e3:.1f}"] for r in rows if "plan_epoch_s" in r]))
-    print("\n" + harness.table(["link", "variant", "real ms/epoch", "plan ms/epoch (measured compute)", "plan / real"],
-                              plan_vs_real(rows)))
+    print("\n" + plan_vs_real(rows))
     return 0
 
 

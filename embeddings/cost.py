@@ -32,9 +32,9 @@ The link between hosts carries a step's bytes while the ranks compute: the step 
 the two, not their sum. On the test bed (then a 256 KiB token bucket per host link; more ranks
 than cores) the sum overestimated the measured step 1.3-2.5x (BENCHMARKS.md, issue 49): the
 bucket filled while the link was idle, and a rank waiting on the link leaves the cores to the
-others. The replica
-sync is the exception: it runs after the update with every rank waiting on it, so its time on
-the link adds (at the rate of a ring's edges, whose two directions run at once). So::
+others. The replica sync is the exception: it runs after the update with every rank waiting on
+it, so its time on the link adds (at the rate of a ring's edges, whose two directions run at
+once). So::
 
     step = max( compute + latency + within hosts + sync work,   between hosts ) + sync between hosts
 

@@ -47,7 +47,7 @@ def global_triples(ratings: Ratings, seed: int = 5):
 
 def _job(rank, ws, ratings, assignments, table, epochs):
     from graphdist import comm
-    from graphdist.rec.adam import TableAdam
+    from graphdist.adam import Adam
     from graphdist.rec.model import LightGCNShard, bpr_step, halo_exchanger, lightgcn_adjacency, schedule_epoch
     from graphdist.rec.sampling import sample_epoch
     from graphdist.rec.rank import rank_data
@@ -68,7 +68,7 @@ def _job(rank, ws, ratings, assignments, table, epochs):
                  for p in schedule_epoch(sample_epoch(rd.index, 5, e, BATCH), rd, U, rank, ws)][:STEPS]
         bpr_step(model, adj, halo, plans[0], L2)  # gradients of the first batch, no step
         grad = model.weight.grad.clone()
-        opt = TableAdam(model.weight, lr=LR)  # train-rec's optimizer; the reference uses torch.optim.Adam
+        opt = Adam([model.weight], lr=LR)  # train-rec's optimizer; the reference uses torch.optim.Adam
         losses = torch.stack([bpr_step(model, adj, halo, p, L2, opt) for p in plans]).double()
         comm.all_reduce_sum(losses)
         out[(method, mode)] = (rd.owned, final, grad, losses.tolist(), model.weight.detach().clone())

@@ -99,11 +99,13 @@ class GCNTask(Task):
     def state(self) -> dict:
         """Weights and Adam state (replicated: stored once). Dropout is keyed by (seed, epoch,
         layer, node), so no RNG state is needed to resume exactly."""
-        from torch.distributed.checkpoint.state_dict import get_state_dict
-        msd, osd = get_state_dict(self.model, self.opt)
+        msd, osd = self.model.state_dict(), self.opt.state_dict(self._names())
         st = getattr(self.net, "stale", None)
         stale = st.state(comm.world()[0]) if st is not None and self.held_rows else {}
         return {"model": msd, "optim": osd, **stale}  # stale halo rows: per rank
+
+    def _names(self) -> dict:
+        return {p: n for n, p in self.model.named_parameters()}
 
     def scalars(self) -> dict:
         rb = self.history.get("halo_rows_bytes")  # fixed by the plan: rows, bytes per epoch
@@ -114,8 +116,8 @@ class GCNTask(Task):
             self.history.pop(k, None)
 
     def loaded(self, state: dict) -> None:
-        from torch.distributed.checkpoint.state_dict import set_state_dict
-        set_state_dict(self.model, self.opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optim"], self._names())
         if getattr(self.net, "stale", None) is not None and self.held_rows:
             self.net.stale.load(state, comm.world()[0])
 

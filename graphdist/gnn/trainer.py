@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from graphdist import comm
+from graphdist.adam import Adam
 from graphdist.checkpoint import partition_id, resuming
 from graphdist.errors import ConfigError
 from graphdist.exchange.quant import rel_error as quant_rel_error
@@ -76,7 +77,7 @@ def fit(cfg: GCNConfig, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     lg, inp = prepare(cfg, lg, ctx.device)
     net = build_net(cfg, dec, lg, inp.x, inp.ids, inp.n_classes, ctx.device)
     lg = lg.without_edges()  # the adjacency and the exchangers hold what training needs
-    opt = torch.optim.Adam(net.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)
+    opt = Adam(net.param_groups(cfg.weight_decay, not cfg.weight_decay_all), lr=cfg.lr)  # torch.optim's, without its imports
     task = GCNTask(cfg, net, opt, inp.y, inp.ids, inp.masks, inp.counts, ctx.device, _auto_bits(cfg, dec))
     res = run_loop(task, _loop_config(cfg, ctx, inp, lg), callbacks)
     if getattr(net, "stale", None) is not None:

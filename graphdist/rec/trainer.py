@@ -25,6 +25,7 @@ from dataclasses import asdict
 import torch
 
 from graphdist import comm
+from graphdist.adam import Adam
 from graphdist.checkpoint import partition_id, resuming, with_recorded
 from graphdist.exchange.exchanger import CommStats
 from graphdist.partition.job import check_halo_bits
@@ -32,7 +33,6 @@ from graphdist.partition.regroup import parts_for_world
 from graphdist.exchange.rounds import in_rounds
 from graphdist.partition.setup import check_layout
 from graphdist.loop import LoopConfig, Task, run_loop
-from graphdist.rec.adam import TableAdam
 from graphdist.rec.config import RecConfig
 from graphdist.rec.data import Ratings
 from graphdist.rec.memory import check_rank_fits, exchange_rounds
@@ -105,7 +105,7 @@ class _Run:
     """What a rank trains with: its rows of the table, the adjacency and the exchangers."""
 
     model: LightGCNShard
-    opt: TableAdam
+    opt: Adam
     adj: object
     halo: object
     halo_eval: object
@@ -126,7 +126,7 @@ def _build(cfg, lg, rd, dev):
     if rounds > 1:  # the exchange's buffers in slices
         get_logger().info(f"halo exchange in {rounds} rounds (--halo-rounds)")
         in_rounds(rounds, adj, halo, halo_eval)
-    opt = TableAdam(model.weight, lr=cfg.lr)  # torch.optim.Adam's arithmetic, without torch.optim's imports
+    opt = Adam([model.weight], lr=cfg.lr)  # torch.optim.Adam's arithmetic, without torch.optim's imports
     return cfg, _Run(model, opt, adj, halo, halo_eval)
 
 

@@ -71,7 +71,7 @@ _RMAT = {"scale": 14, "edge_factor": 16, "a": 0.57, "b": 0.19, "c": 0.19, "featu
 KINDS: dict[str, Kind] = {k.name: k for k in [
     Kind("sbm", "graph", "graphdist.data.synthetic:sbm_graph", _SBM),
     Kind("rmat", "graph", "graphdist.data.synthetic:rmat_graph", _RMAT),
-    Kind("planetoid", "graph", "graphdist.data.files:load_planetoid", {}, "Planetoid dataset folder",
+    Kind("planetoid", "graph", "graphdist.data.planetoid:load_planetoid", {}, "Planetoid dataset folder",
          "Cora: copy the raw files of kimiyoung/planetoid (data/ind.cora.*) into ROOT/Cora/raw/; CiteSeer, "
          "PubMed: python scripts/fetch_planetoid.py (datasets/planetoid/README.md)"),
     Kind("ogb", "graph", "graphdist.data.files:load_ogb", {"split": "", "directed": False}, "OGB directory",

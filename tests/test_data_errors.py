@@ -1,6 +1,7 @@
 """Bad input: one GraphdistError with the file and line; the CLI says one line and exits 2."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -161,3 +162,21 @@ def test_a_folder_lacking_a_file_reads_the_complete_copy_in_another_data_home(tm
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert err == [f"planetoid: {mine / 'planetoid' / 'Cora' / 'raw'} lacks ind.cora.allx; reading the complete copy "
                    f"in {full / 'planetoid' / 'Cora'}"], err
+
+
+def test_a_planetoid_file_naming_anything_but_arrays_is_refused_before_it_runs(tmp_path, cora_dir):
+    """A Planetoid file is a pickle; graphdist's reader builds only what Cora, CiteSeer and PubMed
+    hold: a file that would run a command says so in one line naming it, and nothing runs."""
+    import pickle
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'ran'}",))
+
+    root = _partial_planetoid(tmp_path, "Cora", src=cora_dir, skip=())
+    (root / "raw" / "ind.cora.graph").write_bytes(pickle.dumps(Evil(), protocol=2))
+    with pytest.raises(DataFormatError) as e:
+        load_graph(f"planetoid:{root}")
+    msg = str(e.value)
+    assert msg.startswith(f"{root / 'raw' / 'ind.cora.graph'}: it names ") and "system" in msg and "\n" not in msg
+    assert not (tmp_path / "ran").exists()

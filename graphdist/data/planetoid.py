@@ -12,8 +12,9 @@ training nodes are the first ``len(y)``, validation the next 500, test those of
 
 Why not PyG's: ``import torch_geometric`` costs about 2 CPU-s a process and imports
 ``torch._dynamo`` (another 1.5 CPU-s and about 70 MiB), in every rank that loads the graph.
-The pickles are the user's own files, as with PyG: a Planetoid folder must come from a source
-the user trusts (:func:`planetoid_hint`).
+The pickles are the user's own files, read as PyG reads them but by an unpickler that builds
+only what a Planetoid file holds (:data:`PICKLED`): a file that names anything else (a command,
+say) is refused in one line naming it, before anything in it runs.
 """
 from __future__ import annotations
 
@@ -32,6 +33,22 @@ __all__ = ["load_planetoid", "read_planetoid", "planetoid_hint", "PLANETOID_SUFF
 PLANETOID_SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 
 
+PICKLED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+           ("numpy", "ndarray"), ("numpy", "dtype"), ("__builtin__", "list"), ("builtins", "list"),
+           ("collections", "defaultdict"), ("scipy.sparse.csr", "csr_matrix"),
+           ("scipy.sparse._csr", "csr_matrix")}
+"""The only classes and functions a Planetoid file may name (those of Cora, CiteSeer and PubMed):
+anything else, a command for instance, is refused before it is called."""
+
+
+class _PlanetoidUnpickler(pickle.Unpickler):
+    def find_class(self, module, name):
+        if (module, name) not in PICKLED:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which no Planetoid file holds "
+                                         f"(only numpy arrays, scipy CSR matrices and lists are read)")
+        return super().find_class(module, name)
+
+
 def _read(raw: Path, prefix: str, name: str):
     path = raw / f"ind.{prefix}.{name}"
     if name == "test.index":
@@ -39,7 +56,11 @@ def _read(raw: Path, prefix: str, name: str):
     with open(path, "rb") as f:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", ".*`scipy.sparse.csr` name.*")
-            out = pickle.load(f, encoding="latin1")
+            warnings.filterwarnings("ignore", ".*numpy.core.*", DeprecationWarning)
+            try:
+                out = _PlanetoidUnpickler(f, encoding="latin1").load()
+            except pickle.UnpicklingError as e:
+                raise DataFormatError(path, str(e)) from None
     if name == "graph":
         return out
     out = out.todense() if hasattr(out, "todense") else out
@@ -94,6 +115,8 @@ def load_planetoid(path) -> Graph:
     raw = root / "raw"
     try:
         x, y, edges, masks = read_planetoid(raw, prefix)
+    except DataFormatError:
+        raise
     except Exception as e:  # noqa: BLE001 - corrupt pickles etc.
         raise DataFormatError(raw, f"could not read Planetoid files: {e}") from None
     indptr, indices = csr_from_coo(edges[1], edges[0], y.shape[0])

@@ -22,10 +22,11 @@ imports and a gloo process group. Measured as the peak resident set per rank
 ``train-rec`` on 300 users, at k = 1 and 2, each in fresh processes started as a user starts them:
 ``python benchmarks/memory_constants.py`` (BENCHMARKS.md, "Memory model constants"): 339 MiB for
 ``train-gcn`` (PyG imported) and 275-292 MiB for ``train-rec`` on the 2-core CPU box with torch
-2.x; the largest, rounded up. A rank of a PyG ``--model`` still imports torch_geometric and
-``torch._dynamo`` (that 339 MiB); one of the built-in models no longer does (graphdist's own Adam
-and Planetoid reader, 2026-12-06: the README's tiny runs peak at 271-303 MiB a rank), so for
-those the constant is now about 70 MiB on the safe side. ``graphdist partition`` adds it too (its coefficients per edge were
+2.x; the largest, rounded up. Since graphdist's own Adam and Planetoid reader (2026-12-06) a
+rank of a built-in model imports neither torch_geometric nor ``torch._dynamo``: the same tiny
+runs peak at 320-324 MiB (``train-gcn``) and 323-325 MiB (``train-rec``), and an artifact's
+ranks, which import no partitioner, at 271-303 MiB (the README's runs); a PyG ``--model`` rank
+still imports both. ``graphdist partition`` adds it too (its coefficients per edge were
 fitted above the graph, not the process)."""
 
 

@@ -28,23 +28,27 @@ latencies are measured when the job starts (:func:`embeddings.auto.measure`); a 
 carries its two directions one after the other on a capped link (BENCHMARKS.md, "Real hosts"),
 so rates count sent + received bytes together.
 
-The link between hosts carries a step's bytes while the ranks compute: the step is the larger of
-the two, not their sum. On the test bed (then a 256 KiB token bucket per host link; more ranks
-than cores) the sum overestimated the measured step 1.3-2.5x (BENCHMARKS.md, issue 49): the
-bucket filled while the link was idle, and a rank waiting on the link leaves the cores to the
-others. The replica sync is the exception: it runs after the update with every rank waiting on
-it, so its time on the link adds (at the rate of a ring's edges, whose two directions run at
-once). So::
+A rank's collectives are blocking (gloo): the link between hosts carries a step's bytes while
+the ranks wait on them, so its time adds to the ranks' own work::
 
-    step = max( compute + latency + within hosts + sync work,   between hosts ) + sync between hosts
+    step = compute + latency + within hosts + sync work + between hosts + sync between hosts
 
     latency       = collectives of 2 or more ranks x the measured latency of one of their kind
                     (inside a step a collective waits for the slowest rank to arrive, whatever
                     the group's size: on the test bed a 2-rank group's all-to-all was no cheaper)
     within hosts  = sum over phases of the busiest rank's bytes inside its host / the intra rate
     between hosts = sum over the other phases of the busiest host link's bytes / the inter rate
-    sync between hosts = the sync's bytes on the busiest host link / the ring rate
+    sync between hosts = the sync's bytes on the busiest host link / the ring rate (its edges
+                  carry both directions at once)
     sync work     = rows the busiest rank's replica sync averages x seconds per row (measured)
+
+(Until 2026-12-06 the step was the larger of the ranks' work and the link's time, plus the
+sync: the test bed's token bucket was then 256 KiB, 21 ms of line rate at 0.1 Gbit/s, which
+filled while the link was idle and passed the head of every exchange at once, and the sum
+overestimated the measured step 1.3-2.5x. With the bucket at 1 ms of line rate, as a physical
+link sends, the sum came within 25% of the measured step in 24 of 32 estimates of the
+default-size cells on a quiet box (two rounds of the four cells; 0.67-1.33x), the larger of the
+two in 14 (0.57-1.25x): BENCHMARKS.md, "DLRM where 2D matters".)
 """
 from __future__ import annotations
 
@@ -169,8 +173,9 @@ class Phase:
     rows: float = 0.0
     """Rows per step the busiest rank's replica sync gathers, averages and writes back."""
     serial: bool = False
-    """Runs after the step's compute with every rank waiting on it (the replica sync): its time
-    on the link adds to the step instead of running behind the ranks' work."""
+    """The replica sync: after the update, its edges between hosts carrying both directions at
+    once (timed at the ring rate, not the all-to-all one) and reported apart
+    (``sync_between_hosts_s``)."""
 
 
 class Hosts:
@@ -265,7 +270,7 @@ def estimate(ph: list[Phase], links: Links, world: int) -> dict:
         intra += float(p.within.max()) / links.intra_bytes_per_s if links.intra_bytes_per_s else 0.0
         rows += p.rows
     sync = rows * links.sync_row_s
-    step = max(links.compute_s + latency + intra + sync, inter) + serial
+    step = links.compute_s + latency + intra + sync + inter + serial
     between = sum((p.between for p in ph), np.zeros(1)) if ph else np.zeros(1)
     within = sum((p.within for p in ph), np.zeros(1)) if ph else np.zeros(1)
     return {"step_s": step, "compute_s": links.compute_s, "latency_s": latency, "within_hosts_s": intra,

@@ -15,11 +15,13 @@ calls in 2 of 80 processes)::
     v = beta2 v + (1 - beta2) g^2
     w -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) + eps)
 
-Why not ``torch.optim``: building any of its optimizers imports ``torch._dynamo`` and sympy
-(``Optimizer.__init__`` and ``step`` are wrapped by ``torch._compile._disable_dynamo`` and
-``_use_grad_for_differentiable``, which import it on their first call), about 1.5 CPU-s and
-70 MiB of resident memory in every rank that otherwise never needs them; and
-``torch.distributed.checkpoint``'s ``get_state_dict`` imports them too. Its state has torch's
+Why not ``torch.optim``: building any of its optimizers imports ``torch._dynamo`` and sympy,
+about 70 MiB of resident memory and up to 1.5 CPU-s in every rank that otherwise never needs
+them (:mod:`graphdist.torch_internals`, item 12: ``Optimizer.add_param_group``, which
+``__init__`` calls, is wrapped by ``torch._disable_dynamo``, and ``step`` by
+``_use_grad_for_differentiable``; both import it on their first call). So does
+``get_state_dict`` (``torch.distributed.checkpoint.state_dict``) of such an optimizer, whose
+layout :meth:`state_dict` writes instead. Its state has torch's
 layout: ``state[param]`` holds ``step``, ``exp_avg``, ``exp_avg_sq``, and :meth:`state_dict`
 returns what ``get_state_dict(model, torch.optim.Adam(...))`` returns for a plain module
 (parameters by their names, every hyperparameter of torch's groups), so a checkpoint holds the

@@ -66,6 +66,15 @@ Items:
    public ``key_averages()`` sums memory per op and loses the order and the addresses the memory
    model's check needs (:mod:`graphdist.gnn.alloc_record`).
    The values are copied into a tensor torch made (torch's own strides).
+12. :class:`graphdist.adam.Adam` and :mod:`graphdist.data.planetoid` -- torch's compiler
+   imported by what a rank needs. ``torch/optim/optimizer.py``: ``Optimizer.add_param_group``
+   (called by ``__init__``), ``state_dict``, ``load_state_dict`` and ``zero_grad`` are decorated
+   with ``torch._disable_dynamo`` (``torch/_compile.py``), which imports ``torch._dynamo`` on its
+   first call, and ``_use_grad_for_differentiable`` (every ``step``) imports it too (so
+   ``torch.distributed.checkpoint.state_dict.get_state_dict`` of such an optimizer does);
+   ``import torch_geometric`` (2.8) imports it. ``torch._dynamo``
+   brings sympy: about 70 MiB and 1.5 CPU-s a process. So graphdist steps Adam itself (bit for bit
+   torch's) and reads the Planetoid files itself (equal to PyG's reader); no private name is used.
 """
 from __future__ import annotations
 

@@ -371,3 +371,20 @@ def test_item11_the_profilers_event_tree_holds_each_allocation_with_its_address_
     assert 12345 in sizes and -12345 in sizes, f"no allocation / free of 12345 B in the tree: {sizes}"
     assert any(n.name == "graphdist.probe" for n in nodes)
     assert all(isinstance(n.extra_fields.ptr, int) for n in nodes if ti.is_allocation(n))
+
+
+# 12. torch's compiler imported by an optimizer and by PyG ----------------------------------------
+
+@pytest.mark.parametrize("what, code", [
+    ("torch.optim.Adam", "torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))], lr=0.1)"),
+    ("import torch_geometric", "import torch_geometric"),
+])
+def test_item12_these_import_torch_dynamo(what, code):
+    """When one of these stops importing torch._dynamo, graphdist's own Adam (or Planetoid
+    reader) is no longer needed for it: this test fails and says which."""
+    import subprocess
+    import sys
+    probe = f"import sys, torch\n{code}\nprint('torch._dynamo' in sys.modules)"
+    r = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip() == "True", f"{what} no longer imports torch._dynamo (item 12 can go)"

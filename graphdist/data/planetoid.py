@@ -10,8 +10,9 @@ test indices. Rows are ``[allx | tx]`` with the test rows put in the order of ``
 training nodes are the first ``len(y)``, validation the next 500, test those of
 ``test.index``; self-loops dropped, repeated edges kept once.
 
-Why not PyG's: ``import torch_geometric`` costs about 2 CPU-s a process and imports
-``torch._dynamo`` (another 1.5 CPU-s and about 70 MiB), in every rank that loads the graph.
+Why not PyG's: ``import torch_geometric`` costs about 2 CPU-s a process over torch's own import,
+``torch._dynamo`` (which it imports, :mod:`graphdist.torch_internals` item 12) included, and
+over 70 MiB, in every rank that loads the graph.
 The pickles are the user's own files, read as PyG reads them but by an unpickler that builds
 only what a Planetoid file holds (:data:`PICKLED`): a file that names anything else (a command,
 say) is refused in one line naming it, before anything in it runs.

@@ -18,6 +18,7 @@ the machine's cores).
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import statistics
@@ -221,7 +222,7 @@ def main(argv=None) -> int:
         harness.write_json(args.json, rows)
         return 0
     if args.baseline:  # the compute alone: every variant on one host, no link (the median of --repeats runs)
-        for rep, var in ((rep, var) for rep in range(args.repeats) for var in variants):
+        for rep, var in itertools.product(range(args.repeats), variants):
             sim = sim_run(args, var, 0.0, work / f"base-{var}-{rep}.json")
             sr = sim["report"]
             rows.append({"rate_gbps": None, "variant": var, "repeat": rep, "base_epoch_s": sr["time/epoch_s"],

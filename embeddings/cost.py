@@ -46,9 +46,9 @@ the ranks wait on them, so its time adds to the ranks' own work::
 sync: the test bed's token bucket was then 256 KiB, 21 ms of line rate at 0.1 Gbit/s, which
 filled while the link was idle and passed the head of every exchange at once, and the sum
 overestimated the measured step 1.3-2.5x. With the bucket at 1 ms of line rate, as a physical
-link sends, the sum came within 25% of the measured step in 24 of 32 estimates of the
-default-size cells on a quiet box (two rounds of the four cells; 0.67-1.33x), the larger of the
-two in 14 (0.57-1.25x): BENCHMARKS.md, "DLRM where 2D matters".)
+link sends, the sum came within 25% of the measured step in 31 of 48 estimates of the
+default-size cells on a quiet box (three rounds of the four cells), the larger of the two in 21:
+BENCHMARKS.md, "DLRM where 2D matters".)
 """
 from __future__ import annotations
 

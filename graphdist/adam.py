@@ -74,26 +74,27 @@ class Adam:
     @torch.no_grad()
     def step(self) -> None:
         for g in self.param_groups:
-            beta1, beta2 = g["betas"]
             for p in g["params"]:
                 if p.grad is not None:
-                    self._update(p, p.grad, g["lr"], beta1, beta2, g["eps"], g["weight_decay"])
+                    self._update(p, g)
 
-    def _update(self, p, grad, lr, beta1, beta2, eps, weight_decay) -> None:
-        st = self._init(p)
+    def _update(self, p, g: dict) -> None:
+        """One step of ``p`` with its group ``g``'s hyperparameters."""
+        (beta1, beta2), st, grad = g["betas"], self.state_of(p), p.grad
         st["step"] += 1
-        if weight_decay != 0:
-            grad = grad.add(p, alpha=weight_decay)
+        if g["weight_decay"] != 0:
+            grad = grad.add(p, alpha=g["weight_decay"])
         m, v = st["exp_avg"], st["exp_avg_sq"]
         m.lerp_(grad, 1 - beta1)
         v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
         step = st["step"].item()  # host counter: no device sync
         bias_correction1 = 1 - beta1 ** step
         bias_correction2 = 1 - beta2 ** step
-        denom = (v.sqrt() / bias_correction2 ** 0.5).add_(eps)
-        p.addcdiv_(m, denom, value=-(lr / bias_correction1))
+        denom = (v.sqrt() / bias_correction2 ** 0.5).add_(g["eps"])
+        p.addcdiv_(m, denom, value=-(g["lr"] / bias_correction1))
 
-    def _init(self, p) -> dict:
+    def state_of(self, p) -> dict:
+        """``p``'s state, torch's initial one (step 0, zero moments) before its first step."""
         st = self.state[p]
         if not st:  # torch's initial state: a float32 step on the host, zero moments
             st.update(step=torch.tensor(0.0, dtype=torch.float32), exp_avg=torch.zeros_like(p),
@@ -108,7 +109,7 @@ class Adam:
         state, groups = {}, []
         for g in self.param_groups:
             for p in g["params"]:
-                state[names[p]] = dict(self._init(p))
+                state[names[p]] = dict(self.state_of(p))
             groups.append({k: v for k, v in g.items() if k != "params"} | _TORCH_GROUP_FLAGS
                           | {"params": [names[p] for p in g["params"]]})
         return {"state": state, "param_groups": groups}
@@ -126,6 +127,6 @@ class Adam:
             g.update({k: saved[key][k] for k in ("lr", "eps", "weight_decay")},
                      betas=tuple(saved[key]["betas"]))
             for p in g["params"]:
-                got, st = sd["state"][names[p]], self._init(p)
+                got, st = sd["state"][names[p]], self.state_of(p)
                 for k in ("step", "exp_avg", "exp_avg_sq"):
                     st[k].copy_(torch.as_tensor(got[k]))

@@ -72,7 +72,7 @@ def read_planetoid(raw, prefix: str):
     """``(x float32 [N, F], y int64 [N], edges int64 [2, E] (source, target), (train, val,
     test) bool masks [N])`` of the files ``raw/ind.<prefix>.*``."""
     raw, prefix = Path(raw), prefix.lower()
-    x, tx, allx, y, ty, ally, graph, test_index = (_read(raw, prefix, s) for s in PLANETOID_SUFFIXES)
+    _, tx, allx, y, ty, ally, graph, test_index = (_read(raw, prefix, s) for s in PLANETOID_SUFFIXES)  # x: allx's head
     sorted_test = np.sort(test_index)
     if prefix == "citeseer":  # isolated test nodes: zero rows where test.index skips an index
         lo, span = int(test_index.min()), int(test_index.max() - test_index.min()) + 1
@@ -97,7 +97,7 @@ def read_planetoid(raw, prefix: str):
 
 def load_planetoid(path) -> Graph:
     """``ROOT/NAME`` with ``ROOT/NAME/raw/ind.<name>.*`` present (as torch_geometric's
-    ``Planetoid(ROOT, NAME)`` expects). Read with PyG's own reader; no download, no writes. A
+    ``Planetoid(ROOT, NAME)`` expects), read by :func:`read_planetoid`; no download, no writes. A
     folder lacking some of the 8 files is read from a complete copy of the dataset in a data home
     (``<home>/planetoid/NAME``) when there is one, saying so in one line; else the error says
     where the files come from (:func:`planetoid_hint`)."""

@@ -220,9 +220,7 @@ class _RecTask(Task):
         keys (sharded, each stored by its owner); Adam's step count is the same everywhere
         (stored once)."""
         w = self.model.weight
-        st = self.opt.state[w]
-        if not st:  # before the first step: Adam's initial state
-            st.update(step=torch.tensor(0.0), exp_avg=torch.zeros_like(w), exp_avg_sq=torch.zeros_like(w))
+        st = self.opt.state_of(w)  # Adam's initial state before the first step
         r = self.rank
         return {f"ids.rank{r}": self.rd.owned.to(torch.int64), f"embedding.rank{r}": w.detach(),
                 f"adam_exp_avg.rank{r}": st["exp_avg"], f"adam_exp_avg_sq.rank{r}": st["exp_avg_sq"],

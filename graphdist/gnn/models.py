@@ -178,7 +178,8 @@ class GlobalBatchNorm1d(nn.BatchNorm1d):
         return out * self.weight + self.bias if self.affine else out
 
 
-def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int, *, relu: bool = False) -> torch.Tensor:
+def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int, *, relu: bool = False,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
     """Dropout whose mask is a function of ``(key, global row id, column)`` only
     (:func:`graphdist.keyed.keyed_bits`: an xor, a multiply and a compare per element,
     several times cheaper than ``torch.bernoulli`` on a CPU)::
@@ -190,7 +191,10 @@ def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int, *, rel
     ``relu=True`` gives ``dropout(relu(h))`` *in place of* ``h`` (a layer's output, which
     nothing else holds). The mask is drawn a block of rows at a time into a scratch buffer
     (:func:`graphdist.keyed.blocks`), the compare writes it there as 0/1 floats, and
-    ``h * mask / (1 - p)`` goes straight into the result: no mask of the tensor's size."""
+    ``h * mask / (1 - p)`` goes straight into the result: no mask of the tensor's size. ``out``:
+    where to write the result when ``h`` needs no gradient (a float32 tensor of ``h``'s shape,
+    contiguous; otherwise a new one is made), e.g. the buffer of the previous epoch's dropped-out
+    features (:class:`GNN`)."""
     if h.dtype != torch.float32:
         out = h * _scaled_mask(h, p, ids, key)
         return F.relu(out) if relu else out
@@ -198,7 +202,9 @@ def keyed_dropout(h: torch.Tensor, p: float, ids: torch.Tensor, key: int, *, rel
         return _ReluDropout.apply(h, ids, p, key)
     if torch.is_grad_enabled() and h.requires_grad:
         return h * _scaled_mask(h, p, ids, key)
-    return _dropout_into(torch.empty_like(h, memory_format=torch.contiguous_format), h, p, ids, key)
+    if out is None or out.shape != h.shape or out.dtype != h.dtype or out.device != h.device or not out.is_contiguous():
+        out = torch.empty_like(h, memory_format=torch.contiguous_format)
+    return _dropout_into(out, h, p, ids, key)
 
 
 def _threshold(p: float) -> int:
@@ -274,6 +280,9 @@ class GNN(nn.Module):
         self.label_emb = nn.Embedding(label_classes, f_in) if label_classes else None
         if self.label_emb is not None:  # zero: training starts from the model without labels
             nn.init.zeros_(self.label_emb.weight)
+        self._dropped: torch.Tensor | None = None
+        """the features dropped out by the last training pass, written over by the next (see
+        :meth:`_dropped_into`)"""
 
     def forward(self, x, adj: SparseAdj, exchange=None, *, ids: torch.Tensor | None = None,
                 step: int = 0, labels: torch.Tensor | None = None, held=None):
@@ -292,7 +301,10 @@ class GNN(nn.Module):
                     h = F.dropout(F.relu(h) if relu else h, self.dropout, True)
                 else:
                     key = _key32(self.seed, step, i)
-                    h = keyed_dropout(h, self.dropout, ids, key, relu=relu)
+                    into = self._dropped_into(h, exchange) if i == 0 else None
+                    h = keyed_dropout(h, self.dropout, ids, key, relu=relu, out=into)
+                    if into is not None:
+                        self._dropped = h
                     if use_held:  # the halo rows' mask drawn here, keyed by their global ids
                         ex = held.dropped(lambda r, rid: keyed_dropout(r, self.dropout, rid, key))
             elif relu:
@@ -304,6 +316,25 @@ class GNN(nn.Module):
             if relu and self.norms is not None:
                 h = self.norms[i](h)
         return h
+
+    def _dropped_into(self, x: torch.Tensor, exchange) -> torch.Tensor | None:
+        """Where the first layer's dropped-out features go: the last pass's, kept, when the layer
+        keeps its input for the backward anyway (it multiplies by the weight first; SAGE's root
+        always), so holding it between passes adds nothing to the training's peak; a fresh
+        tensor above ``--malloc-mmap-mb`` costs its page faults every epoch (a quarter of a Cora
+        epoch). None (a new tensor) when the input needs a gradient or the layer propagates it
+        first (then it is let go after the product); see ``Epoch.forward`` in
+        :mod:`graphdist.gnn.plan_replay`, which counts it alike."""
+        conv = self.convs[0]
+        if x.requires_grad:
+            return None
+        first, _ = _propagate_first(conv.f_in, conv.f_out, x, exchange, tuple(conv.parameters()), conv.keeps)
+        if first and self.kind != "sage":
+            self._dropped = None
+            return None
+        if self._dropped is None:
+            self._dropped = torch.empty_like(x, memory_format=torch.contiguous_format)
+        return self._dropped
 
     def param_groups(self, weight_decay: float, first_layer_only: bool = True) -> list[dict]:
         """Adam groups: weight decay on the first layer only (Kipf) or on all parameters."""

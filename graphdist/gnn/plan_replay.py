@@ -97,6 +97,8 @@ class Epoch(Replay):
         self.sage = cfg.model == "sage"
         self.stale = bool(active and getattr(cfg, "halo_staleness", 0))
         self.smooth = self.stale and getattr(cfg, "staleness_smoothing", 0.0) > 0
+        self.dropped: str | None = None
+        """the kept dropped-out features' name (:meth:`keeps_dropped`), from :meth:`carried`"""
         self.held: dict = {}
         """stale halos: (direction, layer) -> the names of the rows held until the next epoch
         (send, received, smoothed)"""
@@ -105,12 +107,22 @@ class Epoch(Replay):
         """``r`` rows of ``w`` float32 columns."""
         return self.alloc(r * w * 4, what)
 
+    def keeps_dropped(self, layers: list[dict]) -> bool:
+        """Whether the model keeps the features it dropped out between epochs
+        (``GNN._dropped_into`` in :mod:`graphdist.gnn.models`): when its first layer keeps its
+        input for the backward anyway and that input needs no gradient."""
+        cfg = self.cfg
+        return cfg.dropout > 0 and cfg.label_rate == 0 and (self.sage or not layers[0]["train_first"])
+
     def carried(self, layers: list[dict]) -> None:
-        """``--halo-staleness``: the previous epoch's exchanges, held (the rows sent, in
-        flight, the rows received, the smoothed rows), one per layer and direction."""
+        """What the previous epoch left held: the dropped-out features the model writes over
+        (:meth:`keeps_dropped`); ``--halo-staleness``: the previous epoch's exchanges (the rows
+        sent, in flight, the rows received, the smoothed rows), one per layer and direction."""
+        self.phase = "carried"
+        self.dropped = self.rows(self.n, layers[0]["f_in"], "dropped-out features (kept)") \
+            if self.keeps_dropped(layers) else None
         if not self.stale:
             return
-        self.phase = "carried"
         for i, lay in enumerate(layers):
             w = lay["train_width"]
             for d, s, q in (("forward", self.ms, self.mr), ("backward", self.mr, self.ms)):
@@ -198,7 +210,11 @@ class Epoch(Replay):
         the layer's own gradients are through; ``late``: once the ReLU/dropout before it is;
         ``bn``: its batch norm's, once the gradient is through that), and the logits."""
         n, cfg = self.n, self.cfg
-        h = self.dropout(n, layers[0]["f_in"], "dropped-out features") if cfg.dropout > 0 else None
+        h = None
+        if self.dropped is not None:  # written over, a block at a time
+            self.scratch(n, layers[0]["f_in"], "dropped-out features: scratch")
+        elif cfg.dropout > 0:
+            h = self.dropout(n, layers[0]["f_in"], "dropped-out features")
         saved = []
         for i, lay in enumerate(layers):
             fi, fo = lay["f_in"], lay["f_out"]

@@ -4,6 +4,8 @@ through (:mod:`graphdist.gnn.pyg.wrap`) and the global degrees and norms are com
 arrives; backward sends the halo rows' gradients home, where they are added to their sources."""
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from graphdist.exchange.exchanger import HaloExchanger
@@ -35,10 +37,27 @@ class _HaloRows(torch.autograd.Function):
         return g_own.reshape(ctx.shape), None
 
 
+_kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""exchanger -> ``[h ; halo rows]`` of its last input that needed no gradient (the features,
+dropped out or not), written over by the next such pass: a fresh tensor above
+``--malloc-mmap-mb`` costs its page faults every pass (a fifth of a GAT epoch on Cora). A pass
+that saved it for its backward has run that backward before the next pass (autograd refuses the
+backward of a tensor written over since)."""
+
+
 def halo_rows(h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
     """``[h ; halo rows of h]`` (autograd; quantised in flight when ``ex.bits < 32``)."""
     if not ex.active:
         return h
     if torch.jit.is_tracing():  # the collective as one opaque node (graphdist.gnn.pyg.traced)
         return exchange_op(lambda t: _HaloRows.apply(t.contiguous(), ex), h, ("rows", id(ex)))
-    return _HaloRows.apply(h.contiguous(), ex)
+    if h.requires_grad and torch.is_grad_enabled():
+        return _HaloRows.apply(h.contiguous(), ex)
+    flat = h.reshape(h.shape[0], -1)
+    recv = ex.post(flat.index_select(0, ex.send_idx), ex.next_tag()).wait()
+    shape = (flat.shape[0] + recv.shape[0], flat.shape[1])
+    out = _kept.get(ex)
+    if out is None or tuple(out.shape) != shape or out.dtype != flat.dtype or out.device != flat.device:
+        out = _kept[ex] = torch.empty(shape, dtype=flat.dtype, device=flat.device)
+    torch.cat([flat, recv.to(flat.dtype)], out=out)
+    return out.reshape((-1,) + tuple(h.shape[1:]))

@@ -1,0 +1,139 @@
+"""The features' buffers kept between passes: the built-in model's dropped-out features
+(``GNN._dropped_into``), a PyG model's (:class:`graphdist.gnn.pyg.models.KeyedDropout`) and the
+features with their halo rows (:func:`graphdist.gnn.pyg.rows.halo_rows`). Each pass writes the
+same values a fresh tensor would hold, into the same memory, and never over a tensor a pass still
+reads."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from graphdist.exchange.spmm import SparseAdj
+from graphdist.gnn.models import GNN, keyed_dropout
+from graphdist.gnn.pyg.models import KeyedDropout
+from graphdist.testing import run_ranks
+
+
+def _adj(n: int) -> SparseAdj:
+    """A path 0 - 1 - ... - n-1 with self loops, symmetric-normalised (CSR by destination)."""
+    a = torch.eye(n) + torch.diag(torch.ones(n - 1), 1) + torch.diag(torch.ones(n - 1), -1)
+    d = a.sum(1).rsqrt()
+    csr = (d[:, None] * a * d[None, :]).to_sparse_csr()
+    return SparseAdj(csr.crow_indices(), csr.col_indices(), csr.values(), n, n)
+
+
+def _passes(model: GNN, x, adj, ids, steps: int):
+    outs, grads, ptrs = [], [], []
+    for step in range(steps):
+        model.zero_grad()
+        out = model(x, adj, ids=ids, step=step)
+        out.square().sum().backward()
+        outs.append(out.detach().clone())
+        grads.append([p.grad.clone() for p in model.parameters()])
+        ptrs.append(None if model._dropped is None else model._dropped.data_ptr())
+    return outs, grads, ptrs
+
+
+@pytest.mark.parametrize("kind,f_in,hidden,kept", [("gcn", 12, 4, True), ("gcn", 4, 12, False),
+                                                    ("sage", 4, 12, True)])
+def test_the_models_dropped_features_are_written_over_with_the_values_of_a_fresh_tensor(kind, f_in, hidden, kept,
+                                                                                          monkeypatch):
+    n = 9
+    x, adj, ids = torch.randn(n, f_in), _adj(n), torch.arange(100, 100 + n)
+    torch.manual_seed(0)
+    model = GNN(kind, f_in, hidden, 3, dropout=0.5)
+    ref = GNN(kind, f_in, hidden, 3, dropout=0.5)
+    ref.load_state_dict(model.state_dict())
+    outs, grads, ptrs = _passes(model, x, adj, ids, 3)
+    monkeypatch.setattr(GNN, "_dropped_into", lambda self, x, exchange: None)  # always a fresh tensor
+    r_outs, r_grads, _ = _passes(ref, x, adj, ids, 3)
+    for a, b in zip(outs, r_outs):
+        assert torch.equal(a, b)
+    for ga, gb in zip(grads, r_grads):
+        assert all(torch.equal(a, b) for a, b in zip(ga, gb))
+    if kept:  # one buffer, written over: its rows are the last pass's mask of x
+        assert ptrs[0] is not None and len(set(ptrs)) == 1
+        assert torch.equal(model._dropped, keyed_dropout(x, 0.5, ids, model_key(model, 2)))
+    else:  # propagated first: let go after the product, nothing kept
+        assert ptrs == [None] * 3
+    model.eval()
+    with torch.no_grad():  # evaluation draws no mask and leaves the buffer alone
+        before = None if model._dropped is None else model._dropped.clone()
+        model(x, adj, ids=ids, step=9)
+        assert (before is None) == (model._dropped is None)
+        assert before is None or torch.equal(before, model._dropped)
+
+
+def model_key(model: GNN, step: int) -> int:
+    from graphdist.keyed import key32
+    return key32(model.seed, step, 0)
+
+
+def test_writing_over_features_a_pending_backward_reads_is_refused_not_silent():
+    n = 9
+    x, adj, ids = torch.randn(n, 12), _adj(n), torch.arange(n)
+    model = GNN("gcn", 12, 4, 3, dropout=0.5)
+    first = model(x, adj, ids=ids, step=0)  # its backward reads the kept buffer
+    model(x, adj, ids=ids, step=1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        first.sum().backward()
+
+
+def test_a_pyg_models_features_are_dropped_into_one_buffer_and_another_input_gets_its_own():
+    ids = torch.arange(6)
+    drop = KeyedDropout(ids, seed=3)
+    x, y = torch.randn(6, 5), torch.randn(6, 5)
+    w = torch.randn(5, 2, requires_grad=True)
+    a = drop(x, 0.5, 0)
+    a_vals = a.clone()
+    b = drop(y, 0.5, 0)  # another input of the same layer and shape, in the same pass
+    assert b.data_ptr() != a.data_ptr() and torch.equal(a, a_vals)  # the first is untouched
+    assert torch.equal(a, keyed_dropout(x, 0.5, ids, _pyg_key(drop, 0)))
+    assert torch.equal(b, keyed_dropout(y, 0.5, ids, _pyg_key(drop, 0)))
+    c = drop(y, 0.5, 0)  # the same input again: the same buffer, the same values
+    assert c.data_ptr() == b.data_ptr() and torch.equal(c, b)
+    drop.step = 1
+    (drop(y, 0.5, 0) @ w).sum().backward()
+    d = drop(y, 0.5, 0)  # the next pass: written over with the next mask
+    assert d.data_ptr() == b.data_ptr() and torch.equal(d, keyed_dropout(y, 0.5, ids, _pyg_key(drop, 0)))
+    h = torch.randn(6, 5, requires_grad=True)  # a hidden layer's input: a new tensor, as before
+    assert drop(h, 0.5, 1).requires_grad
+
+
+def _pyg_key(drop: KeyedDropout, layer: int) -> int:
+    from graphdist.keyed import key32
+    return key32(drop.seed, drop.step, layer)
+
+
+def _halo_rows_job(rank, ws):
+    from graphdist.exchange.exchanger import HaloExchanger
+    from graphdist.gnn.pyg.rows import _HaloRows, halo_rows
+    ex = HaloExchanger(torch.tensor([0, 2]), [0, 2], [0, 2], mode="plain") if rank == 0 else \
+        HaloExchanger(torch.tensor([1, 3]), [2, 0], [2, 0], mode="plain")
+    x = torch.arange(12, dtype=torch.float32).reshape(4, 3) + 100 * rank
+    out = {}
+    first = halo_rows(x, ex)
+    out["first"] = first.clone()
+    out["ref"] = _HaloRows.apply(x, ex)  # the autograd path's rows
+    second = halo_rows(x * 2, ex)
+    out["same_buffer"] = second.data_ptr() == first.data_ptr()
+    out["second"] = second.clone()
+    h = x.clone().requires_grad_()
+    g = halo_rows(h, ex)
+    out["grad_path_new"] = g.data_ptr() != first.data_ptr() and g.requires_grad
+    g.sum().backward()
+    out["grad"] = h.grad.clone()
+    return out
+
+
+def test_halo_rows_of_the_features_go_into_one_buffer_with_the_autograd_paths_values():
+    for rank, out in enumerate(run_ranks(_halo_rows_job, 2, timeout=120)):
+        peer = 100 * (1 - rank)
+        want = torch.arange(12, dtype=torch.float32).reshape(4, 3) + 100 * rank
+        rows = torch.arange(12, dtype=torch.float32).reshape(4, 3)[[1, 3] if rank == 0 else [0, 2]] + peer
+        assert torch.equal(out["first"], torch.cat([want, rows]))
+        assert torch.equal(out["first"], out["ref"])
+        assert out["same_buffer"] and torch.equal(out["second"], 2 * out["first"])
+        assert out["grad_path_new"]
+        sent = [0, 2] if rank == 0 else [1, 3]  # each sent row's gradient comes home from the peer
+        assert torch.equal(out["grad"], torch.ones(4, 3) + torch.zeros(4, 3).index_fill_(0, torch.tensor(sent), 1.0))

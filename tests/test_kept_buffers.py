@@ -1,8 +1,8 @@
-"""The features' buffers kept between passes: the built-in model's dropped-out features
-(``GNN._dropped_into``), a PyG model's (:class:`graphdist.gnn.pyg.models.KeyedDropout`) and the
-features with their halo rows (:func:`graphdist.gnn.pyg.rows.halo_rows`). Each pass writes the
-same values a fresh tensor would hold, into the same memory, and never over a tensor a pass still
-reads."""
+"""The features' buffers kept between passes (:class:`graphdist.gnn.models.Reused`): the built-in
+model's dropped-out features, a PyG model's (:class:`graphdist.gnn.pyg.models.KeyedDropout`) and
+the features with their halo rows (:func:`graphdist.gnn.pyg.rows.halo_rows`). Each pass writes the
+values a fresh tensor would hold into the same memory, and never over a tensor that a caller or a
+pending backward still holds (then it makes a fresh one)."""
 from __future__ import annotations
 
 import pytest
@@ -30,7 +30,8 @@ def _passes(model: GNN, x, adj, ids, steps: int):
         out.square().sum().backward()
         outs.append(out.detach().clone())
         grads.append([p.grad.clone() for p in model.parameters()])
-        ptrs.append(None if model._dropped is None else model._dropped.data_ptr())
+        buf = model._dropped._buf
+        ptrs.append(None if buf is None else buf.data_ptr())
     return outs, grads, ptrs
 
 
@@ -45,7 +46,7 @@ def test_the_models_dropped_features_are_written_over_with_the_values_of_a_fresh
     ref = GNN(kind, f_in, hidden, 3, dropout=0.5)
     ref.load_state_dict(model.state_dict())
     outs, grads, ptrs = _passes(model, x, adj, ids, 3)
-    monkeypatch.setattr(GNN, "_dropped_into", lambda self, x, exchange: None)  # always a fresh tensor
+    monkeypatch.setattr(GNN, "_keeps_dropped", lambda self, x, exchange: False)  # always a fresh tensor
     r_outs, r_grads, _ = _passes(ref, x, adj, ids, 3)
     for a, b in zip(outs, r_outs):
         assert torch.equal(a, b)
@@ -53,15 +54,15 @@ def test_the_models_dropped_features_are_written_over_with_the_values_of_a_fresh
         assert all(torch.equal(a, b) for a, b in zip(ga, gb))
     if kept:  # one buffer, written over: its rows are the last pass's mask of x
         assert ptrs[0] is not None and len(set(ptrs)) == 1
-        assert torch.equal(model._dropped, keyed_dropout(x, 0.5, ids, model_key(model, 2)))
+        assert torch.equal(model._dropped._buf, keyed_dropout(x, 0.5, ids, model_key(model, 2)))
     else:  # propagated first: let go after the product, nothing kept
         assert ptrs == [None] * 3
     model.eval()
     with torch.no_grad():  # evaluation draws no mask and leaves the buffer alone
-        before = None if model._dropped is None else model._dropped.clone()
+        before = None if model._dropped._buf is None else model._dropped._buf.clone()
         model(x, adj, ids=ids, step=9)
-        assert (before is None) == (model._dropped is None)
-        assert before is None or torch.equal(before, model._dropped)
+        assert (before is None) == (model._dropped._buf is None)
+        assert before is None or torch.equal(before, model._dropped._buf)
 
 
 def model_key(model: GNN, step: int) -> int:
@@ -69,33 +70,41 @@ def model_key(model: GNN, step: int) -> int:
     return key32(model.seed, step, 0)
 
 
-def test_writing_over_features_a_pending_backward_reads_is_refused_not_silent():
+def test_two_passes_before_a_backward_each_keep_their_own_features():
     n = 9
     x, adj, ids = torch.randn(n, 12), _adj(n), torch.arange(n)
+    torch.manual_seed(0)
     model = GNN("gcn", 12, 4, 3, dropout=0.5)
-    first = model(x, adj, ids=ids, step=0)  # its backward reads the kept buffer
-    model(x, adj, ids=ids, step=1)
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
-        first.sum().backward()
+    first = model(x, adj, ids=ids, step=0)  # its pending backward holds the dropped-out features
+    second = model(x, adj, ids=ids, step=1)  # so this pass drops out into a fresh tensor
+    (first.sum() + 2 * second.sum()).backward()
+    got = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    for step, c in ((0, 1.0), (1, 2.0)):  # one pass and its backward at a time
+        (c * model(x, adj, ids=ids, step=step).sum()).backward()
+    assert all(torch.equal(a, b) for a, b in zip(got, (p.grad for p in model.parameters())))
 
 
-def test_a_pyg_models_features_are_dropped_into_one_buffer_and_another_input_gets_its_own():
+def test_a_pyg_models_features_are_dropped_into_one_buffer_once_the_last_is_let_go():
     ids = torch.arange(6)
     drop = KeyedDropout(ids, seed=3)
     x, y = torch.randn(6, 5), torch.randn(6, 5)
     w = torch.randn(5, 2, requires_grad=True)
     a = drop(x, 0.5, 0)
     a_vals = a.clone()
-    b = drop(y, 0.5, 0)  # another input of the same layer and shape, in the same pass
-    assert b.data_ptr() != a.data_ptr() and torch.equal(a, a_vals)  # the first is untouched
+    b = drop(y, 0.5, 0)  # another input of the same layer and shape while a is held: its own tensor
+    assert b.data_ptr() != a.data_ptr() and torch.equal(a, a_vals)
     assert torch.equal(a, keyed_dropout(x, 0.5, ids, _pyg_key(drop, 0)))
     assert torch.equal(b, keyed_dropout(y, 0.5, ids, _pyg_key(drop, 0)))
-    c = drop(y, 0.5, 0)  # the same input again: the same buffer, the same values
-    assert c.data_ptr() == b.data_ptr() and torch.equal(c, b)
+    ptr = b.data_ptr()
+    del a, b
     drop.step = 1
-    (drop(y, 0.5, 0) @ w).sum().backward()
-    d = drop(y, 0.5, 0)  # the next pass: written over with the next mask
-    assert d.data_ptr() == b.data_ptr() and torch.equal(d, keyed_dropout(y, 0.5, ids, _pyg_key(drop, 0)))
+    loss = (drop(y, 0.5, 0) @ w).sum()  # nobody holds the last: written over
+    assert drop._kept[0]._buf.data_ptr() == ptr
+    pending = drop(y, 0.5, 0)  # the graph of loss still holds it: a fresh tensor
+    assert pending.data_ptr() != ptr
+    loss.backward()
+    assert torch.equal(w.grad, keyed_dropout(y, 0.5, ids, _pyg_key(drop, 0)).sum(0)[:, None].expand(5, 2))
     h = torch.randn(6, 5, requires_grad=True)  # a hidden layer's input: a new tensor, as before
     assert drop(h, 0.5, 1).requires_grad
 
@@ -115,9 +124,14 @@ def _halo_rows_job(rank, ws):
     first = halo_rows(x, ex)
     out["first"] = first.clone()
     out["ref"] = _HaloRows.apply(x, ex)  # the autograd path's rows
-    second = halo_rows(x * 2, ex)
-    out["same_buffer"] = second.data_ptr() == first.data_ptr()
+    held = halo_rows(x * 3, ex)  # the first is still held: its own tensor
+    out["held_apart"] = held.data_ptr() != first.data_ptr() and torch.equal(out["first"], first)
+    ptr = held.data_ptr()
+    del first, held
+    second = halo_rows(x * 2, ex)  # nobody holds the last: written over
+    out["same_buffer"] = second.data_ptr() == ptr
     out["second"] = second.clone()
+    first = second
     h = x.clone().requires_grad_()
     g = halo_rows(h, ex)
     out["grad_path_new"] = g.data_ptr() != first.data_ptr() and g.requires_grad
@@ -133,7 +147,7 @@ def test_halo_rows_of_the_features_go_into_one_buffer_with_the_autograd_paths_va
         rows = torch.arange(12, dtype=torch.float32).reshape(4, 3)[[1, 3] if rank == 0 else [0, 2]] + peer
         assert torch.equal(out["first"], torch.cat([want, rows]))
         assert torch.equal(out["first"], out["ref"])
-        assert out["same_buffer"] and torch.equal(out["second"], 2 * out["first"])
+        assert out["held_apart"] and out["same_buffer"] and torch.equal(out["second"], 2 * out["first"])
         assert out["grad_path_new"]
         sent = [0, 2] if rank == 0 else [1, 3]  # each sent row's gradient comes home from the peer
         assert torch.equal(out["grad"], torch.ones(4, 3) + torch.zeros(4, 3).index_fill_(0, torch.tensor(sent), 1.0))

@@ -32,6 +32,7 @@ block of rows at a time in cache.
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +48,32 @@ from graphdist.exchange.spmm import SparseAdj
 def _glorot(w: torch.Tensor) -> None:
     a = math.sqrt(6.0 / (w.shape[0] + w.shape[1]))
     nn.init.uniform_(w, -a, a)
+
+
+class Reused:
+    """A tensor that each pass writes over instead of making a fresh one (a fresh tensor above
+    ``--malloc-mmap-mb`` costs its page faults on every pass: a quarter of a Cora epoch). It is
+    handed out as a view, and only once nobody holds the last view handed out (a caller, or an
+    autograd graph that saved it and has not run its backward) is it written over again; until
+    then :meth:`buffer` says None and the pass makes a fresh tensor, as before."""
+
+    def __init__(self):
+        self._buf: torch.Tensor | None = None
+        self._given = None  # a weak reference to the view handed out last
+
+    def buffer(self, shape, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+        """The buffer, when it has this shape, dtype and device and nobody holds its last view."""
+        b = self._buf
+        if b is None or tuple(b.shape) != tuple(shape) or b.dtype != dtype or b.device != device:
+            return None
+        return b if self._given is None or self._given() is None else None
+
+    def give(self, t: torch.Tensor, shape=None) -> torch.Tensor:
+        """Keep ``t`` (contiguous) as the buffer; return a view of it (``shape``: reshaped)."""
+        self._buf = t
+        v = t.view(t.shape if shape is None else shape)
+        self._given = weakref.ref(v)
+        return v
 
 
 def _propagate_first(f_in: int, f_out: int, h: torch.Tensor, exchange, params, keeps: bool = True) -> tuple[bool, bool]:
@@ -280,7 +307,7 @@ class GNN(nn.Module):
         self.label_emb = nn.Embedding(label_classes, f_in) if label_classes else None
         if self.label_emb is not None:  # zero: training starts from the model without labels
             nn.init.zeros_(self.label_emb.weight)
-        self._dropped: torch.Tensor | None = None
+        self._dropped = Reused()
         """the features dropped out by the last training pass, written over by the next (see
         :meth:`_dropped_into`)"""
 
@@ -301,10 +328,11 @@ class GNN(nn.Module):
                     h = F.dropout(F.relu(h) if relu else h, self.dropout, True)
                 else:
                     key = _key32(self.seed, step, i)
-                    into = self._dropped_into(h, exchange) if i == 0 else None
+                    keep = i == 0 and self._keeps_dropped(h, exchange)
+                    into = self._dropped.buffer(h.shape, h.dtype, h.device) if keep else None
                     h = keyed_dropout(h, self.dropout, ids, key, relu=relu, out=into)
-                    if into is not None:
-                        self._dropped = h
+                    if keep:
+                        h = self._dropped.give(h)
                     if use_held:  # the halo rows' mask drawn here, keyed by their global ids
                         ex = held.dropped(lambda r, rid: keyed_dropout(r, self.dropout, rid, key))
             elif relu:
@@ -317,24 +345,18 @@ class GNN(nn.Module):
                 h = self.norms[i](h)
         return h
 
-    def _dropped_into(self, x: torch.Tensor, exchange) -> torch.Tensor | None:
-        """Where the first layer's dropped-out features go: the last pass's, kept, when the layer
-        keeps its input for the backward anyway (it multiplies by the weight first; SAGE's root
-        always), so holding it between passes adds nothing to the training's peak; a fresh
-        tensor above ``--malloc-mmap-mb`` costs its page faults every epoch (a quarter of a Cora
-        epoch). None (a new tensor) when the input needs a gradient or the layer propagates it
-        first (then it is let go after the product); see ``Epoch.forward`` in
-        :mod:`graphdist.gnn.plan_replay`, which counts it alike."""
+    def _keeps_dropped(self, x: torch.Tensor, exchange) -> bool:
+        """Whether the first layer's dropped-out features are written over by the next pass
+        (:class:`Reused`): when the layer keeps its input for the backward anyway (it multiplies
+        by the weight first; SAGE's root always), so holding it between passes adds nothing to the
+        training's peak; not when the input needs a gradient or the layer propagates it first (then
+        it is let go after the product). ``Epoch.keeps_dropped`` in
+        :mod:`graphdist.gnn.plan_replay` counts it alike."""
+        if x.requires_grad or x.dtype != torch.float32:
+            return False
         conv = self.convs[0]
-        if x.requires_grad:
-            return None
         first, _ = _propagate_first(conv.f_in, conv.f_out, x, exchange, tuple(conv.parameters()), conv.keeps)
-        if first and self.kind != "sage":
-            self._dropped = None
-            return None
-        if self._dropped is None:
-            self._dropped = torch.empty_like(x, memory_format=torch.contiguous_format)
-        return self._dropped
+        return self.kind == "sage" or not first
 
     def param_groups(self, weight_decay: float, first_layer_only: bool = True) -> list[dict]:
         """Adam groups: weight decay on the first layer only (Kipf) or on all parameters."""

@@ -32,14 +32,13 @@ import importlib
 import inspect
 import os
 import sys
-import weakref
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from graphdist.errors import ConfigError
-from graphdist.gnn.models import keyed_dropout
+from graphdist.gnn.models import Reused, keyed_dropout
 from graphdist.keyed import key32
 
 __all__ = ["KeyedDropout", "BUILTIN", "model_class", "build_model", "takes_drop", "HEADS", "SIGNATURE", "APPNPNet",
@@ -59,11 +58,9 @@ class KeyedDropout:
 
     def __init__(self, node_ids: torch.Tensor, seed: int = 0, step: int = 0):
         self.node_ids, self.seed, self.step = node_ids, int(seed), int(step)
-        self._kept: dict[int, tuple[weakref.ref, torch.Tensor]] = {}
-        """layer -> (the input, its dropped-out rows of the last pass): an input that
-        needs no gradient (the features) is dropped out into the same buffer every epoch (a fresh
-        tensor above ``--malloc-mmap-mb`` costs its page faults every epoch, a quarter of a GAT
-        epoch on Cora); the same input again in one pass writes the same values"""
+        self._kept: dict[int, Reused] = {}
+        """layer -> its dropped-out input of the last pass, when that input needed no gradient
+        (the features): written over by the next pass once nobody holds it (:class:`Reused`)"""
 
     def __call__(self, h: torch.Tensor, p: float, layer: int, training: bool = True) -> torch.Tensor:
         if not training or p <= 0:
@@ -74,10 +71,8 @@ class KeyedDropout:
         key = key32(self.seed, self.step, layer)
         if h.requires_grad or not torch.is_grad_enabled():
             return keyed_dropout(h, p, self.node_ids, key)
-        ref, into = self._kept.get(layer, (None, None))
-        out = keyed_dropout(h, p, self.node_ids, key, out=into if ref is not None and ref() is h else None)
-        self._kept[layer] = (weakref.ref(h), out)
-        return out
+        kept = self._kept.setdefault(layer, Reused())
+        return kept.give(keyed_dropout(h, p, self.node_ids, key, out=kept.buffer(h.shape, h.dtype, h.device)))
 
 
 def _torch_dropout(h, p, layer, training=True):

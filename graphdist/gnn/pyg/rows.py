@@ -9,6 +9,7 @@ import weakref
 import torch
 
 from graphdist.exchange.exchanger import HaloExchanger
+from graphdist.gnn.models import Reused
 from graphdist.gnn.pyg.traced import exchange_op
 
 __all__ = ["halo_rows"]
@@ -39,10 +40,7 @@ class _HaloRows(torch.autograd.Function):
 
 _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 """exchanger -> ``[h ; halo rows]`` of its last input that needed no gradient (the features,
-dropped out or not), written over by the next such pass: a fresh tensor above
-``--malloc-mmap-mb`` costs its page faults every pass (a fifth of a GAT epoch on Cora). A pass
-that saved it for its backward has run that backward before the next pass (autograd refuses the
-backward of a tensor written over since)."""
+dropped out or not), written over by the next such pass once nobody holds it (:class:`Reused`)"""
 
 
 def halo_rows(h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
@@ -56,8 +54,9 @@ def halo_rows(h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
     flat = h.reshape(h.shape[0], -1)
     recv = ex.post(flat.index_select(0, ex.send_idx), ex.next_tag()).wait()
     shape = (flat.shape[0] + recv.shape[0], flat.shape[1])
-    out = _kept.get(ex)
-    if out is None or tuple(out.shape) != shape or out.dtype != flat.dtype or out.device != flat.device:
-        out = _kept[ex] = torch.empty(shape, dtype=flat.dtype, device=flat.device)
+    kept = _kept.setdefault(ex, Reused())
+    out = kept.buffer(shape, flat.dtype, flat.device)
+    if out is None:
+        out = torch.empty(shape, dtype=flat.dtype, device=flat.device)
     torch.cat([flat, recv.to(flat.dtype)], out=out)
-    return out.reshape((-1,) + tuple(h.shape[1:]))
+    return kept.give(out, (-1,) + tuple(h.shape[1:]))

@@ -116,7 +116,7 @@ def _pyg_key(drop: KeyedDropout, layer: int) -> int:
 
 def _halo_rows_job(rank, ws):
     from graphdist.exchange.exchanger import HaloExchanger
-    from graphdist.gnn.pyg.rows import _HaloRows, halo_rows
+    from graphdist.gnn.pyg.rows import _HaloRows, _kept, halo_rows
     ex = HaloExchanger(torch.tensor([0, 2]), [0, 2], [0, 2], mode="plain") if rank == 0 else \
         HaloExchanger(torch.tensor([1, 3]), [2, 0], [2, 0], mode="plain")
     x = torch.arange(12, dtype=torch.float32).reshape(4, 3) + 100 * rank
@@ -131,7 +131,19 @@ def _halo_rows_job(rank, ws):
     second = halo_rows(x * 2, ex)  # nobody holds the last: written over
     out["same_buffer"] = second.data_ptr() == ptr
     out["second"] = second.clone()
-    first = second
+    with torch.no_grad():  # an evaluation borrows the training's buffer once it is let go
+        ptr = second.data_ptr()
+        del second
+        ev = halo_rows(x, ex)
+        out["eval_borrows"] = ev.data_ptr() == ptr and torch.equal(ev, out["first"])
+        wide = torch.cat([x, x], 1)  # another shape: a fresh tensor, the kept buffer stays
+        w = halo_rows(wide, ex)
+        out["eval_fresh"] = w.data_ptr() != ptr and _kept[ex]._buf.data_ptr() == ptr
+        del ev, w
+        ex2 = HaloExchanger(ex.send_idx, ex.send_counts, ex.recv_counts, mode="plain")
+        halo_rows(x, ex2)  # no training pass before: nothing kept (a forward alone holds nothing)
+        out["infer_keeps_nothing"] = ex2 not in _kept
+    first = halo_rows(x, ex)
     h = x.clone().requires_grad_()
     g = halo_rows(h, ex)
     out["grad_path_new"] = g.data_ptr() != first.data_ptr() and g.requires_grad
@@ -148,6 +160,7 @@ def test_halo_rows_of_the_features_go_into_one_buffer_with_the_autograd_paths_va
         assert torch.equal(out["first"], torch.cat([want, rows]))
         assert torch.equal(out["first"], out["ref"])
         assert out["held_apart"] and out["same_buffer"] and torch.equal(out["second"], 2 * out["first"])
+        assert out["eval_borrows"] and out["eval_fresh"] and out["infer_keeps_nothing"]
         assert out["grad_path_new"]
         sent = [0, 2] if rank == 0 else [1, 3]  # each sent row's gradient comes home from the peer
         assert torch.equal(out["grad"], torch.ones(4, 3) + torch.zeros(4, 3).index_fill_(0, torch.tensor(sent), 1.0))

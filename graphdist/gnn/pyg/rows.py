@@ -39,8 +39,9 @@ class _HaloRows(torch.autograd.Function):
 
 
 _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-"""exchanger -> ``[h ; halo rows]`` of its last input that needed no gradient (the features,
-dropped out or not), written over by the next such pass once nobody holds it (:class:`Reused`)"""
+"""exchanger -> ``[h ; halo rows]`` of the last training pass's input that needed no gradient (the
+features, dropped out or not): written over by the next pass once nobody holds it
+(:class:`Reused`), an evaluation's of the same shape included"""
 
 
 def halo_rows(h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
@@ -54,9 +55,14 @@ def halo_rows(h: torch.Tensor, ex: HaloExchanger) -> torch.Tensor:
     flat = h.reshape(h.shape[0], -1)
     recv = ex.post(flat.index_select(0, ex.send_idx), ex.next_tag()).wait()
     shape = (flat.shape[0] + recv.shape[0], flat.shape[1])
-    kept = _kept.setdefault(ex, Reused())
-    out = kept.buffer(shape, flat.dtype, flat.device)
+    # a training pass keeps its buffer (its backward holds it anyway); an evaluation only borrows
+    # one, so a forward without training (infer) holds nothing beyond its layer
+    train = torch.is_grad_enabled()
+    kept = _kept.setdefault(ex, Reused()) if train else _kept.get(ex)
+    out = None if kept is None else kept.buffer(shape, flat.dtype, flat.device)
+    borrowed = out is not None
     if out is None:
         out = torch.empty(shape, dtype=flat.dtype, device=flat.device)
     torch.cat([flat, recv.to(flat.dtype)], out=out)
-    return kept.give(out, (-1,) + tuple(h.shape[1:]))
+    view = (-1,) + tuple(h.shape[1:])
+    return kept.give(out, view) if train or borrowed else out.view(view)

@@ -164,3 +164,20 @@ def test_halo_rows_of_the_features_go_into_one_buffer_with_the_autograd_paths_va
         assert out["grad_path_new"]
         sent = [0, 2] if rank == 0 else [1, 3]  # each sent row's gradient comes home from the peer
         assert torch.equal(out["grad"], torch.ones(4, 3) + torch.zeros(4, 3).index_fill_(0, torch.tensor(sent), 1.0))
+
+
+def test_a_trained_model_with_a_kept_buffer_still_pickles_and_copies():
+    import copy
+    import io
+    n = 9
+    x, adj, ids = torch.randn(n, 12), _adj(n), torch.arange(n)
+    model = GNN("gcn", 12, 4, 3, dropout=0.5)
+    out = model(x, adj, ids=ids, step=0)  # holds the kept buffer's view
+    assert model._dropped._buf is not None
+    buf = io.BytesIO()
+    torch.save(model, buf)  # a whole module, as a user may save it (weights only: the scratch is left out)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert loaded._dropped._buf is None and copy.deepcopy(model)._dropped._buf is None
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), loaded.state_dict().values()))
+    del out

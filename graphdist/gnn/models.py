@@ -69,6 +69,12 @@ class Reused:
             return None
         return b if self._given is None or self._given() is None else None
 
+    def __getstate__(self) -> dict:
+        return {}  # a scratch: a pickled or copied model starts without it (a weak reference pickles not)
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()
+
     def give(self, t: torch.Tensor, shape=None) -> torch.Tensor:
         """Keep ``t`` (contiguous) as the buffer; return a view of it (``shape``: reshaped)."""
         self._buf = t
@@ -310,7 +316,7 @@ class GNN(nn.Module):
             nn.init.zeros_(self.label_emb.weight)
         self._dropped = Reused()
         """the features dropped out by the last training pass, written over by the next (see
-        :meth:`_dropped_into`)"""
+        :meth:`_keeps_dropped`)"""
 
     def forward(self, x, adj: SparseAdj, exchange=None, *, ids: torch.Tensor | None = None,
                 step: int = 0, labels: torch.Tensor | None = None, held=None):

@@ -109,7 +109,7 @@ class Epoch(Replay):
 
     def keeps_dropped(self, layers: list[dict]) -> bool:
         """Whether the model keeps the features it dropped out between epochs
-        (``GNN._dropped_into`` in :mod:`graphdist.gnn.models`): when its first layer keeps its
+        (``GNN._keeps_dropped`` in :mod:`graphdist.gnn.models`): when its first layer keeps its
         input for the backward anyway and that input needs no gradient."""
         cfg = self.cfg
         return cfg.dropout > 0 and cfg.label_rate == 0 and (self.sage or not layers[0]["train_first"])

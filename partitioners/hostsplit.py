@@ -1,5 +1,7 @@
-"""The inner split of a host-aware partition: each host group into ``k / hosts`` parts so that the
-rows crossing hosts are sent to as few of the other hosts' parts as possible.
+"""The splits of a host-aware partition by the rows that cross hosts: the graph into host groups
+by the rows the hosts route sends (:func:`route_split`, one candidate of
+:mod:`partitioners.hier`), and each host group into ``k / hosts`` parts so that the rows crossing
+hosts are sent to as few of the other hosts' parts as possible (:func:`cross_split`, below).
 
 Ranks exchange halo rows part to part: a row ``u`` of host 0 whose out-neighbours on host 1 lie
 in two of host 1's parts crosses the link twice (once per receiving rank), and with ``--halo

@@ -54,6 +54,11 @@ def _nets(src: np.ndarray, dst: np.ndarray, weight: int):
     return nets, [int(weight)] * len(nets)
 
 
+def _dealt(vwgt: np.ndarray, parts: int) -> np.ndarray:
+    """Nodes dealt to ``parts`` in turn, heaviest first: a balanced split where nothing connects them."""
+    return np.argsort(np.argsort(-np.asarray(vwgt), kind="stable"), kind="stable") % parts
+
+
 def cross_split(graph, top: np.ndarray, h: int, per: int, vwgt: np.ndarray, *, imbalance: float,
                 seed: int) -> np.ndarray:
     """``int64[len(group)]`` part (``0 .. per-1``) of every node of host group ``h`` (ascending
@@ -85,7 +90,7 @@ def cross_split(graph, top: np.ndarray, h: int, per: int, vwgt: np.ndarray, *, i
     ctx.logging = False
     mtkahypar.set_seed(int(seed))
     if not nets:  # nothing connects the group's nodes: any balanced split
-        return np.argsort(np.argsort(-vwgt, kind="stable"), kind="stable") % per
+        return _dealt(vwgt, per)
     hg = mtk.create_hypergraph(ctx, int(nodes.size), len(nets), nets, [int(x) for x in vwgt], wts)
     return np.asarray(hg.partition(ctx).get_partition(), dtype=np.int64)
 
@@ -110,7 +115,7 @@ def route_split(graph, hosts: int, vwgt: np.ndarray, *, imbalance: float, seed: 
     dst = np.repeat(own, np.diff(indptr))  # in-CSR rows: edge src -> dst, dst reads src's row
     nets, wts = _nets(np.r_[np.asarray(indices, dtype=np.int64), own], np.r_[dst, own], 1)
     if not nets:  # no node's row is read by another: any balanced split
-        return np.argsort(np.argsort(-np.asarray(vwgt), kind="stable"), kind="stable") % hosts
+        return _dealt(vwgt, hosts)
     ctx = mtk.context_from_preset(mtkahypar.PresetType.DETERMINISTIC)
     ctx.set_partitioning_parameters(int(hosts), float(imbalance), mtkahypar.Objective.KM1)
     ctx.logging = False

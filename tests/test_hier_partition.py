@@ -327,6 +327,9 @@ def test_the_route_split_finds_the_fewest_rows_where_the_fewest_edges_do_not():
     kw = dict(flat=partition, imbalance=0.0, seed=0, balance="nodes", node_weights=None, options={})
     assert any(rows(s) == 8 for s in hier._host_splits(g, 2, method="metis", **kw))
     assert len(hier._host_splits(g, 2, method="ldg", **kw)) == 1
+    # no node's row read by another: dealt to the hosts in turn, heaviest first
+    empty = Graph.from_edges(np.array([], dtype=np.int64), np.array([], dtype=np.int64), 5)
+    assert route_split(empty, 2, np.array([1, 5, 3, 3, 2]), imbalance=0.0, seed=0).tolist() == [0, 0, 1, 0, 1]
 
 
 def test_one_artifact_for_both_modes_takes_the_candidate_least_above_the_best_in_its_worse_mode():

@@ -18,8 +18,10 @@ Measured at start-up, on every rank at once (:func:`measure`):
 * latency: a small all-to-all and a small all-reduce over all W ranks (median of 15 each);
 * rates: an all-to-all in which every rank sends only to the ranks of its own host (within
   hosts, per rank), one in which it sends only to the other hosts' ranks (between hosts, per
-  host link: about :data:`LINK_PROBE_BYTES` on each link, median of 3), and a shift in which it
-  sends to the rank L ahead and receives from the rank L behind (a ring's edges across hosts);
+  host link: about :data:`LINK_PROBE_BYTES` on each link, median of 3), and shifts of
+  :data:`RING_MESSAGE_BYTES` in which each rank sends to the rank L ahead and receives from the
+  rank L behind (a ring's edges across hosts, as the replica sync's all-reduce sends its chunks),
+  repeated to about :data:`LINK_PROBE_BYTES` on each link;
 * sync work: a replica sync's own work per row on this rank (:func:`sync_row_seconds`).
 
 The slowest rank's latencies and rates count. Rank 0 plans every candidate and decides; the others get the
@@ -50,6 +52,11 @@ PROBE_STEPS = 10
 """Steps the compute probe times after two warm-up steps."""
 LINK_PROBE_BYTES = 8 << 20
 """Bytes (sent + received) the between-hosts probe puts on each host's link."""
+RING_MESSAGE_BYTES = 256 << 10
+"""Bytes a rank sends in one shift of the ring probe. On the test bed's 0.1 Gbit/s links
+(2 hosts x 2 ranks) one shift of 2 MiB a rank moved 13-19 MB/s (sent + received) where the
+replica sync's all-reduce moved 22-24 and shifts of 256 KiB 23.7 (BENCHMARKS.md, "DLRM where 2D
+matters"): a pair's large message takes its two directions nearly one after the other."""
 
 
 def candidates(world: int, optimizer: str) -> list[tuple[int, str]]:
@@ -267,10 +274,14 @@ def measure(cfg, train, device: torch.device, local: int) -> Links:
         per = LINK_PROBE_BYTES // (2 * L * (world - L))
         t = _timed(_exchange([per if q // L != host else 0 for q in range(world)]), 3)
         inter = L * (world - L) * per * 2 / max(t - lat_a2a, 1e-6)
-        n = LINK_PROBE_BYTES // (2 * L) // 4
+        n, reps = RING_MESSAGE_BYTES // 4, max(1, LINK_PROBE_BYTES // (2 * L * RING_MESSAGE_BYTES))
         send, out = torch.zeros(n), torch.empty(n)
-        t = _timed(lambda: comm.shift_rows(send, (rank + L) % world, out, (rank - L) % world), 3)
-        ring = 2 * L * n * 4 / max(t - lat_a2a, 1e-6)
+
+        def shifts():
+            for _ in range(reps):
+                comm.shift_rows(send, (rank + L) % world, out, (rank - L) % world)
+        t = _timed(shifts, 3)  # each shift's own latency counted, as the sync's chunks pay theirs
+        ring = 2 * L * n * 4 * reps / max(t, 1e-6)
     sync_row = sync_row_seconds(cfg.model.embedding_dim)
     mine = torch.tensor([compute, lat_a2a, lat_ar, -intra, -inter, sync_row, -ring], dtype=torch.float64)
     worst = comm.all_reduce_max(mine).tolist()

@@ -182,3 +182,34 @@ def test_resume_keeps_the_chosen_layout(tmp_path):
     assert resumed["sparse_auto"]["candidates"] == first["sparse_auto"]["candidates"]  # from the checkpoint
     np.testing.assert_allclose(resumed["losses"], unbroken["losses"], atol=1e-6, rtol=0)
     assert kept["sparse_groups"] == 2 and "candidates" not in kept["sparse_auto"]
+
+
+def _measure_two_hosts(rank, world):
+    """``measure`` with one rank a host (L = 1 of W = 2 on loopback): every probe runs, the
+    ring's shifts counted."""
+    import torch
+
+    from embeddings import auto
+    from embeddings.data import load_click_data
+    from graphdist import comm
+    shifts, real = [], comm.shift_rows
+
+    def counted(send, dst, out, src, group=None):
+        shifts.append((send.numel() * send.element_size(), dst, src))
+        return real(send, dst, out, src, group)
+    comm.shift_rows = counted
+    links = auto.measure(_run_cfg(), load_click_data(SPEC), torch.device("cpu"), 1)
+    return links.__dict__, shifts
+
+
+def test_the_ring_probe_shifts_messages_of_the_syncs_size_to_the_next_host():
+    """Across hosts the ring probe sends :data:`RING_MESSAGE_BYTES` a shift (a large message
+    takes a link's two directions one after the other; the sync's all-reduce sends chunks),
+    repeated to about :data:`LINK_PROBE_BYTES` on each link, 3 timed rounds; every rate positive
+    (none within a host of one rank)."""
+    from embeddings.auto import LINK_PROBE_BYTES, RING_MESSAGE_BYTES
+    for rank, (links, shifts) in enumerate(run_ranks(_measure_two_hosts, 2, timeout=240)):
+        assert links.pop("intra_bytes_per_s") == 0  # no other rank on the host
+        assert all(v > 0 and np.isfinite(v) for v in links.values()), links
+        reps = LINK_PROBE_BYTES // (2 * RING_MESSAGE_BYTES)  # L = 1: one rank sends and receives a host's bytes
+        assert shifts == [(RING_MESSAGE_BYTES, 1 - rank, 1 - rank)] * (3 * reps)

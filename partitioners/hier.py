@@ -158,14 +158,14 @@ def _host_splits(graph, hosts: int, *, flat, method: str, imbalance: float, seed
     from partitioners.common import make_weights
     from partitioners.errors import MissingBackendError
     from partitioners.hostsplit import route_split
-    w = make_weights(graph, hosts, imbalance, balance, node_weights)
+    w = make_weights(graph, hosts, imbalance, balance, node_weights) if method in ROUTE_SPLIT_METHODS else None
     if method == "metis":
         out = [backends.metis_partition(graph, hosts, w, imbalance=imbalance, seed=seed, objective=o)
                for o in ("vol", "cut")]
     else:
         out = [as_numpy(flat(graph, hosts, method=method, imbalance=imbalance, seed=seed, balance=balance,
                              node_weights=node_weights, **options)).astype(np.int64)]
-    if method in ROUTE_SPLIT_METHODS:
+    if w is not None:
         try:
             out.append(route_split(graph, hosts, backends.single_weight(w), imbalance=imbalance, seed=seed))
         except (MissingBackendError, ValueError):  # no Mt-KaHyPar, or a graph too large for its lists

@@ -66,7 +66,7 @@ def cross_split(graph, top: np.ndarray, h: int, per: int, vwgt: np.ndarray, *, i
     integer balance weight of the group's nodes. Raises ``MissingBackendError`` without it, and
     ``ValueError`` above :data:`MAX_PINS`."""
     from partitioners.backends import mtkahypar_handle
-    mtkahypar, mtk = mtkahypar_handle()
+    mtkahypar_handle()  # no Mt-KaHyPar: said before any work
     top = np.asarray(top)
     indptr, indices = in_csr(graph)
     n = top.shape[0]
@@ -83,16 +83,7 @@ def cross_split(graph, top: np.ndarray, h: int, per: int, vwgt: np.ndarray, *, i
     nets, wts = _nets(src[cross], loc[dst[cross]], CROSS_WEIGHT)
     own = np.arange(nodes.size, dtype=np.int64)  # a local net holds its own node too
     ln, lw = _nets(np.r_[loc[src[local]], own], np.r_[loc[dst[local]], own], 1)
-    nets += ln
-    wts += lw
-    ctx = mtk.context_from_preset(mtkahypar.PresetType.DETERMINISTIC)
-    ctx.set_partitioning_parameters(int(per), float(imbalance), mtkahypar.Objective.KM1)
-    ctx.logging = False
-    mtkahypar.set_seed(int(seed))
-    if not nets:  # nothing connects the group's nodes: any balanced split
-        return _dealt(vwgt, per)
-    hg = mtk.create_hypergraph(ctx, int(nodes.size), len(nets), nets, [int(x) for x in vwgt], wts)
-    return np.asarray(hg.partition(ctx).get_partition(), dtype=np.int64)
+    return _km1(int(nodes.size), per, nets + ln, wts + lw, vwgt, imbalance=imbalance, seed=seed)
 
 
 def route_split(graph, hosts: int, vwgt: np.ndarray, *, imbalance: float, seed: int) -> np.ndarray:
@@ -110,14 +101,23 @@ def route_split(graph, hosts: int, vwgt: np.ndarray, *, imbalance: float, seed: 
     n = int(indptr.shape[0] - 1)
     if int(indices.shape[0]) + n > MAX_PINS:
         raise ValueError(f"{int(indices.shape[0]) + n:,} pins (edges + nodes), above {MAX_PINS:,}")
-    mtkahypar, mtk = mtkahypar_handle()
+    mtkahypar_handle()  # no Mt-KaHyPar: said before any work
     own = np.arange(n, dtype=np.int64)
     dst = np.repeat(own, np.diff(indptr))  # in-CSR rows: edge src -> dst, dst reads src's row
     nets, wts = _nets(np.r_[np.asarray(indices, dtype=np.int64), own], np.r_[dst, own], 1)
-    if not nets:  # no node's row is read by another: any balanced split
-        return _dealt(vwgt, hosts)
+    return _km1(n, hosts, nets, wts, vwgt, imbalance=imbalance, seed=seed)
+
+
+def _km1(n: int, parts: int, nets: list, wts: list, vwgt: np.ndarray, *, imbalance: float,
+         seed: int) -> np.ndarray:
+    """``int64[n]`` part of every node by Mt-KaHyPar's deterministic km1 on ``nets`` (pin arrays)
+    of weights ``wts``; without a net of two pins, the nodes dealt to the parts in turn."""
+    from partitioners.backends import mtkahypar_handle
+    if not nets:  # nothing connects the nodes: any balanced split
+        return _dealt(vwgt, parts)
+    mtkahypar, mtk = mtkahypar_handle()
     ctx = mtk.context_from_preset(mtkahypar.PresetType.DETERMINISTIC)
-    ctx.set_partitioning_parameters(int(hosts), float(imbalance), mtkahypar.Objective.KM1)
+    ctx.set_partitioning_parameters(int(parts), float(imbalance), mtkahypar.Objective.KM1)
     ctx.logging = False
     mtkahypar.set_seed(int(seed))
     hg = mtk.create_hypergraph(ctx, n, len(nets), nets, [int(x) for x in vwgt], wts)

@@ -22,7 +22,8 @@ packages or start the test suite are not run (``doc_blocks.NOT_RUN`` says why, `
 
 Each group of commands runs in its own copy of the repository as a fresh clone holds it (the
 files git tracks or would add, none it ignores: ``datasets/`` is the data home as shipped), in
-its root, under bash, one intra-op thread per process. ``$GRAPHDIST_DATA`` (the caller's) is set
+its root, under bash, one intra-op thread per process, the CPU kernels of MKL, ATen, fbgemm and
+oneDNN held to one instruction set (``ONE_ISA``). ``$GRAPHDIST_DATA`` (the caller's) is set
 only for a group whose data the shipped data home lacks; a group whose data no data home has is
 skipped, saying which file is missing. Each command's exit code is checked, and its output
 (stdout, then stderr; progress bars and progress lines dropped) must be the block's lines one for one: a line that
@@ -70,6 +71,15 @@ LOG_PROGRESS = re.compile(r"^[\w-]+: [\w-]+ \d+/\d+ \(\d+%\)(, |$)")
 """A progress line written where stderr is not a terminal (``graphdist.progress.LogLines``:
 ``train-gcn: epoch 20/200 (10%), 15.3 epoch/s, 12s left, loss=1.7424``): at a terminal, where the
 pages' commands are typed, it is the bar, so it is dropped as the bar is."""
+
+
+ONE_ISA = {"MKL_CBWR": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "FBGEMM_ENABLE_INSTRUCTIONS": "AVX2",
+           "ONEDNN_MAX_CPU_ISA": "AVX2"}
+"""Left to choose, these libraries take the widest instruction set a machine has (and MKL on AMD
+its generic path), and a figure's last digit then differs between machines: the 2D run of
+docs/guides/dlrm.md printed auc 0.8559, logloss 0.3981 on an AMD EPYC (MKL's generic path) and
+0.8560, 0.3979 on the box its block was written on, as that EPYC does with MKL held to AVX2 or
+AVX512. AVX2 is what every x86-64 machine the check runs on has."""
 
 
 @dataclass
@@ -190,7 +200,7 @@ def missing_data(block: Block, homes: list[Path]) -> list[str]:
 
 def run(block: Block, cwd: Path, timeout: float = 600) -> list[Ran] | str:
     """The block's commands run in turn in ``cwd`` (a checkout); or why they cannot run there."""
-    env = {**os.environ, "PYTHONPATH": str(cwd), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(cwd), "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", **ONE_ISA}
     caller = [Path(d) for d in env.pop("GRAPHDIST_DATA", "").split(os.pathsep) if d]
     if missing_data(block, [cwd / "datasets"]):
         miss = missing_data(block, caller)

@@ -270,8 +270,8 @@ def test_the_demo_writes_both_reports(tmp_path_factory):
 
 
 def test_the_commands_run_with_the_cpu_kernels_held_to_one_instruction_set(tmp_path):
-    """What a block prints must not depend on the machine's widest instruction set or its vendor
-    (MKL takes a generic path on AMD): every command runs with ``ONE_ISA``, which torch honours."""
+    """What a block prints must not depend on the instruction sets or the vendor of the machine
+    (MKL picks its kernels by both): every command runs with ``ONE_ISA``, which torch honours."""
     (tmp_path / "repo").mkdir()
     (ran,) = ro.run(db.Block(0, ['printenv MKL_CBWR FBGEMM_ENABLE_INSTRUCTIONS ONEDNN_MAX_CPU_ISA && '
                                  'python -c "import torch; print(torch.backends.cpu.get_cpu_capability())"']),

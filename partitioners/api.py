@@ -88,7 +88,7 @@ def partition(graph, k: int, *, method: str = "auto", imbalance: float = 0.03, s
 
 
 def _run(graph, k, method, imbalance, seed, weights, options) -> np.ndarray:
-    from partitioners import backends, streaming
+    from partitioners import backends, metis, streaming
     n = int(graph.num_nodes)
     if method == "random":
         return streaming.random_partition(n, k, seed)
@@ -99,7 +99,7 @@ def _run(graph, k, method, imbalance, seed, weights, options) -> np.ndarray:
                                           passes=int(options.get("passes", 1 if method == "ldg" else 3)),
                                           batch_size=options.get("batch_size"))
     if method == "metis":
-        return backends.metis_partition(graph, k, weights, imbalance=imbalance, seed=seed)
+        return metis.metis_partition(graph, k, weights, imbalance=imbalance, seed=seed)
     if method == "kaminpar":
         return backends.kaminpar_partition(graph, k, weights, imbalance=imbalance, seed=seed,
                                            preset=options.get("preset", "default"))
@@ -124,7 +124,7 @@ def _auto(graph, k, imbalance, seed, weights, options) -> np.ndarray:
     pymetis). Defaults by size (directed edges): up to 1M, 3 seeds, 3 alternations and 300
     polish tries; up to 8M, 1 seed, 2 alternations, no polish; above 8M one METIS run (cut
     objective), at most 10 refinement rounds and one alternation."""
-    from partitioners import backends, hubsplit, streaming
+    from partitioners import backends, hubsplit, metis, streaming
     from partitioners.moved import moved_key, moved_pins, polish_moved, refine_moved, roles
     from partitioners.refine import VolumeRefiner
     e = graph.num_edges
@@ -146,9 +146,9 @@ def _auto(graph, k, imbalance, seed, weights, options) -> np.ndarray:
             try:
                 if name in ("metis-vol", "metis-cut", "metis-hub", "metis"):
                     sl = float(slack) if slack else 0.3
-                    a0 = backends.metis_partition(graph, k, weights, seed=s, imbalance=imbalance * sl,
-                                                  objective="vol" if name == "metis-vol" else "cut",
-                                                  hub_cut=name == "metis-hub")
+                    a0 = metis.metis_partition(graph, k, weights, seed=s, imbalance=imbalance * sl,
+                                               objective="vol" if name == "metis-vol" else "cut",
+                                               hub_cut=name == "metis-hub")
                 elif name == "hubsplit":
                     a0 = hubsplit.hubsplit_partition(graph, k, weights, frac=float(slack) if slack else 0.01,
                                                      imbalance=imbalance / 3, seed=s)

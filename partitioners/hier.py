@@ -154,13 +154,13 @@ def _host_splits(graph, hosts: int, *, flat, method: str, imbalance: float, seed
     on every graph: SNAP p2p-Gnutella24 vs an 8-class SBM, BENCHMARKS.md); then, for
     :data:`ROUTE_SPLIT_METHODS`, the split on the route's rows themselves
     (:func:`partitioners.hostsplit.route_split`), which neither METIS objective counts."""
-    from partitioners import backends
+    from partitioners import backends, metis
     from partitioners.common import make_weights
     from partitioners.errors import MissingBackendError
     from partitioners.hostsplit import route_split
     w = make_weights(graph, hosts, imbalance, balance, node_weights) if method in ROUTE_SPLIT_METHODS else None
     if method == "metis":
-        out = [backends.metis_partition(graph, hosts, w, imbalance=imbalance, seed=seed, objective=o)
+        out = [metis.metis_partition(graph, hosts, w, imbalance=imbalance, seed=seed, objective=o)
                for o in ("vol", "cut")]
     else:
         out = [as_numpy(flat(graph, hosts, method=method, imbalance=imbalance, seed=seed, balance=balance,

@@ -23,7 +23,7 @@ __all__ = ["hubsplit_partition"]
 def hubsplit_partition(graph, k: int, weights: Weights, *, frac: float = 0.01, imbalance: float = 0.01,
                        seed: int = 0, objective: str = "vol") -> np.ndarray:
     """``[N]`` int64 parts (see the module docstring); needs METIS (:mod:`partitioners.backends`)."""
-    from partitioners.backends import metis_kway
+    from partitioners.metis import metis_kway
     n = int(graph.num_nodes)
     s = sym_csr(graph)
     deg = np.diff(s.indptr)

@@ -121,9 +121,9 @@ def cliques_and_hub(k: int, size: int) -> tuple[Graph, int]:
 
 def test_hubsplit_leaves_the_hub_out_of_metis_and_cuts_only_at_it():
     pytest.importorskip("pymetis")
-    from partitioners import backends
+    from partitioners import metis
     from partitioners.hubsplit import hubsplit_partition
-    if backends.metis_backend() == "none":
+    if metis.metis_backend() == "none":
         pytest.skip("multi-constraint METIS needs a METIS library that passes the width check")
     k, size = 3, 8
     g, hub = cliques_and_hub(k, size)

@@ -142,21 +142,21 @@ def test_the_estimate_follows_where_metis_keeps_its_levels(monkeypatch):
     coefficient, exactly, for the backend's own choice."""
     from graphdist.memory import PROCESS_BYTES
     from graphdist.partition.budget import PER_EDGE, WRITE_PER_EDGE, dense_bytes, estimate, graph_bytes
-    from partitioners import backends
+    from partitioners import metis
     g = load_graph("sbm:nodes=3000,classes=3,avg_degree=6,features=4,seed=1")
-    monkeypatch.setattr(backends, "scratch_dir", lambda: "/var/tmp")  # a folder on disk, whatever /tmp is here
-    if backends.metis_levels(g.num_nodes, g.num_edges, available=0) != "ondisk":
+    monkeypatch.setattr(metis, "scratch_dir", lambda: "/var/tmp")  # a folder on disk, whatever /tmp is here
+    if metis.metis_levels(g.num_nodes, g.num_edges, available=0) != "ondisk":
         pytest.skip("no METIS 5.2 build (cmeel-metis) with the ONDISK option")
     est = {}
     for on in (False, True):
-        monkeypatch.setattr(backends, "metis_ondisk", lambda nnz, available=None, on=on: on)
-        assert backends.metis_levels(g.num_nodes, g.num_edges) == ("ondisk" if on else "memory")
+        monkeypatch.setattr(metis, "metis_ondisk", lambda nnz, available=None, on=on: on)
+        assert metis.metis_levels(g.num_nodes, g.num_edges) == ("ondisk" if on else "memory")
         est[on] = {m: estimate(g, m, 4) for m in ("metis", "auto")}
     e, base = g.num_edges, PROCESS_BYTES + graph_bytes(g)  # features of 4: none spilled
     assert dense_bytes(g.num_nodes, 4, "metis") == (0, 5 * g.num_nodes * 4)  # METIS: no N x k array
     assert est[False]["metis"] == base + PER_EDGE["metis32"] * e
     # on disk METIS needs less than the quality and parts step after it, which then decides
-    assert backends.METIS_BYTES_PER_EDGE["ondisk"] < WRITE_PER_EDGE
+    assert metis.METIS_BYTES_PER_EDGE["ondisk"] < WRITE_PER_EDGE
     assert est[True]["metis"] == base + WRITE_PER_EDGE * e + 5 * g.num_nodes * 4
     assert est[False]["auto"] - est[True]["auto"] == (PER_EDGE["auto"] - PER_EDGE["auto_ondisk"]) * e
 

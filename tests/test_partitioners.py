@@ -197,26 +197,26 @@ class _FakeMetis:
 
 
 def test_metis_width_selftest_detects_a_foreign_build(monkeypatch):
-    from partitioners import backends
+    from partitioners import metis
     pytest.importorskip("pymetis")
-    libs = backends._metis_libs()
-    assert libs, backends._METIS["why"]
+    libs = metis._metis_libs()
+    assert libs, metis._METIS["why"]
     for idx, (lib, layout) in libs.items():  # every build found passes, with its own widths
-        why, got, lay = backends._metis_selftest(lib)
+        why, got, lay = metis._metis_selftest(lib)
         assert why == "" and np.dtype(got) == idx and lay == layout
-    why, idx, _ = backends._metis_selftest(_FakeMetis())
+    why, idx, _ = metis._metis_selftest(_FakeMetis())
     assert "neither 32- nor 64-bit (2-byte options seen)" in why and idx is None
-    monkeypatch.setitem(backends._METIS, "libs", {})
-    monkeypatch.setitem(backends._METIS, "why", why)
+    monkeypatch.setitem(metis._METIS, "libs", {})
+    monkeypatch.setitem(metis._METIS, "why", why)
     with pytest.raises(MissingBackendError, match="2-byte options seen.*cmeel-metis==5.2.1.1"):
         partition(grid(4, 4), 2, method="metis", balance="both")
 
 
 def test_metis_32_and_64_bit_builds_cut_alike():
     """The 32-bit build (cmeel-metis) and pymetis' 64-bit one: both balanced, cuts within 15%."""
-    from partitioners import backends
+    from partitioners import metis
     from partitioners.common import sym_csr
-    libs = backends._metis_libs()
+    libs = metis._metis_libs()
     if len(libs) < 2:
         pytest.skip("needs both METIS builds (pymetis and cmeel-metis)")
     g = grid(30, 30)
@@ -224,12 +224,12 @@ def test_metis_32_and_64_bit_builds_cut_alike():
     cuts = {}
     for idx in libs:
         monkey = {i: v for i, v in libs.items() if i == idx}
-        saved = backends._METIS["libs"]
-        backends._METIS["libs"] = monkey
+        saved = metis._METIS["libs"]
+        metis._METIS["libs"] = monkey
         try:
-            a = backends.metis_kway(s, 4, np.ones((900, 1), dtype=np.int64), imbalance=0.03, seed=0)
+            a = metis.metis_kway(s, 4, np.ones((900, 1), dtype=np.int64), imbalance=0.03, seed=0)
         finally:
-            backends._METIS["libs"] = saved
+            metis._METIS["libs"] = saved
         assert np.bincount(a, minlength=4).max() <= 1.03 * 900 / 4 + 1
         cuts[idx.itemsize] = edge_cut(g, torch.from_numpy(a))
     assert max(cuts.values()) <= 1.15 * min(cuts.values()), cuts
@@ -243,11 +243,11 @@ def test_metis_on_disk_gives_the_same_partition(monkeypatch, tmp_path, method):
     import ctypes
     import os
 
-    from partitioners import backends
-    lib, idx = backends._metis_lib()
-    if lib is None or "ondisk" not in backends._metis_libs()[idx][1]:
+    from partitioners import metis
+    lib, idx = metis._metis_lib()
+    if lib is None or "ondisk" not in metis._metis_libs()[idx][1]:
         pytest.skip("needs cmeel-metis (METIS 5.2, ONDISK)")
-    at = backends._metis_libs()[idx][1]["ondisk"]
+    at = metis._metis_libs()[idx][1]["ondisk"]
     seen = []
     real = lib.METIS_PartGraphKway
 
@@ -259,13 +259,13 @@ def test_metis_on_disk_gives_the_same_partition(monkeypatch, tmp_path, method):
             opts = ctypes.cast(a[10], ctypes.POINTER(ctypes.c_int32 if idx == np.int32 else ctypes.c_int64))
             seen.append((int(opts[at]), os.getcwd()))
             return real(*a)
-    monkeypatch.setattr(backends, "_metis_lib", lambda *a: (Spy(), idx))
-    monkeypatch.setattr(backends, "scratch_dir", lambda: str(tmp_path))  # on disk, whatever /tmp is here
+    monkeypatch.setattr(metis, "_metis_lib", lambda *a: (Spy(), idx))
+    monkeypatch.setattr(metis, "scratch_dir", lambda: str(tmp_path))  # on disk, whatever /tmp is here
     monkeypatch.chdir(tmp_path)
     g = load_graph("rmat:scale=12,edge_factor=8,seed=3")
     parts = {}
     for avail in (10**15, 1):
-        monkeypatch.setattr(backends, "mem_available", lambda a=avail: a)
+        monkeypatch.setattr(metis, "mem_available", lambda a=avail: a)
         parts[avail] = partition(g, 4, method=method, seed=0).numpy()
     assert np.array_equal(parts[1], parts[10**15])
     assert seen[0][0] <= 0 and seen[0][1] == str(tmp_path) and seen[-1][0] == 1 and "graphdist-metis-" in seen[-1][1]
@@ -278,17 +278,17 @@ def test_metis_levels_go_to_a_folder_on_disk(monkeypatch, tmp_path):
     import os
     import tempfile
 
-    from partitioners import backends
+    from partitioners import metis
     monkeypatch.chdir(tmp_path)
-    real = backends._fs_type
-    assert backends._fs_type("/proc") == "proc"
-    assert backends.scratch_dir() == tempfile.gettempdir() or real(tempfile.gettempdir()) in backends._MEMORY_FS
+    real = metis._fs_type
+    assert metis._fs_type("/proc") == "proc"
+    assert metis.scratch_dir() == tempfile.gettempdir() or real(tempfile.gettempdir()) in metis._MEMORY_FS
     memory = {tempfile.gettempdir()}  # everything else on disk, whatever this machine mounts
-    monkeypatch.setattr(backends, "_fs_type", lambda p: "tmpfs" if p in memory else "ext4")
-    assert backends.scratch_dir() == os.getcwd()
-    assert backends.metis_ondisk(10**9, available=10**9)
+    monkeypatch.setattr(metis, "_fs_type", lambda p: "tmpfs" if p in memory else "ext4")
+    assert metis.scratch_dir() == os.getcwd()
+    assert metis.metis_ondisk(10**9, available=10**9)
     memory.add(os.getcwd())
-    assert backends.scratch_dir() is None and not backends.metis_ondisk(10**9, available=10**9)
+    assert metis.scratch_dir() is None and not metis.metis_ondisk(10**9, available=10**9)
 
 
 # ------------------------------------------------------------------ rows moved (pre/post aggregation)

@@ -58,24 +58,24 @@ def refine_like_auto(g, k, w, a0, seed):
 
 
 def separator(name: str) -> dict:
-    from partitioners import backends, partition
+    from partitioners import metis, partition
     from partitioners.common import sym_csr
     from partitioners.moved import moved_key
     g, base, w = setup(name, 2)
     s = sym_csr(g)
     n = int(g.num_nodes)
-    lib, idx = backends._metis_lib(n, s.nnz)
-    layout = backends._metis_libs()[idx][1]
+    lib, idx = metis._metis_lib(n, s.nnz)
+    layout = metis._metis_libs()[idx][1]
     best = None
     for seed in range(3):
         opts = np.full(40, -1, dtype=idx)
-        lib.METIS_SetDefaultOptions(backends._ptr(opts))
+        lib.METIS_SetDefaultOptions(metis._ptr(opts))
         opts[layout["seed"]], opts[layout["ufactor"]] = seed, 30
         part, size = np.zeros(n, idx), np.zeros(1, idx)
         xadj, adj = np.ascontiguousarray(s.indptr, dtype=idx), np.ascontiguousarray(s.indices, dtype=idx)
-        rc = lib.METIS_ComputeVertexSeparator(backends._ptr(np.array([n], idx)), backends._ptr(xadj),
-                                              backends._ptr(adj), backends._ptr(np.ones(n, idx)),
-                                              backends._ptr(opts), backends._ptr(size), backends._ptr(part))
+        rc = lib.METIS_ComputeVertexSeparator(metis._ptr(np.array([n], idx)), metis._ptr(xadj),
+                                              metis._ptr(adj), metis._ptr(np.ones(n, idx)),
+                                              metis._ptr(opts), metis._ptr(size), metis._ptr(part))
         if rc != 1:
             raise RuntimeError(f"METIS_ComputeVertexSeparator failed with status {rc}")
         part = part.astype(np.int64)
@@ -88,12 +88,12 @@ def separator(name: str) -> dict:
 
 
 def seeds(name: str, k: int, n_seeds: int) -> dict:
-    from partitioners import backends
+    from partitioners import metis
     g, base, w = setup(name, k)
     got = []
     for seed in range(n_seeds):
         for obj in ("vol", "hub", "cut"):
-            a0 = backends.metis_partition(g, k, w, seed=seed, imbalance=0.009, objective="vol" if obj == "vol" else "cut",
+            a0 = metis.metis_partition(g, k, w, seed=seed, imbalance=0.009, objective="vol" if obj == "vol" else "cut",
                                           hub_cut=obj == "hub")
             m = refine_like_auto(g, k, w, a0, seed)
             if m is not None:
@@ -130,7 +130,7 @@ def mtkahypar(name: str, k: int) -> dict:
 
 
 def paths(name: str, k: int, n_seeds: int) -> dict:
-    from partitioners import backends, hubsplit
+    from partitioners import hubsplit, metis
     from partitioners.moved import moved_key, refine_moved
     from partitioners.refine import VolumeRefiner
     g, base, w = setup(name, k)
@@ -141,7 +141,7 @@ def paths(name: str, k: int, n_seeds: int) -> dict:
             if spec == "hubsplit@0.01":
                 a0 = hubsplit.hubsplit_partition(g, k, w, frac=0.01, imbalance=0.01, seed=seed)
             else:
-                a0 = backends.metis_partition(g, k, w, seed=seed, imbalance=0.009,
+                a0 = metis.metis_partition(g, k, w, seed=seed, imbalance=0.009,
                                               objective="vol" if spec.startswith("metis-vol") else "cut",
                                               hub_cut=spec.startswith("metis-hub"))
             own = refine_like_auto(g, k, w, a0, seed)

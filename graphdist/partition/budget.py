@@ -104,7 +104,7 @@ def estimate_sizes(n: int, e: int, g: int, x_bytes: int, method: str, k: int) ->
     the loaded graph of which ``x_bytes`` features."""
     per_edge = PER_EDGE.get(method, 96)
     if method in ("metis", "auto"):  # the backend's own choice: METIS' coarse levels on disk or not
-        from partitioners.backends import METIS_BYTES_PER_EDGE, metis_backend, metis_levels
+        from partitioners.metis import METIS_BYTES_PER_EDGE, metis_backend, metis_levels
         ondisk = metis_levels(n, e) == "ondisk"
         if method == "auto":
             per_edge = PER_EDGE["auto_ondisk" if ondisk else "auto"]

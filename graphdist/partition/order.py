@@ -85,7 +85,7 @@ def cache_blocks(m, blocks: int, seed: int = 0) -> np.ndarray:
 
     import scipy.sparse as sp
 
-    from partitioners.backends import metis_kway
+    from partitioners.metis import metis_kway
     from partitioners.common import sym_csr
     n = m.shape[0]
     sym = sym_csr(SimpleNamespace(num_nodes=n, indptr=m.indptr, indices=m.indices, meta={}))

@@ -54,7 +54,9 @@ def test_two_hosts_of_one_rank_order_flips_with_the_link():
 
     A step is the ranks' work plus the link's time (gloo's collectives block; embeddings/cost.py).
     At 10 ms of compute and 1 ms per collective: 1D 16 ms + 20776 B / rate; G = 2 14 ms +
-    (12456 + 16640) B / rate: 1D is faster below 8320 B / 2 ms = 4.16 MB/s, G = 2 above."""
+    (12456 + 16640) B / rate: 1D is faster below 8320 B / 2 ms = 4.16 MB/s, G = 2 above. auto
+    keeps 1D until G = 2's estimate is 10% under it (embeddings.auto.ONE_D_MARGIN):
+    0.014 + 29096 / rate < 0.9 x (0.016 + 20776 / rate) above (29096 - 18698.4) B / 0.4 ms = 26.0 MB/s."""
     from embeddings.auto import choose, evaluate
     cands = evaluate(_cfg(), _data(), 2, 1, "cpu", budget=1 << 30)
     assert [(c["sparse_groups"], c["sparse_layout"]) for c in cands] == [(1, "hosts"), (2, "hosts")]
@@ -78,8 +80,14 @@ def test_two_hosts_of_one_rank_order_flips_with_the_link():
     # the sync's own work: the step's 8 samples touch 8 rows of each of the 26 tables
     work = Links(**{**_links(1e8).__dict__, "sync_row_s": 1e-5})
     assert choose(cands, work, 2)["candidates"][1]["estimate"]["sync_work_s"] == pytest.approx(26 * 8 * 1e-5)
-    assert choose(cands, _links(4.0e6), 2)["sparse_groups"] == 1  # the crossing point: 4.16 MB/s
-    assert choose(cands, _links(4.3e6), 2)["sparse_groups"] == 2
+    for rate, faster in [(4.0e6, 1), (4.3e6, 2), (25e6, 2), (27e6, 2)]:  # the estimates cross at 4.16 MB/s
+        out = choose(cands, _links(rate), 2)
+        est = {c["sparse_groups"]: c["estimate"]["step_s"] for c in out["candidates"]}
+        assert min(est, key=est.get) == faster
+        assert out["sparse_groups"] == (2 if rate > 26.0e6 else 1)  # 1D kept up to 26.0 MB/s
+    kept = choose(cands, _links(25e6), 2)
+    assert kept["why"].startswith("1D kept: the fastest 2D, 2D G=2, 0.9") and "is not 10% under it" in kept["why"]
+    assert choose(cands, _links(27e6), 2)["why"].startswith("fastest that fits")
     # G = 2 holds twice the tables: a budget between the two leaves 1D, however fast the link
     small = evaluate(_cfg(), _data(), 2, 1, "cpu", budget=20 * ROWS * ROW_BYTES)
     assert [c["fits"] for c in small] == [True, False]

@@ -124,8 +124,8 @@ def choose(cands: list[dict], links: Links, world: int) -> dict:
         raise ConfigError(no_fit(rows))
     fastest = min(fit, key=lambda r: (r["estimate"]["step_s"], r["sparse_groups"], r["sparse_layout"] != "hosts"))
     one_d = next((r for r in fit if r["sparse_groups"] == 1), None)
-    best = (one_d if one_d is not None and fastest["estimate"]["step_s"] > (1 - ONE_D_MARGIN) * one_d["estimate"]["step_s"]
-            else fastest)
+    kept = one_d is not None and fastest["estimate"]["step_s"] > (1 - ONE_D_MARGIN) * one_d["estimate"]["step_s"]
+    best = one_d if kept else fastest
     for r in rows:
         r["why"] = _why(r, best, fastest)
     return {"sparse_groups": best["sparse_groups"], "sparse_layout": best["sparse_layout"],

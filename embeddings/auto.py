@@ -168,9 +168,12 @@ def _why(r: dict, best: dict, fastest: dict) -> str:
     bound = (link if e["between_hosts_s"] > ranks else
              f"the ranks' work ({ranks * 1e3:.0f} ms, most of it {top}: {parts[top] * 1e3:.0f} ms)") + then
     ratio = lambda a: f"{a['estimate']['step_s'] / best['estimate']['step_s']:.2f}x"  # noqa: E731
-    lead = ("fastest that fits" if r is best and r is fastest else
-            f"1D kept: the fastest 2D, {name(fastest)}, {ratio(fastest)} its step, is not {ONE_D_MARGIN:.0%} under it"
-            if r is best else f"{ratio(r)} the chosen step")
+    if r is not best:
+        lead = f"{ratio(r)} the chosen step"
+    elif r is fastest:
+        lead = "fastest that fits"
+    else:  # 1D, kept over a 2D estimate less than the margin under it
+        lead = f"1D kept: the fastest 2D, {name(fastest)}, {ratio(fastest)} its step, is not {ONE_D_MARGIN:.0%} under it"
     return f"{lead}; bound by {bound}"
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 
 
@@ -140,6 +139,7 @@ def sym_csr(graph) -> CSR:
     indptr, indices = in_csr(graph)
     meta = getattr(graph, "meta", None) or {}
     if not meta.get("symmetric"):
+        import scipy.sparse as sp  # here, not above: every rank imports this package's errors (0.17 s)
         a = sp.csr_matrix((np.ones(indices.size, dtype=np.int8), indices, indptr), shape=(n, n))
         s = (a + a.T.tocsr()).tocsr()
         del a

@@ -243,3 +243,15 @@ def test_architecture_lists_every_module_in_its_rooms_table():
             missing.append(f"{room}: not listed {sorted(have - listed.get(room, set()))}, "
                            f"listed but absent {sorted(listed.get(room, set()) - have)}")
     assert not missing, "\n".join(missing)
+
+
+def test_a_rank_does_not_import_scipy():
+    """Every rank imports ``partitioners.errors`` (graphdist.errors' user errors), which runs the
+    package's ``__init__``; scipy is imported where a partitioner uses it, not there (0.17 s of
+    every process: the suite starts about 270)."""
+    import subprocess
+    import sys
+    code = ("import sys, graphdist.launch, graphdist.errors, graphdist.gnn.trainer, graphdist.rec.trainer, "
+            "partitioners; print(sorted(m for m in sys.modules if m.split('.')[0] == 'scipy'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout[-2000:], r.stderr[-2000:])

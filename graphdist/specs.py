@@ -165,11 +165,26 @@ def _kinds_of(domain: str | None) -> str:
     return ", ".join(sorted(k for k, v in KINDS.items() if domain is None or v.domain == domain))
 
 
+def _path_hint(text, domain: str | None) -> str:
+    """For a spec that is only the path of a file or folder that exists: the spec(s) to write."""
+    from pathlib import Path
+    p = Path(text) if isinstance(text, str) and text else None
+    if p is None or not p.exists():
+        return ""
+    if p.is_dir():
+        by_domain = {"graph": "planetoid" if (p / "raw").is_dir() else "ogb", "clicks": "criteo", "ratings": "lightgcn"}
+    else:
+        by_domain = {"graph": "npz" if p.suffix == ".npz" else "edgelist", "clicks": "criteo", "ratings": "ratings"}
+    kinds = [by_domain[domain]] if domain in by_domain else list(by_domain.values())
+    return "; for this " + ("folder" if p.is_dir() else "file") + ": " + " or ".join(f"{k}:{text}" for k in kinds)
+
+
 def parse_spec(text: str, domain: str | None = None) -> Spec:
     """Parse ``text``; with ``domain``, refuse kinds of another domain. Paths are resolved."""
     what = f"{domain} " if domain else ""
     if not isinstance(text, str) or ":" not in text:
-        raise SpecError(f"dataset spec {text!r} must look like KIND:ARGS ({what}kinds: {_kinds_of(domain)})")
+        raise SpecError(f"dataset spec {text!r} must look like KIND:ARGS ({what}kinds: {_kinds_of(domain)})"
+                        + _path_hint(text, domain))
     name, rest = (s.strip() for s in text.split(":", 1))
     kind = KINDS.get(name.lower())
     if kind is None:

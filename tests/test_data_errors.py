@@ -180,3 +180,24 @@ def test_a_planetoid_file_naming_anything_but_arrays_is_refused_before_it_runs(t
     msg = str(e.value)
     assert msg.startswith(f"{root / 'raw' / 'ind.cora.graph'}: it names ") and "system" in msg and "\n" not in msg
     assert not (tmp_path / "ran").exists()
+
+
+def test_a_bare_path_is_answered_with_the_spec_to_write(tmp_path):
+    """A new user's first try is the path alone: the one line names the spec for that path, by the
+    command's kind of data; a path that does not exist gets no guess."""
+    from graphdist.specs import parse_spec
+    f, g, d = tmp_path / "g.txt", tmp_path / "g.npz", tmp_path / "Cora"
+    f.write_text("0 1\n")
+    g.write_bytes(b"")
+    (d / "raw").mkdir(parents=True)
+    cases = [(str(f), "graph", f"; for this file: edgelist:{f}"), (str(g), "graph", f"; for this file: npz:{g}"),
+             (str(d), "graph", f"; for this folder: planetoid:{d}"), (str(f), "ratings", f"; for this file: ratings:{f}"),
+             (str(f), "clicks", f"; for this file: criteo:{f}"),
+             (str(f), None, f"; for this file: edgelist:{f} or criteo:{f} or ratings:{f}")]
+    for text, domain, hint in cases:
+        with pytest.raises(SpecError) as e:
+            parse_spec(text, domain)
+        assert str(e.value).endswith(hint) and "must look like KIND:ARGS" in str(e.value), (text, domain, str(e.value))
+    with pytest.raises(SpecError) as e:
+        parse_spec(str(tmp_path / "absent.txt"), "graph")
+    assert str(e.value).endswith("rmat, sbm)"), str(e.value)

@@ -84,3 +84,25 @@ def test_training_without_node_data_names_the_option(tmp_path):
     lg = build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1)
     with pytest.raises(ConfigError, match="features=degree"):
         fit(GCNConfig(spec="x", epochs=1, progress=False), lg, {}, DistContext(0, 1, 0, "none", torch.device("cpu")))
+
+
+def test_a_header_line_is_skipped_whole_and_in_shards(tmp_path, monkeypatch):
+    """``src,dst`` above numbers is column names, skipped (line numbers kept), also when the file
+    is read in shards (the k-worker build: the header may be all of shard 0) and when comments
+    fill the first block; words above words, or numbers above words, are still bad lines."""
+    from graphdist.data.table import shard
+    body = "".join(f"{i},{i + 1}\n" for i in range(10, 30))
+    p = _w(tmp_path, "h.csv", ("# made by hand\nsrc,dst,weight\n" + body).encode())
+    plain = _w(tmp_path, "p.csv", body.encode())
+    t = read_table(p, 2)
+    assert t.values.tolist() == read_table(plain, 2).values.tolist() and t.line_of(0) == 3
+    for k in range(1, 12):
+        parts = [read_table(p, 2, byte_range=shard(p, r, k)[:2]).values for r in range(k)]
+        assert np.concatenate(parts).tolist() == t.values.tolist(), k
+    monkeypatch.setattr(table_mod, "BLOCK", 8)  # the comment line is a block of its own
+    assert read_table(p, 2).values.tolist() == t.values.tolist()
+    g = load_graph(f"edgelist:{p}")
+    assert g.node_ids.tolist() == list(range(10, 31))
+    for data, line, msg in ((b"a b\nc d\n", 1, "'a' is not"), (b"1 2\nx y\n", 2, "'x' is not")):
+        with pytest.raises(DataFormatError, match=rf"bad.txt:{line}: {msg}"):
+            read_table(_w(tmp_path, "bad.txt", data), 2)

@@ -4,7 +4,9 @@
     read_table(path, 3, dtype=np.float64)  -> user, item, rating as float64
 
 Accepted: whitespace, tab, comma, ``;`` or ``::`` between fields; ``#`` / ``%`` comment lines;
-blank lines; CRLF; ``.gz``. Columns beyond ``ncols`` are ignored (an edge list's weight column).
+blank lines; CRLF; ``.gz``; a first line of column names (``src,dst``: none of its fields a number,
+the next data line's all numbers), skipped. Columns beyond ``ncols`` are ignored (an edge list's
+weight column).
 
 The text is processed in blocks of whole lines (``BLOCK`` bytes): separators are mapped to
 spaces with ``bytes.translate``, comment lines are blanked, the fields of each line are counted
@@ -200,6 +202,44 @@ def parse_block(path: Path, first: int, block: bytes, ncols: int, dtype, what: s
     return values, rows, int(nl.size)
 
 
+def _fields(line: bytes) -> list[bytes]:
+    return (line.replace(b"::", b"  ") if b"::" in line else line).translate(FIELD_SEPARATORS).split()
+
+
+def _is_number(tok: bytes) -> bool:
+    try:
+        float(tok)
+        return True
+    except ValueError:
+        return False
+
+
+def _data_lines(block: bytes, most: int):
+    """``(offset, fields)`` of the first ``most`` data lines (not blank, not a comment) of ``block``."""
+    pos, found = 0, []
+    while len(found) < most and pos < len(block):
+        end = block.find(b"\n", pos)
+        end = len(block) if end < 0 else end
+        toks = _fields(block[pos:end])
+        if toks and toks[0][:1] not in (b"#", b"%"):
+            found.append((pos, toks))
+        pos = end + 1
+    return found
+
+
+def header_offset(path: Path, ncols: int) -> int | None:
+    """Byte offset of the file's first data line when it is column names (none of its first
+    ``ncols`` fields a number, the next data line's all numbers), else None; read from the file's
+    first bytes, so every shard's reader finds the same line."""
+    with _open(path) as fh:
+        head = fh.read(1 << 20)
+    lines = _data_lines(head, 2)
+    if (len(lines) == 2 and not any(map(_is_number, lines[0][1][:ncols])) and len(lines[1][1]) >= ncols
+            and all(map(_is_number, lines[1][1][:ncols]))):
+        return lines[0][0]
+    return None
+
+
 def read_table(path, ncols: int, *, dtype=np.int64, what: str = "node id",
                byte_range: tuple[int, int] | None = None, first_line: int = 1) -> Table:
     """Read the first ``ncols`` columns of every data line of ``path`` (see the module doc);
@@ -208,7 +248,11 @@ def read_table(path, ncols: int, *, dtype=np.int64, what: str = "node id",
     path = Path(path)
     parts, firsts, lines = [], [], []
     first = first_line
+    at, pos = header_offset(path, ncols), (byte_range or (0, None))[0]
     for block in blocks(path, *(byte_range or (0, None))):
+        if at is not None and pos <= at < pos + len(block):  # column names: a comment line
+            block = block[:at - pos] + b"#" + block[at - pos + 1:]
+        pos += len(block)
         v, rows, n_lines = parse_block(path, first, block, ncols, dtype, what)
         parts.append(v)
         firsts.append(first)

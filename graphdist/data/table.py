@@ -27,7 +27,7 @@ import numpy as np
 
 from graphdist.errors import DataFormatError, MissingFileError
 
-__all__ = ["Table", "read_table", "shard", "BLOCK"]
+__all__ = ["Table", "read_table", "shard", "BLOCK", "is_number", "data_lines", "header_offset"]
 
 BLOCK = 1 << 24
 """Bytes per block (whole lines): bounds the temporary arrays of one block."""
@@ -202,11 +202,8 @@ def parse_block(path: Path, first: int, block: bytes, ncols: int, dtype, what: s
     return values, rows, int(nl.size)
 
 
-def _fields(line: bytes) -> list[bytes]:
-    return (line.replace(b"::", b"  ") if b"::" in line else line).translate(FIELD_SEPARATORS).split()
-
-
-def _is_number(tok: bytes) -> bool:
+def is_number(tok: bytes) -> bool:
+    """Whether a field parses as a number (``float``)."""
     try:
         float(tok)
         return True
@@ -214,15 +211,17 @@ def _is_number(tok: bytes) -> bool:
         return False
 
 
-def _data_lines(block: bytes, most: int):
-    """``(offset, fields)`` of the first ``most`` data lines (not blank, not a comment) of ``block``."""
-    pos, found = 0, []
+def data_lines(block: bytes, most: int, after: int = 0) -> list[tuple[int, int, list[bytes]]]:
+    """``(start, end, fields)`` of the first ``most`` data lines (not blank, not a comment) of
+    ``block`` at or after byte ``after``."""
+    pos, found = after, []
     while len(found) < most and pos < len(block):
         end = block.find(b"\n", pos)
         end = len(block) if end < 0 else end
-        toks = _fields(block[pos:end])
+        line = block[pos:end]
+        toks = (line.replace(b"::", b"  ") if b"::" in line else line).translate(FIELD_SEPARATORS).split()
         if toks and toks[0][:1] not in (b"#", b"%"):
-            found.append((pos, toks))
+            found.append((pos, end, toks))
         pos = end + 1
     return found
 
@@ -233,9 +232,9 @@ def header_offset(path: Path, ncols: int) -> int | None:
     first bytes, so every shard's reader finds the same line."""
     with _open(path) as fh:
         head = fh.read(1 << 20)
-    lines = _data_lines(head, 2)
-    if (len(lines) == 2 and not any(map(_is_number, lines[0][1][:ncols])) and len(lines[1][1]) >= ncols
-            and all(map(_is_number, lines[1][1][:ncols]))):
+    lines = data_lines(head, 2)
+    if (len(lines) == 2 and not any(map(is_number, lines[0][2][:ncols])) and len(lines[1][2]) >= ncols
+            and all(map(is_number, lines[1][2][:ncols]))):
         return lines[0][0]
     return None
 

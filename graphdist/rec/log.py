@@ -19,20 +19,13 @@ from pathlib import Path
 
 import numpy as np
 
+from graphdist.data.table import data_lines, is_number
 from graphdist.errors import DataFormatError
 
 __all__ = ["read_log", "id_column", "numbers"]
 
 _ID_LIMIT = 2.0 ** 53  # an id written as a float (7.0) is exact below this
 _WIDE = 64  # widest token gathered by the vectorised path
-
-
-def _is_number(tok: bytes) -> bool:
-    try:
-        float(tok)
-        return True
-    except ValueError:
-        return False
 
 
 def _tokens(block: bytes):
@@ -83,24 +76,16 @@ def _block(path: Path, first: int, block: bytes, ncols: int, skip_first: bool):
 
 def _first_fields(block: bytes, after: int = 0):
     """Fields of the first data line of ``block`` at or after byte ``after``, and where it ends."""
-    from graphdist.data.table import FIELD_SEPARATORS
-    pos = after
-    while pos < len(block):
-        end = block.find(b"\n", pos)
-        end = len(block) if end < 0 else end
-        toks = block[pos:end].replace(b"::", b"  ").translate(FIELD_SEPARATORS).split()
-        if toks and toks[0][:1] not in (b"#", b"%"):
-            return toks, end
-        pos = end + 1
-    return None, len(block)
+    found = data_lines(block, 1, after)
+    return (found[0][2], found[0][1]) if found else (None, len(block))
 
 
 def _is_header(toks: list[bytes], nxt: list[bytes] | None) -> bool:
     """A first line of column names: a word among the rating / timestamp fields, or (two
     fields) two words above a line of numbers."""
     if len(toks) >= 3:
-        return not all(map(_is_number, toks[2:]))
-    return not any(map(_is_number, toks)) and nxt is not None and all(map(_is_number, nxt[:2]))
+        return not all(map(is_number, toks[2:]))
+    return not any(map(is_number, toks)) and nxt is not None and all(map(is_number, nxt[:2]))
 
 
 def read_log(path: Path):
@@ -142,7 +127,7 @@ def numbers(tokens: np.ndarray, tab, what: str) -> np.ndarray:
         v = None
     if v is None:
         for i, t in enumerate(tokens.tolist()):
-            if not _is_number(t):
+            if not is_number(t):
                 raise DataFormatError(tab.path, f"{t.decode(errors='replace')!r} is not a number", tab.line_of(i))
     bad = ~np.isfinite(v)
     if bad.any():

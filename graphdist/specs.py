@@ -165,14 +165,15 @@ def _kinds_of(domain: str | None) -> str:
     return ", ".join(sorted(k for k, v in KINDS.items() if domain is None or v.domain == domain))
 
 
-def _path_hint(text, domain: str | None) -> str:
+def _path_hint(text: object, domain: str | None) -> str:
     """For a spec that is only the path of a file or folder that exists: the spec(s) to write."""
     from pathlib import Path
     p = Path(text) if isinstance(text, str) and text else None
     if p is None or not p.exists():
         return ""
-    if p.is_dir():
-        by_domain = {"graph": "planetoid" if (p / "raw").is_dir() else "ogb", "clicks": "criteo", "ratings": "lightgcn"}
+    if p.is_dir():  # an OGB folder holds raw/edge.csv.gz, a Planetoid one raw/ind.NAME.*
+        graph = "ogb" if (p / "raw" / "edge.csv.gz").exists() else "planetoid"
+        by_domain = {"graph": graph, "clicks": "criteo", "ratings": "lightgcn"}
     else:
         by_domain = {"graph": "npz" if p.suffix == ".npz" else "edgelist", "clicks": "criteo", "ratings": "ratings"}
     kinds = [by_domain[domain]] if domain in by_domain else list(by_domain.values())

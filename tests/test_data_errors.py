@@ -190,8 +190,11 @@ def test_a_bare_path_is_answered_with_the_spec_to_write(tmp_path):
     f.write_text("0 1\n")
     g.write_bytes(b"")
     (d / "raw").mkdir(parents=True)
+    o = tmp_path / "arxiv"
+    (o / "raw").mkdir(parents=True)
+    (o / "raw" / "edge.csv.gz").write_bytes(b"")
     cases = [(str(f), "graph", f"; for this file: edgelist:{f}"), (str(g), "graph", f"; for this file: npz:{g}"),
-             (str(d), "graph", f"; for this folder: planetoid:{d}"), (str(f), "ratings", f"; for this file: ratings:{f}"),
+             (str(d), "graph", f"; for this folder: planetoid:{d}"), (str(o), "graph", f"; for this folder: ogb:{o}"), (str(f), "ratings", f"; for this file: ratings:{f}"),
              (str(f), "clicks", f"; for this file: criteo:{f}"),
              (str(f), None, f"; for this file: edgelist:{f} or criteo:{f} or ratings:{f}")]
     for text, domain, hint in cases:

@@ -30,8 +30,9 @@ def _read_text(path: Path) -> bytes:
 def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed: bool = False,
                   self_loops: bool = False) -> Graph:
     """Edge list ``src dst`` per line (``#``/``%`` comments, tab/space/comma, CRLF, a first line
-    of column names; a third column such as a weight is ignored), read by :func:`graphdist.data.table.read_table`. Ids are
-    remapped to 0..N-1 in ascending order of the original id (:attr:`Graph.node_ids` keeps them).
+    of column names; a third column such as a weight is ignored), read by
+    :func:`graphdist.data.table.read_table`. Ids are remapped to 0..N-1 in ascending order of the
+    original id (:attr:`Graph.node_ids` keeps them).
     Undirected (both directions stored) unless ``directed``. ``features``/``labels``: ``.npy`` files, or generated node data
     (:func:`node_data`)."""
     from graphdist.data.table import read_table

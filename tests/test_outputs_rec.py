@@ -1,5 +1,5 @@
 """graphdist recommend / export of train-rec checkpoints (issue 45): the ratings file's ids as
-written (string-like large ids), the LightGCN files' ids, recommend's top-K equal to a NumPy
+written (string-like large ids, words), the LightGCN files' ids, recommend's top-K equal to a NumPy
 brute force over the exported vectors (training items excluded, ties by the lowest item id),
 the artifact at k = 2 equal to the SPEC in one process, --users and refusals in one line."""
 from __future__ import annotations
@@ -18,10 +18,11 @@ BIG = 18446744073709551616  # 2^64: no int64 holds it
 
 
 def _ratings(path):
-    """A rating log whose user ids are 20-digit numbers and plain ones, item ids zero-padded."""
+    """A rating log whose user ids are 20-digit numbers and plain ones, item ids zero-padded and
+    words (Amazon's products: B00005N7P0)."""
     rng = np.random.default_rng(3)
     users = [str(BIG + 7 * u) if u % 3 else str(u) for u in range(40)]
-    items = [f"{i:06d}" for i in range(25)]
+    items = [f"{i:06d}" if i % 5 else f"B{i:08d}Z" for i in range(25)]
     lines = {(u, items[i]) for u in users for i in rng.choice(25, 6, replace=False)}
     path.write_text("".join(f"{u},{i},{1 + len(u) % 5}\n" for u, i in sorted(lines)))
     return users, items
@@ -64,7 +65,7 @@ def test_string_like_ids_survive_partition_train_and_recommend(rec_run):
     root, users, items = rec_run
     a, b = _recs(root / "k2"), _recs(root / "k1")
     assert set(a.user_id) == set(users) and set(a.item_id) <= set(items)  # exactly as written
-    assert str(BIG + 7) in set(a.user_id) and "000003" in set(items)
+    assert str(BIG + 7) in set(a.user_id) and {"000003", "B00000010Z"} <= set(items)
     assert a[["user_id", "rank", "item_id"]].equals(b[["user_id", "rank", "item_id"]])  # k = 2 artifact = SPEC
     assert np.abs(a.score.values - b.score.values).max() < 1e-5
     import duckdb

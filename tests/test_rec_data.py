@@ -108,7 +108,8 @@ def test_split_file_lastfm_layout(tmp_path):
 
 @pytest.mark.parametrize("text,spec_tail,message", [
     ("1\t2\t3\t4\n1\t2.5\t3\t4\n", "", r"x.txt:2: item id 2.5 is not an integer id"),
-    ("1\t2\t3\t4\n\n1\tq\t3\t4\n", "", r"x.txt:3: 'q' is not a number"),
+    ("1\t2\t3\t4\n\n1\t2\tq\t4\n", "", r"x.txt:3: 'q' is not a number"),
+    (b"u1\ti1\nu\xff\ti2\n", "", r"x.txt:2: user id b'u\\xff' is not UTF-8 text"),
     ("1,2,3,4\n2,3,4,5\n3,4,5\n", "", r"x.txt:3: expected at least 4 fields, got 3"),
     ("7\n", "", r"x.txt:1: expected at least 2 fields \(user, item\), got 1"),
     ("1 2\n3 4\n", ",min_rating=4", r"x.txt:1: min_rating=4 needs a rating column"),
@@ -117,14 +118,33 @@ def test_split_file_lastfm_layout(tmp_path):
 ])
 def test_bad_lines_name_file_and_line(tmp_path, text, spec_tail, message):
     f = tmp_path / "x.txt"
-    f.write_text(text)
+    f.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(DataFormatError, match=message):
         load_ratings(f"ratings:{f}{spec_tail}")
 
 
+def test_word_ids_are_kept_as_written(tmp_path):
+    """Amazon's users and products (A2SUAM1J3GNN3B, B00005N7P0) and Yelp's ids are words: each
+    column whose ids are not all numbers is kept as the strings written, in ascending UTF-8 order;
+    a numeric column beside it stays int64."""
+    f = tmp_path / "reviews.csv"
+    f.write_text("reviewerID,asin,overall\nA2SUAM1J3GNN3B,0000013714,5.0\nA1EV,B00005N7P0,4.0\n"
+                 "A2SUAM1J3GNN3B,B00005N7P0,3.0\nAZ-9_x,0000013714,1.0\n")
+    r = load_ratings(f"ratings:{f},test=0.01")
+    assert r.user_ids.tolist() == ["A1EV", "A2SUAM1J3GNN3B", "AZ-9_x"]
+    assert r.item_ids.tolist() == ["0000013714", "B00005N7P0"]
+    pairs = sorted((r.user_ids[u], r.item_ids[i]) for u, i in np.concatenate([r.train.numpy(), r.test.numpy()]))
+    assert pairs == [("A1EV", "B00005N7P0"), ("A2SUAM1J3GNN3B", "0000013714"), ("A2SUAM1J3GNN3B", "B00005N7P0"),
+                     ("AZ-9_x", "0000013714")]
+    g = tmp_path / "mixed.txt"
+    g.write_text("alice 10\nbob 7\n")
+    r = load_ratings(f"ratings:{g},test=0.01")
+    assert r.user_ids.tolist() == ["alice", "bob"] and r.item_ids.tolist() == [7, 10]
+
+
 def test_cli_errors_are_one_line(tmp_path, capsys):
     f = tmp_path / "bad.txt"
-    f.write_text("1 2\n1 x\n")
+    f.write_text("1 2 3\n1 2 x\n")
     assert main(["data", "info", f"ratings:{f}"]) == 2
     assert main(["data", "info", f"ratings:{f},test=1.5"]) == 2
     assert main(["train-rec", "sbm:nodes=100", "--epochs", "1"]) == 2

@@ -8,8 +8,11 @@ header line skipped). The ids stay bytes until :func:`id_column` decides what th
 * every id a plain integer that fits int64 (``42``, ``-3``): int64 ids;
 * every id a string of digits, some not plain (``000123``, ``18446744073709551617``): the ids
   exactly as written, as strings (large ids from other systems, zero-padded codes);
-* otherwise numbers as before: an id written as ``7.0`` is 7; ``2.5`` or a word is refused
-  naming the file and line.
+* every id a number, some written otherwise (``7.0``): numbers, each an integer (``7.0`` is 7;
+  ``2.5`` is refused naming the file and line);
+* any id not a number (``A2SUAM1J3GNN3B``, ``B00005N7P0``: Amazon's users and products, Yelp's
+  ``Ha3iJu77CxlrFm-vQRs_8g``): every id of the column as written, as strings (UTF-8; a line
+  that is not is refused).
 
 Ratings and timestamps are parsed as float64 and must be finite.
 """
@@ -143,9 +146,27 @@ def id_column(tokens: np.ndarray, tab, what: str) -> np.ndarray:
     if tokens.size and bool(np.all(np.char.isdigit(body))):
         ints = canonical_ints(tokens)
         return ints if ints is not None else np.char.decode(tokens, "utf-8").astype(str)
+    try:
+        v = tokens.astype(np.float64)
+    except ValueError:  # a word among them: every id as written
+        return _as_text(tokens, tab, what)
     v = numbers(tokens, tab, f"{what} id")
     bad = (v != np.floor(v)) | (np.abs(v) >= _ID_LIMIT)
     if bad.any():
         i = int(np.argmax(bad))
         raise DataFormatError(tab.path, f"{what} id {float(v[i]):g} is not an integer id", tab.line_of(i))
     return v.astype(np.int64)
+
+
+def _as_text(tokens: np.ndarray, tab, what: str) -> np.ndarray:
+    """The ids as ``str``; a token that is not UTF-8 is refused naming its line (two such ids
+    would otherwise be one after a lossy decode)."""
+    try:
+        return np.char.decode(tokens, "utf-8").astype(str)
+    except UnicodeDecodeError:
+        for i, t in enumerate(tokens.tolist()):
+            try:
+                t.decode("utf-8")
+            except UnicodeDecodeError:
+                raise DataFormatError(tab.path, f"{what} id {t!r} is not UTF-8 text", tab.line_of(i)) from None
+        raise

@@ -150,8 +150,7 @@ def id_column(tokens: np.ndarray, tab, what: str) -> np.ndarray:
         v = tokens.astype(np.float64)
     except ValueError:  # a word among them: every id as written
         return _as_text(tokens, tab, what)
-    v = numbers(tokens, tab, f"{what} id")
-    bad = (v != np.floor(v)) | (np.abs(v) >= _ID_LIMIT)
+    bad = ~(v == np.floor(v)) | (np.abs(v) >= _ID_LIMIT)  # (nan, inf too)
     if bad.any():
         i = int(np.argmax(bad))
         raise DataFormatError(tab.path, f"{what} id {float(v[i]):g} is not an integer id", tab.line_of(i))

@@ -226,12 +226,16 @@ def data_lines(block: bytes, most: int, after: int = 0) -> list[tuple[int, int, 
     return found
 
 
+HEAD_BYTES = 1 << 20
+"""Bytes of a file's head searched for a line of column names (its first data line)."""
+
+
 def header_offset(path: Path, ncols: int) -> int | None:
     """Byte offset of the file's first data line when it is column names (none of its first
     ``ncols`` fields a number, the next data line's all numbers), else None; read from the file's
     first bytes, so every shard's reader finds the same line."""
     with _open(path) as fh:
-        head = fh.read(1 << 20)
+        head = fh.read(HEAD_BYTES)
     lines = data_lines(head, 2)
     if (len(lines) == 2 and not any(map(is_number, lines[0][2][:ncols])) and len(lines[1][2]) >= ncols
             and all(map(is_number, lines[1][2][:ncols]))):
@@ -247,7 +251,8 @@ def read_table(path, ncols: int, *, dtype=np.int64, what: str = "node id",
     path = Path(path)
     parts, firsts, lines = [], [], []
     first = first_line
-    at, pos = header_offset(path, ncols), (byte_range or (0, None))[0]
+    pos = (byte_range or (0, None))[0]
+    at = header_offset(path, ncols) if pos < HEAD_BYTES else None  # a later shard cannot hold it
     for block in blocks(path, *(byte_range or (0, None))):
         if at is not None and pos <= at < pos + len(block):  # column names: a comment line
             block = block[:at - pos] + b"#" + block[at - pos + 1:]

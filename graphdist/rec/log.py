@@ -3,7 +3,10 @@
 :func:`read_log` splits each data line into its first ``c`` fields (``c`` = 2..4, the fields of
 the first data line) with numpy over the bytes of a block of whole lines (separators as in
 :mod:`graphdist.data.table`: tab, comma, ``;``, whitespace, ``::``; ``#`` / ``%`` comments; a
-header line skipped). The ids stay bytes until :func:`id_column` decides what they are:
+header line skipped: with 3 or 4 fields, a first line with a word among the rating and timestamp
+fields; with 2, words above a line of numbers, so a 2-field log of word ids cannot have its header
+told from data: comment it with ``#``). The ids stay bytes until :func:`id_column` decides what
+they are:
 
 * every id a plain integer that fits int64 (``42``, ``-3``): int64 ids;
 * every id a string of digits, some not plain (``000123``, ``18446744073709551617``): the ids

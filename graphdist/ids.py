@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["id_type", "take", "canonical_ints", "token_ids", "save_ids", "load_ids", "encode", "decode",
+__all__ = ["id_type", "describe", "take", "canonical_ints", "token_ids", "save_ids", "load_ids", "encode", "decode",
            "as_requested", "width", "ID_FILE", "INDEX", "INT64", "STRING"]
 
 INDEX, INT64, STRING = "index", "int64", "string"
@@ -39,6 +39,22 @@ def id_type(ids) -> str:
         return INDEX
     a = np.asarray(ids)
     return STRING if a.dtype.kind in "US" else INT64
+
+
+def describe(ids) -> str:
+    """One line for ``graphdist data info``: ``the index (0 .. N-1)``, ``int64, 7 .. 999,999`` or
+    ``strings as written, 'alice' .. 'zoe'`` (the first and last in the loaders' order; an id
+    over 40 characters shortened)."""
+    kind = id_type(ids)
+    if kind == INDEX:
+        return "the index (0 .. N-1)"
+    a = ids.numpy() if isinstance(ids, torch.Tensor) else np.asarray(ids)
+    if a.size == 0:
+        return kind
+    if kind == INT64:
+        return f"int64, {int(a[0]):,} .. {int(a[-1]):,}"
+    cut = [t if len(t) <= 40 else t[:37] + "..." for t in (str(a[0]), str(a[-1]))]
+    return f"strings as written, {cut[0]!r} .. {cut[1]!r}"
 
 
 def take(ids, index) -> np.ndarray:
@@ -97,12 +113,17 @@ def as_requested(tokens: list[str], kind: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def save_ids(path, ids: np.ndarray) -> None:
-    """``ids`` (int64 or str) as a ``.npy`` file (no pickle), atomically and durably."""
+    """``ids`` (int64 or str) as a ``.npy`` file (no pickle), atomically and durably; strings as
+    wide as the widest of ``ids`` (so the file depends on the ids only)."""
     from graphdist.fileio import replace_durably
     p = Path(path)
     tmp = p.with_name(f"{p.name}.tmp{os.getpid()}")
     a = np.asarray(ids)
-    a = a.astype(np.int64) if a.dtype.kind in "iu" else a.astype(str)
+    if a.dtype.kind in "iu":
+        a = a.astype(np.int64)
+    else:
+        a = a.astype(str)
+        a = a.astype(f"<U{max(1, int(np.char.str_len(a).max()) if a.size else 1)}")
     try:
         with open(tmp, "wb") as f:
             np.save(f, a, allow_pickle=False)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from graphdist.cli import main
+from graphdist.data import load_graph
 from graphdist.partition.artifact import read_artifact
 from graphdist.partition.parts import load_part
 from graphdist.testing import RankFailure, run_ranks
@@ -164,7 +165,7 @@ def test_errors_found_by_one_rank_are_reported_by_all(graph_dir, tmp_path, capfd
     are one line each, with the file's own line number (printed by the workers: capfd)."""
     d = graph_dir
     lines = (d / "g.txt").read_text().split("\n")
-    for bad, what in (("12 -5", "negative node id -5"), ("12 x5", "'x5' is not an integer node id")):
+    for bad, what in (("12 -5", "negative node id -5"), ("12 5.5", "'5.5' is not an integer node id")):
         broken = list(lines)
         broken[len(lines) - 30] = bad
         f = tmp_path / "bad.txt"
@@ -180,3 +181,30 @@ def test_errors_found_by_one_rank_are_reported_by_all(graph_dir, tmp_path, capfd
     with pytest.raises(RankFailure, match="has 7 part ids but the graph has"):
         run_ranks(_build_all, 2, (d, [(_spec(d, ""), str(short), str(tmp_path / "o"))]), timeout=120)
     assert not (tmp_path / "o").exists()
+
+
+def test_word_ids_build_the_one_process_artifact_and_errors_reach_every_rank(graph_dir, tmp_path, capfd):
+    """Words only in the last rank's shard (the other ranks read numbers first): every rank reads
+    again as words and the artifact, its id files included, is the one process's; a non-UTF-8
+    id in the last shard is one line with the file's own line number."""
+    d = graph_dir
+    lines = (d / "g.txt").read_text().split("\n")
+    words = ["alice", "z\u00fcri", "\u6771\u4eac", "https://example.org/" + "p" * 80]
+    for i, w in enumerate(words):
+        lines[len(lines) - 20 + 3 * i] = f"{w}\t{lines[len(lines) - 20 + 3 * i].split()[0]}"
+    f = tmp_path / "words.txt"
+    f.write_text("\n".join(lines), encoding="utf-8")
+    n = load_graph(f"edgelist:{f}").num_nodes
+    np.save(tmp_path / "a.npy", np.random.default_rng(5).integers(0, 3, n))
+    spec, a, one = f"edgelist:{f},features=degree", str(tmp_path / "a.npy"), tmp_path / "one"
+    assert main(["partition", spec, "--assignment", a, "--out", str(one)]) == 0
+    run_ranks(_build_all, 3, (d, [(spec, a, str(tmp_path / "many"))]), timeout=300)
+    _same_artifact(one, tmp_path / "many")
+    assert read_artifact(one)[0]["ids"]["type"] == "string"
+    got = np.concatenate([np.load(one / f"ids_{r:05d}.npy") for r in range(3)])
+    assert set(words) <= set(got.tolist()) and got.size == n
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(f.read_bytes().replace(b"alice", b"al\xffce"))
+    msg = _fails(["partition", f"edgelist:{bad}", "--assignment", a, "--nproc", "3", "--out", str(tmp_path / "o")],
+                 capfd)
+    assert msg == f"graphdist: error: {bad}:{len(lines) - 19}: node id b'al\\xffce' is not UTF-8 text"

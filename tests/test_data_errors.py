@@ -15,8 +15,8 @@ from graphdist.errors import DataFormatError, MissingFileError, SpecError
 
 def test_malformed_line_reports_file_and_line(tmp_path):
     f = tmp_path / "bad.txt"
-    f.write_text("# c\n0 1\n1 x\n2 3\n")
-    with pytest.raises(DataFormatError, match=r"bad.txt:3: 'x' is not an integer"):
+    f.write_text("# c\n0 1\n1 2.5\n2 3\n")
+    with pytest.raises(DataFormatError, match=r"bad.txt:3: '2.5' is not an integer"):
         load_graph(f"edgelist:{f}")
 
 
@@ -105,7 +105,7 @@ def test_every_error_class_is_one_cli_line(tmp_path, capsys, make_spec, cls, msg
 
 def test_cli_bad_input_exit_2_one_line(tmp_path, capsys):
     f = tmp_path / "bad.txt"
-    f.write_text("0 1\n1 2 \n3 q\n")
+    f.write_text("0 1\n1 2 \n3 4.5\n")
     assert main(["data", "info", f"edgelist:{f}"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "bad.txt:3" in err and "Traceback" not in err

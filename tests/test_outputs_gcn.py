@@ -184,20 +184,25 @@ def test_halo_rounds_for_a_user_model_are_refused_in_one_line(tmp_path_factory, 
     assert not (tmp_path / "o").exists()
 
 
-def test_edge_list_ids_survive_artifact_and_k2(tmp_path):
-    """Non-contiguous ids: the artifact keeps each part's ids; infer writes them, at k = 2 from
-    the artifact as from the file in one process."""
+WORDS = ["alice", "bob", "z\u00fcri", "\u6771\u4eac", "https://example.org/a?b=1", "42", "007", "x" * 70]
+
+
+@pytest.mark.parametrize("kind", ["int64", "string"])
+def test_edge_list_ids_survive_artifact_and_k2(tmp_path, kind):
+    """Non-contiguous ids, or words (non-ASCII, a URL, digit strings, one wider than the
+    vectorised reader's 64 bytes): the artifact keeps each part's ids; infer writes them, at
+    k = 2 from the artifact as from the file in one process."""
     from graphdist.cli import main
-    ids = np.array([7, 1000, 55, 2**40 + 3, 12, 999999, 31, 400])
+    ids = np.array([7, 1000, 55, 2**40 + 3, 12, 999999, 31, 400]) if kind == "int64" else np.array(WORDS)
     rng = np.random.default_rng(0)
-    pairs = {(int(a), int(b)) for a, b in rng.choice(ids, (30, 2)) if a != b}
+    pairs = {(a.item(), b.item()) for a, b in rng.choice(ids, (30, 2)) if a != b}
     f = tmp_path / "g.txt"
-    f.write_text("".join(f"{a} {b}\n" for a, b in sorted(pairs)))
+    f.write_text("".join(f"{a} {b}\n" for a, b in sorted(pairs)), encoding="utf-8")
     spec = f"edgelist:{f},features=degree,labels=random:2"
     art, ck = tmp_path / "art", str(tmp_path / "ck")
     assert main(["partition", spec, "--parts", "2", "--out", str(art)]) == 0
     meta = json.loads((art / "meta.json").read_text())
-    assert meta["ids"] == {"type": "int64", "files": ["ids_00000.npy", "ids_00001.npy"]}
+    assert meta["ids"] == {"type": kind, "files": ["ids_00000.npy", "ids_00001.npy"]}
     both = np.concatenate([np.load(art / n) for n in meta["ids"]["files"]])
     assert sorted(both.tolist()) == sorted(set(ids.tolist()) & {x for p in pairs for x in p})
     _ok(run_cli([["train-gcn", "--partition", str(art), "--epochs", "3", "--checkpoint-dir", ck, "--no-progress"],
@@ -219,6 +224,9 @@ def test_npz_node_ids(tmp_path):
     from graphdist.errors import DataFormatError
     with pytest.raises(DataFormatError, match="node_ids has repeated ids"):
         load_graph(f"npz:{f}")
+    for given in (np.array(["b", "\u00e9", "a"]), np.array([b"b", "\u00e9".encode(), b"a"])):
+        np.savez(f, edge_index=np.array([[0, 1], [1, 2]]), num_nodes=3, node_ids=given)
+        assert load_graph(f"npz:{f}").node_ids.tolist() == ["b", "\u00e9", "a"]
 
 
 def _one_line(text):

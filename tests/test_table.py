@@ -106,3 +106,49 @@ def test_a_header_line_is_skipped_whole_and_in_shards(tmp_path, monkeypatch):
     for data, line, msg in ((b"a b\nc d\n", 1, "'a' is not"), (b"1 2\nx y\n", 2, "'x' is not")):
         with pytest.raises(DataFormatError, match=rf"bad.txt:{line}: {msg}"):
             read_table(_w(tmp_path, "bad.txt", data), 2)
+
+
+def _reference(data: bytes):
+    """An edge list read by hand: the first two fields of every data line, the ids as written
+    sorted by their UTF-8 bytes, the undirected edges without self-loops."""
+    import re
+    edges = []
+    lines = data.decode("utf-8").splitlines()
+    for ln in lines[1:] if lines[0].startswith("src") else lines:
+        f = [t for t in re.split(r"::|[\s,;]+", ln) if t]
+        if f and f[0][0] not in "#%":
+            edges.append((f[0], f[1]))
+    ids = sorted({x for e in edges for x in e}, key=lambda s: s.encode())
+    return ids, {(a, b) for u, v in edges if u != v for a, b in ((u, v), (v, u))}
+
+
+def test_word_ids_are_kept_as_written(tmp_path, monkeypatch, capsys):
+    """An edge list whose ids are words (non-ASCII, URLs, one wider than 64 bytes, an integer
+    beyond 2^62, zero-padded digits), the first word in a late block: every id as written, in
+    UTF-8 order, the edges those of a reading by hand; a header above numbers is still skipped; an
+    id that is not UTF-8 is refused naming its line."""
+    rng = np.random.default_rng(3)
+    words = ["alice", "Bob", "z\u00fcri", "\u6771\u4eac", "https://example.org/p?q=1", "007", "7",
+             str(2**63 + 5), "w" * 90, "-3"]
+    body = [f"{rng.integers(0, 50)}\t{rng.integers(0, 50)}" for _ in range(60)]
+    body += [f"{rng.choice(words)},{rng.integers(0, 50)},0.5\r" for _ in range(20)]
+    body += [f"{rng.choice(words)} {rng.choice(words)}" for _ in range(20)] + ["# end", "alice alice"]
+    data = ("src,dst\n" + "\n".join(body) + "\n").encode("utf-8")
+    p = _w(tmp_path, "w.csv", data)
+    ids, edges = _reference(data)
+    for block in (table_mod.BLOCK, 64):
+        monkeypatch.setattr(table_mod, "BLOCK", block)
+        g = load_graph(f"edgelist:{p}")
+        assert g.node_ids.tolist() == ids and g.node_ids.dtype.kind == "U"
+        src, dst = g.edge_index.numpy()
+        assert {(ids[a], ids[b]) for a, b in zip(src, dst)} == edges and g.num_edges == len(edges)
+    big = _w(tmp_path, "big.txt", f"1 2\n2 {2**62}\n".encode())
+    assert load_graph(f"edgelist:{big}").node_ids.tolist() == ["1", "2", str(2**62)]
+    assert "is read as an edge" not in capsys.readouterr().err
+    head = _w(tmp_path, "head.csv", b"# people\nsource,target\nalice,bob\nbob,carol\n")
+    assert load_graph(f"edgelist:{head}").node_ids.tolist() == ["alice", "bob", "carol", "source", "target"]
+    assert ("the first line ('source', 'target') is read as an edge whose two nodes appear nowhere else: "
+            "if it names the columns, comment it with #") in capsys.readouterr().err
+    bad = _w(tmp_path, "bad.txt", b"alice bob\nbob \xff\xfe\n")
+    with pytest.raises(DataFormatError, match=r"bad.txt:2: node id b'\\xff\\xfe' is not UTF-8 text"):
+        load_graph(f"edgelist:{bad}")

@@ -60,6 +60,7 @@ def dataset_info(spec: str, skip_bad_lines: bool = False,
             ("features", f"{s['features']}"),
             ("classes", f"{s['classes']}"),
             ("split train/val/test", " / ".join("-" if s[k] is None else f"{s[k]:,}" for k in ("train", "val", "test"))),
+            ("node ids", s["node_ids_range"]),
             ("fingerprint", s["fingerprint"]),
         ]
     elif kind.domain == "ratings":
@@ -71,6 +72,8 @@ def dataset_info(spec: str, skip_bad_lines: bool = False,
             ("density", f"{s['density']:.4%}"),
             ("split train/test", f"{s['train']:,} / {s['test']:,} ({s['test_users']:,} test users)"),
             ("graph nodes/edges", f"{s['nodes']:,} / {s['edges']:,} (users then items, both directions)"),
+            ("user ids", s["user_ids_range"]),
+            ("item ids", s["item_ids_range"]),
             ("fingerprint", s["fingerprint"]),
         ]
     else:

@@ -32,19 +32,13 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
     """Edge list ``src dst`` per line (``#``/``%`` comments, tab/space/comma, CRLF, a first line
     of column names; a third column such as a weight is ignored), read by
     :func:`graphdist.data.table.read_table`. Ids are remapped to 0..N-1 in ascending order of the
-    original id (:attr:`Graph.node_ids` keeps them).
-    Undirected (both directions stored) unless ``directed``. ``features``/``labels``: ``.npy`` files, or generated node data
+    original id (:attr:`Graph.node_ids` keeps them): integers, or, where any id is not a number
+    (``alice``, a URL) or an integer beyond 2^62, every id as the string written, in ascending
+    UTF-8 order (:func:`graphdist.data.tokens.text_ids`; a first line of column names above
+    word ids cannot be told from an edge: comment it with ``#``). Undirected (both directions
+    stored) unless ``directed``. ``features``/``labels``: ``.npy`` files, or generated node data
     (:func:`node_data`)."""
-    from graphdist.data.table import read_table
-    tab = read_table(path, 2)
-    arr = tab.values
-    if arr.shape[0] == 0:
-        raise DataFormatError(path, "no edges found")
-    if arr.min() < 0:
-        row = int(np.flatnonzero((arr < 0).any(axis=1))[0])
-        raise DataFormatError(path, f"negative node id {int(arr[row].min())}", tab.line_of(row))
-    ids, inv = np.unique(arr.ravel(), return_inverse=True)
-    inv = inv.reshape(-1, 2)
+    ids, src, dst = _edge_ids(path)
     n = ids.size
     kw = {}
     if features and not _generated(features):
@@ -59,10 +53,47 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
         if y.shape[0] != n:
             raise DataFormatError(labels, f"has {y.shape[0]} labels but {path.name} has {n} distinct nodes")
         kw["y"] = torch.from_numpy(y.astype(np.int64))
-    g = Graph.from_edges(inv[:, 0], inv[:, 1], n, symmetrize=not directed, self_loops=self_loops,
-                         meta={"directed": bool(directed), "original_ids_min": int(ids[0]),
-                               "original_ids_max": int(ids[-1])}, node_ids=torch.from_numpy(ids), **kw)
+    meta = {"directed": bool(directed)}
+    if ids.dtype.kind in "iu":
+        meta.update(original_ids_min=int(ids[0]), original_ids_max=int(ids[-1]))
+    g = Graph.from_edges(src, dst, n, symmetrize=not directed, self_loops=self_loops, meta=meta,
+                         node_ids=ids, **kw)
     return node_data(g, features if _generated(features) else "", labels if _generated(labels) else "")
+
+
+def _edge_ids(path: Path):
+    """``(ids [N] ascending, src [E], dst [E])``: an edge list's distinct ids (int64, or str where
+    any is a word) and each edge's ends as indices into them."""
+    from graphdist.data.table import TextField, read_table
+    try:
+        tab = read_table(path, 2)
+    except TextField:
+        from graphdist.data.tokens import read_fields, text_ids
+        cols, tab = read_fields(path, 2)
+        if cols[0].size == 0:
+            raise DataFormatError(path, "no edges found") from None
+        ids, inv = text_ids(cols, tab)
+        _header_hint(path, ids, inv)
+        return ids, inv[0], inv[1]
+    arr = tab.values
+    if arr.shape[0] == 0:
+        raise DataFormatError(path, "no edges found")
+    if arr.min() < 0:
+        row = int(np.flatnonzero((arr < 0).any(axis=1))[0])
+        raise DataFormatError(path, f"negative node id {int(arr[row].min())}", tab.line_of(row))
+    ids, inv = np.unique(arr.ravel(), return_inverse=True)
+    inv = inv.reshape(-1, 2)
+    return ids, inv[:, 0], inv[:, 1]
+
+
+def _header_hint(path: Path, ids: np.ndarray, inv: np.ndarray) -> None:
+    """Say (rank 0) when the first line of an edge list of word ids may be column names read as an
+    edge: its two ids are seen nowhere else in the file (a header cannot be told from data there)."""
+    if inv.shape[1] > 1 and inv[0, 0] != inv[1, 0] and np.count_nonzero(np.isin(inv, inv[:, 0])) == 2:
+        from graphdist.log import get_logger
+        get_logger().info(f"{path}: its ids are words, kept as written; the first line ({str(ids[inv[0, 0]])!r}, "
+                          f"{str(ids[inv[1, 0]])!r}) is read as an edge whose two nodes appear nowhere else: "
+                          f"if it names the columns, comment it with #")
 
 
 def _generated(value: str) -> bool:
@@ -127,8 +158,8 @@ def load_npz(path: Path, *, symmetrize: bool = False, self_loops: bool = True, f
              labels: str = "") -> Graph:
     """``edge_index [2, E]`` (src, dst) or ``indptr``/``indices`` (graphdist layout: row i lists
     the sources of edges into i), optional ``x``, ``y``, ``train_mask``/``val_mask``/
-    ``test_mask``, ``num_nodes`` and ``node_ids`` (``[N]`` integers: the id of node i in the
-    user's own data, kept for outputs; without it the index is the id). Edges are taken as
+    ``test_mask``, ``num_nodes`` and ``node_ids`` (``[N]`` integers or strings: the id of node i in
+    the user's own data, kept for outputs; without it the index is the id). Edges are taken as
     stored unless ``symmetrize=1``."""
     try:
         z = np.load(path, allow_pickle=False)
@@ -171,12 +202,17 @@ def load_npz(path: Path, *, symmetrize: bool = False, self_loops: bool = True, f
         kw["y"] = kw["y"].reshape(n, -1)[:, 0].astype(np.int64)
     if "node_ids" in arrs:
         ids = np.asarray(arrs["node_ids"]).reshape(-1)
-        if ids.shape[0] != n or ids.dtype.kind not in "iu":
-            raise DataFormatError(path, f"node_ids must be {n} integers (one per node), got {ids.shape[0]} of "
-                                        f"type {ids.dtype}")
+        if ids.shape[0] != n or ids.dtype.kind not in "iuUS":
+            raise DataFormatError(path, f"node_ids must be {n} integers or strings (one per node), got "
+                                        f"{ids.shape[0]} of type {ids.dtype}")
+        if ids.dtype.kind == "S":
+            try:
+                ids = np.char.decode(ids, "utf-8")
+            except UnicodeDecodeError:
+                raise DataFormatError(path, "node_ids holds bytes that are not UTF-8 text") from None
         if np.unique(ids).size != n:
             raise DataFormatError(path, "node_ids has repeated ids")
-        kw["node_ids"] = ids.astype(np.int64)
+        kw["node_ids"] = ids.astype(np.int64) if ids.dtype.kind in "iu" else ids.astype(str)
     g = Graph.from_edges(src, dst, n, symmetrize=symmetrize, self_loops=self_loops,
                          meta={"directed": not symmetrize}, **kw)
     return node_data(g, features, labels)

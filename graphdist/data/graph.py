@@ -104,10 +104,11 @@ class Graph:
     """Human-readable origin (the spec string it was loaded from)."""
     meta: dict = field(default_factory=dict)
     """Free-form facts about the source (e.g. ``{"directed": False}``)."""
-    node_ids: torch.Tensor | None = None
-    """``[N]`` int64 the input's own id of each node (an edge list's ids, an npz's
-    ``node_ids``), or None where the node index is the id (:mod:`graphdist.ids`). Not part of
-    the fingerprint: outputs are keyed by it, the graph is the same."""
+    node_ids: torch.Tensor | np.ndarray | None = None
+    """``[N]`` the input's own id of each node (an edge list's ids, an npz's ``node_ids``): int64
+    (a tensor), or a numpy ``str`` array where the ids are words; None where the node index is the
+    id (:mod:`graphdist.ids`). Not part of the fingerprint: outputs are keyed by it, the graph is
+    the same."""
 
     def __post_init__(self):
         self.indptr = _as_long(self.indptr)
@@ -124,7 +125,8 @@ class Graph:
         if self.y is not None:
             self.y = _as_long(self.y)
         if self.node_ids is not None:
-            self.node_ids = _as_long(self.node_ids)
+            words = isinstance(self.node_ids, np.ndarray) and self.node_ids.dtype.kind in "US"
+            self.node_ids = self.node_ids.astype(str) if words else _as_long(self.node_ids)
         for k in ("train_mask", "val_mask", "test_mask"):
             m = getattr(self, k)
             if m is not None:
@@ -259,6 +261,8 @@ class Graph:
         for k in ("train_mask", "val_mask", "test_mask"):
             m = getattr(self, k)
             out[k.replace("_mask", "")] = None if m is None else int(m.sum())
+        from graphdist.ids import describe, id_type
+        out["node_ids"], out["node_ids_range"] = id_type(self.node_ids), describe(self.node_ids)
         out["fingerprint"] = self.fingerprint
         return out
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from graphdist.errors import DataFormatError, MissingFileError
 
-__all__ = ["Table", "read_table", "shard", "BLOCK", "is_number", "data_lines", "header_offset"]
+__all__ = ["Table", "TextField", "read_table", "shard", "BLOCK", "is_number", "data_lines", "header_offset"]
 
 BLOCK = 1 << 24
 """Bytes per block (whole lines): bounds the temporary arrays of one block."""
@@ -35,6 +35,12 @@ BLOCK = 1 << 24
 _SPACE, _NL = 32, 10
 FIELD_SEPARATORS = bytes.maketrans(b"\t,;\r\v\f", b"      ")
 _LIMIT = 2**62  # larger ids would overflow the int64 keys built from them
+
+
+class TextField(DataFormatError):
+    """A field that is no number the table can hold (a word, ``alice``; an integer id beyond
+    2^62), where its numbers were read: a reader of ids may read the file again as text
+    (:mod:`graphdist.data.tokens`)."""
 
 
 @dataclass
@@ -130,11 +136,11 @@ def _slow_line(path, text: bytes, lineno: int, ncols: int, dtype, what: str):
         try:
             v = int(tok) if dtype == np.int64 else float(tok)
         except ValueError:
-            raise DataFormatError(path, f"{tok.decode(errors='replace')!r} is not "
+            raise (DataFormatError if is_number(tok) else TextField)(path, f"{tok.decode(errors='replace')!r} is not "
                                         f"{'an integer ' + what if dtype == np.int64 else 'a number'}",
                                   lineno) from None
         if dtype == np.int64 and not -_LIMIT < v < _LIMIT:
-            raise DataFormatError(path, f"{what} {tok.decode()} is out of range (|id| < 2^62)", lineno)
+            raise TextField(path, f"{what} {tok.decode()} is out of range (|id| < 2^62)", lineno)
 
 
 def parse_block(path: Path, first: int, block: bytes, ncols: int, dtype, what: str):

@@ -13,7 +13,7 @@ the plain exchange (in as many rounds as the part needs to fit, ``--halo-rounds`
 activations freed when the next is computed. Its owned nodes
 go to its own Parquet file (:mod:`graphdist.outputs`)::
 
-    node_id    int64            the input's own id (edge list / npz id, Planetoid index)
+    node_id    int64 or string  the input's own id (edge list / npz id, Planetoid index)
     pred       int64            argmax of logits
     logits     list<float32>[C]
     embedding  list<float32>[H] the output of message-passing layer L (1-based; default the

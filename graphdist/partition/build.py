@@ -10,7 +10,8 @@ was written. Rank ``r`` of ``k``:
 1. reads its shard of the edge list: bytes ``[r S/k, (r+1) S/k)`` in whole lines
    (:func:`graphdist.data.table.shard`); error messages name the file's own line numbers;
 2. learns the node ids: the distinct ids of every shard, merged (ascending original id, as the
-   one-process loader numbers them);
+   one-process loader numbers them; where any rank reads a word, every rank reads its shard again
+   and the ids are the strings written, merged as UTF-8 byte rows as wide as the widest id);
 3. sends every edge ``u -> v`` (and ``v -> u`` unless ``directed``) to the owner of ``v``: one
    all-to-all; the owner drops repeats and sorts its rows, which are then exactly the rows of
    the one-process CSR;
@@ -26,7 +27,8 @@ The graph's fingerprint is hashed on rank 0 by streaming the rows from their own
 :data:`BLOCK_EDGES` edges (:class:`graphdist.data.graph.Fingerprint`), never the whole CSR.
 
 Memory per rank: its shard, its in-edges (about E/k plus the cut), and a few node-sized arrays
-(the id table, the assignment, the global degrees): O(E/k + N). Node data is read from ``.npy``
+(the id table, the assignment, the global degrees): O(E/k + N); word ids make the id table N
+times the widest id's bytes, and the shard's fields their bytes. Node data is read from ``.npy``
 files memory-mapped, only the owned rows (rank 0 streams them for the fingerprint).
 ``features=degree`` works; ``random:`` node data cannot be split (one N x F random stream) and
 is refused with a one-line error.
@@ -115,6 +117,8 @@ def build_artifact(cfg) -> dict:
                                     self_loops=bool(opts["self_loops"]))
     del src, dst
     own_ids = ids[owned]  # the input's ids of the owned nodes (graphdist.ids), kept in the part's id file
+    if own_ids.dtype.kind == "S":  # word ids, as UTF-8 bytes (checked when read)
+        own_ids = np.char.decode(own_ids, "utf-8").astype(str)
     del ids
     indeg, loops, outdeg = _degrees(owned, indptr, cols, n, need_out=opts["features"] == "degree")
     x, y, num_classes = _node_data(opts, owned, n, indeg, outdeg, spec.path)
@@ -129,33 +133,70 @@ def build_artifact(cfg) -> dict:
 
 def _read_edges(path: Path, rank: int, k: int):
     """This rank's edges ``(src, dst)`` renumbered to 0..N-1 by ascending original id, N, and the
-    original ids (int64 [N], ascending: node i's id)."""
-    from graphdist.data.graph import np_ids
-    from graphdist.data.table import read_table, shard
+    original ids ([N], ascending: node i's id; int64, or UTF-8 bytes where any rank read a word,
+    ordered as :func:`graphdist.data.files.load_edgelist` orders them)."""
+    from graphdist.data.table import TextField, read_table, shard
     start, end, lines = shard(path, rank, k)
     first = 1 + sum(comm.all_gather_json(int(lines))[:rank])
-    tab, err, neg = None, None, None
+    tab, err, neg, words = None, None, None, False
     try:
         tab = read_table(path, 2, byte_range=(start, end), first_line=first)
     except GraphdistError as e:  # every rank must learn of it, not only this one
-        err = str(e)
+        err, words = str(e), isinstance(e, TextField)
     arr = tab.values if tab is not None else np.zeros((0, 2), dtype=np.int64)
     if arr.size and arr.min() < 0:
         row = int(np.flatnonzero((arr < 0).any(axis=1))[0])
         neg = str(DataFormatError(path, f"negative node id {int(arr[row].min())}", tab.line_of(row)))
-    every = comm.all_gather_json((int(arr.shape[0]), err or neg))
-    first_error = next((e for _, e in every if e is not None), None)
-    if first_error is not None:  # the earliest line's error, raised alike on every rank
-        raise GraphdistError(first_error)
-    if sum(m for m, _ in every) == 0:
-        raise DataFormatError(path, "no edges found")
+    every = comm.all_gather_json((int(arr.shape[0]), err or neg, words))
+    if any(w for _, _, w in every):  # a word anywhere: every rank reads its shard again as words
+        del tab, arr
+        return _read_word_edges(path, (start, end), first)
+    _agree_first_error(every, path)
     del tab
     ids = torch.from_numpy(np.unique(arr))
     ids = np.unique(comm.all_gather_rows(ids).numpy())
+    return _renumbered(ids, arr[:, 0], arr[:, 1])
+
+
+def _agree_first_error(every: list, path: Path) -> None:
+    """Raise, alike on every rank, the earliest shard's error of ``every`` (per rank: ``(rows,
+    error or None, ...)``), or that no rank found an edge."""
+    first_error = next((e[1] for e in every if e[1] is not None), None)
+    if first_error is not None:
+        raise GraphdistError(first_error)
+    if sum(e[0] for e in every) == 0:
+        raise DataFormatError(path, "no edges found")
+
+
+def _renumbered(ids: np.ndarray, src: np.ndarray, dst: np.ndarray):
+    """``(src, dst)`` as indices into the ascending ``ids`` (int64, or UTF-8 bytes), N and ``ids``."""
+    from graphdist.data.graph import np_ids
     n = int(ids.size)
-    inv = np_ids(np.searchsorted(ids, arr), max(n, 1))
-    del arr
-    return np.ascontiguousarray(inv[:, 0]), np.ascontiguousarray(inv[:, 1]), n, ids
+    src, dst = (np.ascontiguousarray(np_ids(np.searchsorted(ids, c), max(n, 1))) for c in (src, dst))
+    return src, dst, n, ids
+
+
+def _read_word_edges(path: Path, byte_range: tuple[int, int], first: int):
+    """:func:`_read_edges` where the ids are words: each rank's distinct ids (checked to be UTF-8,
+    naming the line) travel as fixed-width byte rows (:func:`graphdist.ids.encode`) and are merged
+    on every rank in ascending UTF-8 order, the one-process loader's; the ids stay bytes (one byte
+    per byte of the widest id and node), decoded only for the owned nodes."""
+    from graphdist.data.tokens import read_fields, text_ids
+    from graphdist.ids import encode, width
+    cols, err, mine = [np.zeros(0, "S1")] * 2, None, np.zeros(0, dtype=str)
+    try:
+        cols, tab = read_fields(path, 2, byte_range=byte_range, first_line=first)
+        mine = text_ids(cols, tab)[0]
+    except GraphdistError as e:
+        err = str(e)
+    every = comm.all_gather_json((int(cols[0].size), err, width(mine)))
+    _agree_first_error(every, path)
+    w = max(e[2] for e in every)
+    rows = comm.all_gather_rows(encode(mine, w)).numpy()
+    del mine
+    ids = np.unique(np.ascontiguousarray(rows).view(f"S{w}").reshape(-1))
+    del rows
+    return _renumbered(ids, cols[0], cols[1])
 
 
 def _own_rows(src, dst, a, rank: int, k: int, n: int, *, directed: bool, self_loops: bool):
@@ -319,7 +360,7 @@ def _write(cfg, lg, stats, quality, a, n: int, fp: str, spec, seconds: float, ow
                               "made; a build on several nodes needs --out on a file system every node mounts")
         path = part_path(tmp, rank)
         save_part(lg, path)
-        from graphdist.ids import ID_FILE, save_ids
+        from graphdist.ids import ID_FILE, id_type, save_ids
         save_ids(tmp / ID_FILE.format(rank), own_ids)
         from graphdist.memory import peak_rss_bytes
         mine = {"bytes": path.stat().st_size, "sha256": file_sha256(path), **stats[rank],
@@ -341,7 +382,7 @@ def _write(cfg, lg, stats, quality, a, n: int, fp: str, spec, seconds: float, ow
             meta = artifact_meta(fingerprint=fp, graph=spec.text, num_nodes=n, num_edges=result["edges"], k=k,
                                  method="given", params=params, quality=quality, seconds=0.0, parts=parts)
             id_names = [ID_FILE.format(r) for r in range(k)]
-            meta["ids"] = {"type": "int64", "files": id_names}
+            meta["ids"] = {"type": id_type(own_ids), "files": id_names}
             known = {nm: s["sha256"] for nm, s in zip(names, every)}
             known.update({nm: s["ids_sha256"] for nm, s in zip(id_names, every)})
             finish_artifact(tmp, out, meta, [ASSIGNMENT] + names + id_names, known=known)

@@ -17,10 +17,10 @@ so every partitioner and quality tool works on it unchanged. Readers (the ``rati
   ``ratings.dat``, ``ratings.csv`` with its ``userId,movieId,...`` header line). Ids are remapped to
   0.. in ascending order of the original id (users and items separately) and kept
   (:attr:`Ratings.user_ids`, :attr:`Ratings.item_ids`): int64, or exactly as written where an id
-  is a digit string that is not a plain int64 (:mod:`graphdist.rec.log`). ``min_rating=R`` keeps
-  interactions with rating >= R; ``split=random`` (default) holds out a ``test`` fraction of each
-  user's interactions at random (``seed``), ``split=temporal`` each user's latest ones (needs the
-  timestamp column), ``split=FILE`` reads the test interactions from another file of the same
+  is not a plain int64 (``B00005N7P0``, ``000123``: :func:`graphdist.data.tokens.id_column`).
+  ``min_rating=R`` keeps interactions with rating >= R; ``split=random`` (default) holds out a
+  ``test`` fraction of each user's interactions at random (``seed``), ``split=temporal`` each
+  user's latest ones (needs the timestamp column), ``split=FILE`` reads the test interactions from another file of the same
   format (looked up as given, then beside the ratings file, then in the data home).
 * ``lightgcn:DIR`` -- ``DIR/train.txt`` and ``DIR/test.txt`` of the LightGCN repositories, one
   line per user: ``user item item ...``; ids are used as given (0-based), ``U = max user + 1``,
@@ -80,7 +80,9 @@ class Ratings:
         return g
 
     def summary(self) -> dict:
-        """Sizes for ``graphdist data info`` (density = interactions / (users x items))."""
+        """Sizes for ``graphdist data info`` (density = interactions / (users x items)) and the
+        kind of ids (:func:`graphdist.ids.describe`)."""
+        from graphdist.ids import describe, id_type
         n = int(self.train.shape[0] + self.test.shape[0])
         cells = self.num_users * self.num_items
         g = self.graph
@@ -88,6 +90,8 @@ class Ratings:
                 "train": int(self.train.shape[0]), "test": int(self.test.shape[0]),
                 "test_users": int(torch.unique(self.test[:, 0]).numel()) if self.test.numel() else 0,
                 "density": n / cells if cells else 0.0, "nodes": g.num_nodes, "edges": g.num_edges,
+                "user_ids": id_type(self.user_ids), "user_ids_range": describe(self.user_ids),
+                "item_ids": id_type(self.item_ids), "item_ids_range": describe(self.item_ids),
                 "fingerprint": g.fingerprint}
 
 
@@ -150,8 +154,9 @@ def make_ratings(train: np.ndarray, test: np.ndarray, num_users: int, num_items:
 # ------------------------------------------------------------------------------ rating logs
 def _read_interactions(path: Path, min_rating: float, need_time: bool):
     """``(user ids, item ids, timestamps or None)`` of the kept lines of one rating log; ids as
-    :func:`graphdist.rec.log.id_column` keeps them (int64, or the strings written)."""
-    from graphdist.rec.log import id_column, numbers, read_log
+    :func:`graphdist.data.tokens.id_column` keeps them (int64, or the strings written)."""
+    from graphdist.data.tokens import id_column
+    from graphdist.rec.log import numbers, read_log
     fields, tab = read_log(path)
     vals = [numbers(f, tab, what) for f, what in zip(fields[2:], ("rating", "timestamp"))]
     u, i = id_column(fields[0], tab, "user"), id_column(fields[1], tab, "item")

@@ -123,10 +123,11 @@ def test_bad_lines_name_file_and_line(tmp_path, text, spec_tail, message):
         load_ratings(f"ratings:{f}{spec_tail}")
 
 
-def test_word_ids_are_kept_as_written(tmp_path):
+def test_word_ids_are_kept_as_written(tmp_path, capsys):
     """Amazon's users and products (A2SUAM1J3GNN3B, B00005N7P0) and Yelp's ids are words: each
     column whose ids are not all numbers is kept as the strings written, in ascending UTF-8 order;
-    a numeric column beside it stays int64."""
+    a numeric column beside it stays int64. A 2-field log's first line whose user and item appear
+    nowhere else is named (it may be a header, which cannot be told from data there)."""
     f = tmp_path / "reviews.csv"
     f.write_text("reviewerID,asin,overall\nA2SUAM1J3GNN3B,0000013714,5.0\nA1EV,B00005N7P0,4.0\n"
                  "A2SUAM1J3GNN3B,B00005N7P0,3.0\nAZ-9_x,0000013714,1.0\n")
@@ -140,6 +141,12 @@ def test_word_ids_are_kept_as_written(tmp_path):
     g.write_text("alice 10\nbob 7\n")
     r = load_ratings(f"ratings:{g},test=0.01")
     assert r.user_ids.tolist() == ["alice", "bob"] and r.item_ids.tolist() == [7, 10]
+    assert "is read as an interaction" not in capsys.readouterr().err  # 3 fields: the header was told
+    h = tmp_path / "pairs.csv"
+    h.write_text("user,item\nA1,B1\nA1,B2\nA2,B1\n")
+    assert load_ratings(f"ratings:{h},test=0.01").user_ids.tolist() == ["A1", "A2", "user"]
+    assert ("pairs.csv: the first line (user 'user', item 'item') is read as an interaction whose user and "
+            "item appear nowhere else: if it names the columns, comment it with #") in capsys.readouterr().err
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

@@ -88,11 +88,14 @@ def _edge_ids(path: Path):
 
 def _header_hint(path: Path, ids: np.ndarray, inv: np.ndarray) -> None:
     """Say (rank 0) when the first line of an edge list of word ids may be column names read as an
-    edge: its two ids are seen nowhere else in the file (a header cannot be told from data there)."""
-    if inv.shape[1] > 1 and inv[0, 0] != inv[1, 0] and np.count_nonzero(np.isin(inv, inv[:, 0])) == 2:
+    edge: two words seen nowhere else in the file (a header cannot be told from data there)."""
+    from graphdist.data.table import is_number
+    first = [str(ids[j]) for j in inv[:, 0]]
+    if (inv.shape[1] > 1 and first[0] != first[1] and not any(map(is_number, first))
+            and np.count_nonzero(np.isin(inv, inv[:, 0])) == 2):
         from graphdist.log import get_logger
-        get_logger().info(f"{path}: its ids are words, kept as written; the first line ({str(ids[inv[0, 0]])!r}, "
-                          f"{str(ids[inv[1, 0]])!r}) is read as an edge whose two nodes appear nowhere else: "
+        get_logger().info(f"{path}: its ids are words, kept as written; the first line ({first[0]!r}, {first[1]!r}) "
+                          f"is read as an edge whose two nodes appear nowhere else: "
                           f"if it names the columns, comment it with #")
 
 

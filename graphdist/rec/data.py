@@ -160,6 +160,8 @@ def _read_interactions(path: Path, min_rating: float, need_time: bool):
     fields, tab = read_log(path)
     vals = [numbers(f, tab, what) for f, what in zip(fields[2:], ("rating", "timestamp"))]
     u, i = id_column(fields[0], tab, "user"), id_column(fields[1], tab, "item")
+    if len(fields) == 2:
+        _header_hint(path, u, i)
     del fields
     keep = None
     if min_rating > 0:
@@ -176,6 +178,19 @@ def _read_interactions(path: Path, min_rating: float, need_time: bool):
     if keep is not None:
         u, i, t = u[keep], i[keep], (t[keep] if t is not None else None)
     return u, i, t
+
+
+def _header_hint(path: Path, u: np.ndarray, i: np.ndarray) -> None:
+    """Say (rank 0) when the first line of a 2-field log with word ids may be column names read as
+    an interaction (it cannot be told from data there): two words whose user and item appear
+    nowhere else."""
+    from graphdist.data.table import is_number
+    names = u.size > 1 and all(c.dtype.kind == "U" and not is_number(str(c[0])) for c in (u, i))
+    if names and np.count_nonzero(u == u[0]) == 1 and np.count_nonzero(i == i[0]) == 1:
+        from graphdist.log import get_logger
+        get_logger().info(f"{path}: the first line (user {str(u[0])!r}, item {str(i[0])!r}) is read as an "
+                          f"interaction whose user and item appear nowhere else: if it names the columns, "
+                          f"comment it with #")
 
 
 def _ids(*cols):

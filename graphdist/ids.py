@@ -42,9 +42,9 @@ def id_type(ids) -> str:
 
 
 def describe(ids) -> str:
-    """One line for ``graphdist data info``: ``the index (0 .. N-1)``, ``int64, 7 .. 999,999`` or
-    ``strings as written, 'alice' .. 'zoe'`` (the first and last in the loaders' order; an id
-    over 40 characters shortened)."""
+    """One line for ``graphdist data info``: ``the index (0 .. N-1)``, ``int64: 7, ..., 999,999`` or
+    ``strings as written: 'alice', ..., 'zoe'`` (the first and the last node's; an id over 40
+    characters shortened)."""
     kind = id_type(ids)
     if kind == INDEX:
         return "the index (0 .. N-1)"
@@ -52,9 +52,9 @@ def describe(ids) -> str:
     if a.size == 0:
         return kind
     if kind == INT64:
-        return f"int64, {int(a[0]):,} .. {int(a[-1]):,}"
+        return f"int64: {int(a[0]):,}, ..., {int(a[-1]):,}"
     cut = [t if len(t) <= 40 else t[:37] + "..." for t in (str(a[0]), str(a[-1]))]
-    return f"strings as written, {cut[0]!r} .. {cut[1]!r}"
+    return f"strings as written: {cut[0]!r}, ..., {cut[1]!r}"
 
 
 def take(ids, index) -> np.ndarray:

@@ -198,13 +198,25 @@ def test_word_ids_build_the_one_process_artifact_and_errors_reach_every_rank(gra
     np.save(tmp_path / "a.npy", np.random.default_rng(5).integers(0, 3, n))
     spec, a, one = f"edgelist:{f},features=degree", str(tmp_path / "a.npy"), tmp_path / "one"
     assert main(["partition", spec, "--assignment", a, "--out", str(one)]) == 0
-    run_ranks(_build_all, 3, (d, [(spec, a, str(tmp_path / "many"))]), timeout=300)
+    # the same words, after a first shard with column names and a number that is no integer id
+    mixed = tmp_path / "mixed.txt"
+    mixed.write_text("src dst\n" + "\n".join(lines[:5] + ["1.5 7"] + lines[5:]), encoding="utf-8")
+    n2 = load_graph(f"edgelist:{mixed}").num_nodes
+    np.save(tmp_path / "a2.npy", np.random.default_rng(6).integers(0, 3, n2))
+    spec2, a2, one2 = f"edgelist:{mixed},features=degree", str(tmp_path / "a2.npy"), tmp_path / "one2"
+    assert main(["partition", spec2, "--assignment", a2, "--out", str(one2)]) == 0
+    run_ranks(_build_all, 3, (d, [(spec, a, str(tmp_path / "many")), (spec2, a2, str(tmp_path / "many2"))]),
+              timeout=300)
     _same_artifact(one, tmp_path / "many")
+    _same_artifact(one2, tmp_path / "many2")
     assert read_artifact(one)[0]["ids"]["type"] == "string"
     got = np.concatenate([np.load(one / f"ids_{r:05d}.npy") for r in range(3)])
     assert set(words) <= set(got.tolist()) and got.size == n
+    got2 = set(np.concatenate([np.load(one2 / f"ids_{r:05d}.npy") for r in range(3)]).tolist())
+    assert not {"src", "dst"} & got2 and got2 == set(got.tolist()) | {"1.5", "7"} and len(got2) == n2
     bad = tmp_path / "bad.txt"
     bad.write_bytes(f.read_bytes().replace(b"alice", b"al\xffce"))
+    capfd.readouterr()
     msg = _fails(["partition", f"edgelist:{bad}", "--assignment", a, "--nproc", "3", "--out", str(tmp_path / "o")],
                  capfd)
     assert msg == f"graphdist: error: {bad}:{len(lines) - 19}: node id b'al\\xffce' is not UTF-8 text"

@@ -63,11 +63,11 @@ def test_data_info_says_what_it_writes_and_takes_the_cache_dir_for_criteo(tmp_pa
 def test_data_info_says_what_the_ids_are(tmp_path, capsys):
     """The ids the outputs will be keyed by: the index, int64 with the first and last, or the
     strings as written (a long one shortened), for graphs and for a rating log's users and items."""
-    cases = [("edgelist", "g.txt", "30 7\n7 1000\n", {"node ids": "int64, 7 .. 1,000"}),
+    cases = [("edgelist", "g.txt", "30 7\n7 1000\n", {"node ids": "int64: 7, ..., 1,000"}),
              ("edgelist", "w.txt", f"bob alice\nalice {'u' * 50}\n",
-              {"node ids": f"strings as written, 'alice' .. '{'u' * 37}...'"}),
+              {"node ids": f"strings as written: 'alice', ..., '{'u' * 37}...'"}),
              ("ratings", "r.txt", "A2 B1 5\nA1 7 4\nA1 B1 3\nA2 7 1\n",
-              {"user ids": "strings as written, 'A1' .. 'A2'", "item ids": "strings as written, '7' .. 'B1'"})]
+              {"user ids": "strings as written: 'A1', ..., 'A2'", "item ids": "strings as written: '7', ..., 'B1'"})]
     for kind, name, text, want in cases:
         (tmp_path / name).write_text(text)
         assert main(["data", "info", f"{kind}:{tmp_path / name}" + (",test=0.5" if kind == "ratings" else "")]) == 0

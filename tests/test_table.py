@@ -152,3 +152,36 @@ def test_word_ids_are_kept_as_written(tmp_path, monkeypatch, capsys):
     bad = _w(tmp_path, "bad.txt", b"alice bob\nbob \xff\xfe\n")
     with pytest.raises(DataFormatError, match=r"bad.txt:2: node id b'\\xff\\xfe' is not UTF-8 text"):
         load_graph(f"edgelist:{bad}")
+
+
+@pytest.mark.parametrize("data, ids, edges", [
+    (b"1 2\n1.5 2\ncarol dave\n", ["1", "1.5", "2", "carol", "dave"], 6),  # a word after a non-integer
+    (b"alice bob\ncarol dave\n1.5 2\n", ["1.5", "2", "alice", "bob", "carol", "dave"], 6),
+    (b"alice bob\n1 2\nalice 3\nbob 4\n", ["1", "2", "3", "4", "alice", "bob"], 8),  # not a header: alice recurs
+    (b"src dst\n1 2\nalice 3\n", ["1", "2", "3", "alice"], 4),  # a header: src, dst nowhere else
+])
+def test_the_file_decides_words_not_the_order_of_its_lines(tmp_path, capsys, data, ids, edges):
+    """Whether ids are read as text is decided by the whole file (a word anywhere), not by which
+    bad field comes first; words above numbers are column names only where they appear nowhere
+    else; the log says why the ids are text."""
+    g = load_graph(f"edgelist:{_w(tmp_path, 'm.txt', data)}")
+    assert g.node_ids.tolist() == ids and g.num_edges == edges
+    assert "m.txt: node ids kept as the strings written (" in capsys.readouterr().err
+
+
+def test_word_id_refusals_name_the_line(tmp_path, monkeypatch):
+    """Numbers that are not integer ids, with no word anywhere, are refused wherever they are; a
+    non-UTF-8 id names the first line it is on (as a destination too); ids too wide to hold are
+    refused before they are made, with the numbers."""
+    from graphdist import memory
+    for data, msg in ((b"1 2\n1.5 2\n", r"m.txt:2: '1.5' is not an integer node id"),
+                      (b"1 2\n3 4\n5 nan\n", r"m.txt:3: 'nan' is not an integer node id"),
+                      (b"a \xff\nc d\n\xff e\n", r"m.txt:1: node id b'\\xff' is not UTF-8 text")):
+        with pytest.raises(DataFormatError, match=msg):
+            load_graph(f"edgelist:{_w(tmp_path, 'm.txt', data)}")
+    long = _w(tmp_path, "m.txt", b"a b\nb c\n" + b"x" * 5000 + b" a\n")
+    assert load_graph(f"edgelist:{long}").num_nodes == 4
+    monkeypatch.setattr(memory, "available_bytes", lambda: 10_000)
+    with pytest.raises(DataFormatError, match=r"m.txt:3: an id of 5,000 bytes: ids are held as wide as the longest, "
+                                              r"so 6 ids need about 0.0 GiB, more than the 0.0 GiB available"):
+        load_graph(f"edgelist:{long}")

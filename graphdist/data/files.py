@@ -67,14 +67,8 @@ def _edge_ids(path: Path):
     from graphdist.data.table import TextField, read_table
     try:
         tab = read_table(path, 2)
-    except TextField:
-        from graphdist.data.tokens import read_fields, text_ids
-        cols, tab = read_fields(path, 2)
-        if cols[0].size == 0:
-            raise DataFormatError(path, "no edges found") from None
-        ids, inv = text_ids(cols, tab)
-        _header_hint(path, ids, inv)
-        return ids, inv[0], inv[1]
+    except TextField as e:
+        return _word_edge_ids(path, e)
     arr = tab.values
     if arr.shape[0] == 0:
         raise DataFormatError(path, "no edges found")
@@ -86,17 +80,32 @@ def _edge_ids(path: Path):
     return ids, inv[:, 0], inv[:, 1]
 
 
-def _header_hint(path: Path, ids: np.ndarray, inv: np.ndarray) -> None:
-    """Say (rank 0) when the first line of an edge list of word ids may be column names read as an
-    edge: two words seen nowhere else in the file (a header cannot be told from data there)."""
-    from graphdist.data.table import is_number
-    first = [str(ids[j]) for j in inv[:, 0]]
-    if (inv.shape[1] > 1 and first[0] != first[1] and not any(map(is_number, first))
-            and np.count_nonzero(np.isin(inv, inv[:, 0])) == 2):
-        from graphdist.log import get_logger
-        get_logger().info(f"{path}: its ids are words, kept as written; the first line ({first[0]!r}, {first[1]!r}) "
-                          f"is read as an edge whose two nodes appear nowhere else: "
-                          f"if it names the columns, comment it with #")
+def _word_edge_ids(path: Path, e):
+    """:func:`_edge_ids` once the numeric reader met ``e``: the ids as written where any field of
+    the file is a word, else ``e`` (a number that is not an integer id, wherever it is)."""
+    from graphdist.data import tokens
+    from graphdist.data.table import header_offset
+    try:
+        cols, tab = tokens.read_fields(path, 2, header=False)
+    except DataFormatError:
+        if e.word:
+            raise
+        raise e from None
+    word = tokens.first_word(cols)
+    if word is None and not e.word:
+        raise e from None
+    why = f"{word[1].decode(errors='replace')!r} on line {tab.line_of(word[0])} is not a number" if word else str(e)
+    if cols[0].size == 0:
+        raise DataFormatError(path, "no edges found")
+    toks = [bytes(c[0]) for c in cols]
+    if tokens.first_line(path, toks, tokens.occurrences(cols, toks), header_offset(path, 2) is not None):
+        cols, tab = tokens.drop_first(cols, tab)
+        if cols[0].size == 0:
+            raise DataFormatError(path, "no edges found")
+    from graphdist.log import get_logger
+    get_logger().info(f"{path}: node ids kept as the strings written ({why})")
+    ids, inv = tokens.text_ids(cols, tab)
+    return ids, inv[0], inv[1]
 
 
 def _generated(value: str) -> bool:

@@ -125,8 +125,10 @@ class Graph:
         if self.y is not None:
             self.y = _as_long(self.y)
         if self.node_ids is not None:
-            words = isinstance(self.node_ids, np.ndarray) and self.node_ids.dtype.kind in "US"
-            self.node_ids = self.node_ids.astype(str) if words else _as_long(self.node_ids)
+            kind = self.node_ids.dtype.kind if isinstance(self.node_ids, np.ndarray) else "i"
+            if kind == "S":  # bytes: UTF-8 text
+                self.node_ids = np.char.decode(self.node_ids, "utf-8")
+            self.node_ids = self.node_ids.astype(str) if kind in "US" else _as_long(self.node_ids)
         for k in ("train_mask", "val_mask", "test_mask"):
             m = getattr(self, k)
             if m is not None:

@@ -38,9 +38,14 @@ _LIMIT = 2**62  # larger ids would overflow the int64 keys built from them
 
 
 class TextField(DataFormatError):
-    """A field that is no number the table can hold (a word, ``alice``; an integer id beyond
-    2^62), where its numbers were read: a reader of ids may read the file again as text
-    (:mod:`graphdist.data.tokens`)."""
+    """A field that is no integer the table can hold, where its integers were read: ``word`` when
+    it is no number at all (``alice``) or an integer beyond 2^62, else a number that is not an
+    integer (``2.5``). A reader of ids may read the file again as text
+    (:mod:`graphdist.data.tokens`) where any field is a word."""
+
+    def __init__(self, path, message: str, line: int | None = None, *, word: bool = True):
+        super().__init__(path, message, line)
+        self.word = word
 
 
 @dataclass
@@ -136,9 +141,10 @@ def _slow_line(path, text: bytes, lineno: int, ncols: int, dtype, what: str):
         try:
             v = int(tok) if dtype == np.int64 else float(tok)
         except ValueError:
-            raise (DataFormatError if is_number(tok) else TextField)(path, f"{tok.decode(errors='replace')!r} is not "
-                                        f"{'an integer ' + what if dtype == np.int64 else 'a number'}",
-                                  lineno) from None
+            msg = f"{tok.decode(errors='replace')!r} is not {'an integer ' + what if dtype == np.int64 else 'a number'}"
+            if dtype != np.int64:
+                raise DataFormatError(path, msg, lineno) from None
+            raise TextField(path, msg, lineno, word=not is_number(tok)) from None
         if dtype == np.int64 and not -_LIMIT < v < _LIMIT:
             raise TextField(path, f"{what} {tok.decode()} is out of range (|id| < 2^62)", lineno)
 

@@ -17,7 +17,8 @@ import numpy as np
 from graphdist.data import table as tb
 from graphdist.errors import DataFormatError
 
-__all__ = ["fields_of_block", "read_fields", "id_column", "text_ids", "as_text"]
+__all__ = ["fields_of_block", "read_fields", "room", "first_word", "occurrences", "first_line", "drop_first",
+           "id_column", "text_ids", "as_text"]
 
 _ID_LIMIT = 2.0 ** 53  # an id written as a float (7.0) is exact below this
 _WIDE = 64  # widest token gathered by the vectorised path
@@ -67,19 +68,40 @@ def fields_of_block(path: Path, first: int, block: bytes, ncols: int, skip_first
         raise DataFormatError(path, f"expected at least {ncols} fields, got {int(count[i])}: "
                                     f"{text[s[head[i]]:e[head[i] + count[i] - 1]][:60].decode(errors='replace')!r}",
                               first + int(line[head[i]]))
-    return [_gather(buf, s[head + c], e[head + c]) for c in range(ncols)], line[head], int(np.count_nonzero(buf == 10))
+    rows = line[head]
+    for c in range(ncols):
+        wide = e[head + c] - s[head + c]
+        if wide.size and int(wide.max()) > _WIDE:
+            i = int(np.argmax(wide))
+            room(path, wide.size * ncols, int(wide[i]), first + int(rows[i]))
+    return [_gather(buf, s[head + c], e[head + c]) for c in range(ncols)], rows, int(np.count_nonzero(buf == 10))
 
 
-def read_fields(path, ncols: int, *, byte_range: tuple[int, int] | None = None, first_line: int = 1):
+def room(path, ids: int, width: int, line: int | None = None) -> None:
+    """Refuse, before they are made, ``ids`` ids held as wide as the longest (``width`` bytes:
+    fixed-width arrays, sorted and decoded, about four times that) where the machine has not the
+    memory, naming the longest id's line."""
+    from graphdist.memory import available_bytes
+    need, have = 4 * ids * width, available_bytes()
+    if need > have:
+        raise DataFormatError(path, f"an id of {width:,} bytes: ids are held as wide as the longest, so "
+                                    f"{ids:,} ids need about {need / 2**30:.1f} GiB, more than the "
+                                    f"{have / 2**30:.1f} GiB available; shorten the longest ids (e.g. hash "
+                                    f"them) or map the ids to integers", line)
+
+
+def read_fields(path, ncols: int, *, byte_range: tuple[int, int] | None = None, first_line: int = 1,
+                header: bool = True):
     """``(fields, Table)``: the first ``ncols`` fields of every data line of ``path`` as bytes
     arrays, and where each row came from (``Table.line_of``); a first line of column names
-    (:func:`graphdist.data.table.header_offset`) is skipped. ``byte_range`` and ``first_line``
-    as in :func:`graphdist.data.table.read_table`."""
+    (:func:`graphdist.data.table.header_offset`) is skipped unless ``header`` is False (the
+    caller decides: :func:`first_line`). ``byte_range`` and ``first_line`` as in
+    :func:`graphdist.data.table.read_table`."""
     path = Path(path)
     parts, firsts, lines = [], [], []
     first = first_line
     pos = (byte_range or (0, None))[0]
-    at = tb.header_offset(path, ncols) if pos < tb.HEAD_BYTES else None
+    at = tb.header_offset(path, ncols) if header and pos < tb.HEAD_BYTES else None
     for block in tb.blocks(path, *(byte_range or (0, None))):
         if at is not None and pos <= at < pos + len(block):  # column names: a comment line
             block = block[:at - pos] + b"#" + block[at - pos + 1:]
@@ -89,8 +111,59 @@ def read_fields(path, ncols: int, *, byte_range: tuple[int, int] | None = None, 
         firsts.append(first)
         lines.append(rows)
         first += n_lines
+    width = max((p[c].dtype.itemsize for p in parts for c in range(ncols)), default=1)
+    if width > _WIDE:
+        room(path, ncols * sum(p[0].size for p in parts), width)
     fields = [np.concatenate([p[c] for p in parts]) if parts else np.zeros(0, dtype="S1") for c in range(ncols)]
     return fields, tb.Table(np.zeros((fields[0].size, 0)), path, firsts, lines)
+
+
+def first_word(cols: list[np.ndarray]) -> tuple[int, bytes] | None:
+    """``(row, token)`` of the first token of the bytes columns that is no number (``alice``;
+    ``2.5`` and ``nan`` are numbers), or None."""
+    found = None
+    for c in cols:
+        for lo in range(0, c.size, 1 << 16):
+            try:
+                c[lo:lo + (1 << 16)].astype(np.float64)
+                continue
+            except ValueError:
+                pass
+            from graphdist.data.table import is_number
+            i = lo + next(i for i, t in enumerate(c[lo:lo + (1 << 16)].tolist()) if not is_number(t))
+            if found is None or i < found[0]:
+                found = (i, bytes(c[i]))
+            break
+    return found
+
+
+def occurrences(cols: list[np.ndarray], toks: list[bytes]) -> list[int]:
+    """How often each of ``toks`` is a field of the bytes columns ``cols``."""
+    return [sum(int(np.count_nonzero(c == t)) for c in cols) for t in toks]
+
+
+def first_line(path, toks: list[bytes], counts: list[int], names_above_numbers: bool) -> bool:
+    """For an edge list of word ids, whether its first data line (fields ``toks``, each seen
+    ``counts`` times in the file) is column names: two words seen nowhere else, above a line of
+    numbers (:func:`graphdist.data.table.header_offset`). Two such words above words cannot be
+    told from an edge: kept, and a line says so (rank 0). Words seen elsewhere are an edge."""
+    from graphdist.data.table import is_number
+    alone = len(set(toks)) == 2 and counts == [1, 1] and not any(map(is_number, toks))
+    if alone and not names_above_numbers:
+        from graphdist.log import get_logger
+        a, b = (t.decode("utf-8", errors="replace") for t in toks)
+        get_logger().info(f"{path}: the first line ({a!r}, {b!r}) is read as an edge whose two nodes appear "
+                          f"nowhere else: if it names the columns, comment it with #")
+    return alone and names_above_numbers
+
+
+def drop_first(cols: list[np.ndarray], tab) -> tuple[list[np.ndarray], object]:
+    """``cols`` and ``tab`` without their first row."""
+    for i, rows in enumerate(tab.block_rows):
+        if rows.size:
+            tab.block_rows[i] = rows[1:]
+            break
+    return [c[1:] for c in cols], tab
 
 
 def id_column(tokens: np.ndarray, tab, what: str) -> np.ndarray:
@@ -119,12 +192,18 @@ def as_text(tokens: np.ndarray, tab, what: str) -> np.ndarray:
     try:
         return np.char.decode(tokens, "utf-8").astype(str)
     except UnicodeDecodeError:
-        for i, t in enumerate(tokens.tolist()):
-            try:
-                t.decode("utf-8")
-            except UnicodeDecodeError:
-                raise DataFormatError(tab.path, f"{what} id {t!r} is not UTF-8 text", tab.line_of(i)) from None
-        raise
+        j = _not_utf8(tokens)
+        raise DataFormatError(tab.path, f"{what} id {bytes(tokens[j])!r} is not UTF-8 text", tab.line_of(j)) from None
+
+
+def _not_utf8(tokens: np.ndarray) -> int:
+    """Index of the first token that is not UTF-8 (one exists)."""
+    for i, t in enumerate(tokens.tolist()):
+        try:
+            t.decode("utf-8")
+        except UnicodeDecodeError:
+            return i
+    raise AssertionError("every token is UTF-8")
 
 
 def text_ids(cols: list[np.ndarray], tab, what: str = "node"):
@@ -133,14 +212,11 @@ def text_ids(cols: list[np.ndarray], tab, what: str = "node"):
     the distinct ids are decoded (an id that is not UTF-8 is refused naming its first line)."""
     rows = cols[0].size
     uniq, inv = np.unique(np.concatenate(cols), return_inverse=True)
+    inv = inv.reshape(len(cols), rows)
     try:
         ids = np.char.decode(uniq, "utf-8").astype(str)
     except UnicodeDecodeError:
-        for j, t in enumerate(uniq.tolist()):
-            try:
-                t.decode("utf-8")
-            except UnicodeDecodeError:
-                at = int(np.argmax(inv.reshape(-1) == j)) % max(rows, 1)
-                raise DataFormatError(tab.path, f"{what} id {t!r} is not UTF-8 text", tab.line_of(at)) from None
-        raise
-    return ids, inv.reshape(len(cols), rows)
+        j = _not_utf8(uniq)
+        at = int(np.argmax((inv == j).any(0)))
+        raise DataFormatError(tab.path, f"{what} id {bytes(uniq[j])!r} is not UTF-8 text", tab.line_of(at)) from None
+    return ids, inv

@@ -10,8 +10,8 @@ was written. Rank ``r`` of ``k``:
 1. reads its shard of the edge list: bytes ``[r S/k, (r+1) S/k)`` in whole lines
    (:func:`graphdist.data.table.shard`); error messages name the file's own line numbers;
 2. learns the node ids: the distinct ids of every shard, merged (ascending original id, as the
-   one-process loader numbers them; where any rank reads a word, every rank reads its shard again
-   and the ids are the strings written, merged as UTF-8 byte rows as wide as the widest id);
+   one-process loader numbers them; word ids as the strings written, in UTF-8 order:
+   :mod:`graphdist.partition.edges`);
 3. sends every edge ``u -> v`` (and ``v -> u`` unless ``directed``) to the owner of ``v``: one
    all-to-all; the owner drops repeats and sorts its rows, which are then exactly the rows of
    the one-process CSR;
@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from graphdist import comm, failures
-from graphdist.errors import ConfigError, DataFormatError, GraphdistError
+from graphdist.errors import ConfigError, DataFormatError
 
 __all__ = ["build_worker", "build_artifact", "check_build_request", "BLOCK_EDGES"]
 
@@ -107,7 +107,8 @@ def build_artifact(cfg) -> dict:
     rank, k = comm.world()
     spec = parse_spec(cfg.spec, "graph")
     opts = spec.options
-    src, dst, n, ids = _read_edges(spec.path, rank, k)
+    from graphdist.partition.edges import read_edges
+    src, dst, n, ids = read_edges(spec.path, rank, k)
     a, k_given = read_assignment(cfg.assignment, n, cfg.parts)
     if k_given != k:
         raise ConfigError(f"--assignment {cfg.assignment} has k={k_given} parts but {k} workers build it "
@@ -129,74 +130,6 @@ def build_artifact(cfg) -> dict:
     del indptr, cols, x, y
     quality = _quality(a, k, n, indeg, stats)
     return _write(cfg, lg, stats, quality, a, n, fp, spec, time.perf_counter() - t0, own_ids)
-
-
-def _read_edges(path: Path, rank: int, k: int):
-    """This rank's edges ``(src, dst)`` renumbered to 0..N-1 by ascending original id, N, and the
-    original ids ([N], ascending: node i's id; int64, or UTF-8 bytes where any rank read a word,
-    ordered as :func:`graphdist.data.files.load_edgelist` orders them)."""
-    from graphdist.data.table import TextField, read_table, shard
-    start, end, lines = shard(path, rank, k)
-    first = 1 + sum(comm.all_gather_json(int(lines))[:rank])
-    tab, err, neg, words = None, None, None, False
-    try:
-        tab = read_table(path, 2, byte_range=(start, end), first_line=first)
-    except GraphdistError as e:  # every rank must learn of it, not only this one
-        err, words = str(e), isinstance(e, TextField)
-    arr = tab.values if tab is not None else np.zeros((0, 2), dtype=np.int64)
-    if arr.size and arr.min() < 0:
-        row = int(np.flatnonzero((arr < 0).any(axis=1))[0])
-        neg = str(DataFormatError(path, f"negative node id {int(arr[row].min())}", tab.line_of(row)))
-    every = comm.all_gather_json((int(arr.shape[0]), err or neg, words))
-    if any(w for _, _, w in every):  # a word anywhere: every rank reads its shard again as words
-        del tab, arr
-        return _read_word_edges(path, (start, end), first)
-    _agree_first_error(every, path)
-    del tab
-    ids = torch.from_numpy(np.unique(arr))
-    ids = np.unique(comm.all_gather_rows(ids).numpy())
-    return _renumbered(ids, arr[:, 0], arr[:, 1])
-
-
-def _agree_first_error(every: list, path: Path) -> None:
-    """Raise, alike on every rank, the earliest shard's error of ``every`` (per rank: ``(rows,
-    error or None, ...)``), or that no rank found an edge."""
-    first_error = next((e[1] for e in every if e[1] is not None), None)
-    if first_error is not None:
-        raise GraphdistError(first_error)
-    if sum(e[0] for e in every) == 0:
-        raise DataFormatError(path, "no edges found")
-
-
-def _renumbered(ids: np.ndarray, src: np.ndarray, dst: np.ndarray):
-    """``(src, dst)`` as indices into the ascending ``ids`` (int64, or UTF-8 bytes), N and ``ids``."""
-    from graphdist.data.graph import np_ids
-    n = int(ids.size)
-    src, dst = (np.ascontiguousarray(np_ids(np.searchsorted(ids, c), max(n, 1))) for c in (src, dst))
-    return src, dst, n, ids
-
-
-def _read_word_edges(path: Path, byte_range: tuple[int, int], first: int):
-    """:func:`_read_edges` where the ids are words: each rank's distinct ids (checked to be UTF-8,
-    naming the line) travel as fixed-width byte rows (:func:`graphdist.ids.encode`) and are merged
-    on every rank in ascending UTF-8 order, the one-process loader's; the ids stay bytes (one byte
-    per byte of the widest id and node), decoded only for the owned nodes."""
-    from graphdist.data.tokens import read_fields, text_ids
-    from graphdist.ids import encode, width
-    cols, err, mine = [np.zeros(0, "S1")] * 2, None, np.zeros(0, dtype=str)
-    try:
-        cols, tab = read_fields(path, 2, byte_range=byte_range, first_line=first)
-        mine = text_ids(cols, tab)[0]
-    except GraphdistError as e:
-        err = str(e)
-    every = comm.all_gather_json((int(cols[0].size), err, width(mine)))
-    _agree_first_error(every, path)
-    w = max(e[2] for e in every)
-    rows = comm.all_gather_rows(encode(mine, w)).numpy()
-    del mine
-    ids = np.unique(np.ascontiguousarray(rows).view(f"S{w}").reshape(-1))
-    del rows
-    return _renumbered(ids, cols[0], cols[1])
 
 
 def _own_rows(src, dst, a, rank: int, k: int, n: int, *, directed: bool, self_loops: bool):

@@ -1,0 +1,121 @@
+"""An edge list read by k ranks together, each its shard (the k-worker build,
+:mod:`graphdist.partition.build`), numbered as the one-process loader numbers it
+(:func:`graphdist.data.files.load_edgelist`).
+
+    src, dst, n, ids = read_edges(path, rank, k)      # collective
+
+Rank ``r`` reads bytes ``[r S/k, (r+1) S/k)`` in whole lines (:func:`graphdist.data.table.shard`),
+error messages naming the file's own line numbers. The node ids are the distinct ids of every
+shard, merged, ascending. Where any rank reads a word (or an integer beyond 2^62), every rank
+reads its shard again as text and the ids are the strings written, in ascending UTF-8 order:
+each rank's distinct ids travel as UTF-8 byte rows as wide as the widest id, and stay bytes
+(one byte per byte of the widest id, per node) until the caller decodes its owned nodes'. Which
+path, which error, and whether the file's first line is column names are decided alike on every
+rank, from what each reported.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphdist import comm
+from graphdist.errors import DataFormatError, GraphdistError
+
+__all__ = ["read_edges"]
+
+
+def read_edges(path: Path, rank: int, k: int):
+    """This rank's edges ``(src, dst)`` renumbered to 0..N-1 by ascending original id, N, and the
+    original ids ([N], ascending: node i's id; int64, or UTF-8 bytes where the ids are words)."""
+    from graphdist.data.table import TextField, read_table, shard
+    start, end, lines = shard(path, rank, k)
+    first = 1 + sum(comm.all_gather_json(int(lines))[:rank])
+    tab, err, neg, word = None, None, None, False
+    try:
+        tab = read_table(path, 2, byte_range=(start, end), first_line=first)
+    except TextField as e:  # every rank must learn of it, not only this one
+        err, word = str(e), e.word or _has_word(path, (start, end), first)
+    except GraphdistError as e:
+        err = str(e)
+    arr = tab.values if tab is not None else np.zeros((0, 2), dtype=np.int64)
+    if arr.size and arr.min() < 0:
+        row = int(np.flatnonzero((arr < 0).any(axis=1))[0])
+        neg = str(DataFormatError(path, f"negative node id {int(arr[row].min())}", tab.line_of(row)))
+    every = comm.all_gather_json((int(arr.shape[0]), err or neg, word))
+    if any(w for _, _, w in every):  # a word anywhere: every rank reads its shard again as text
+        del tab, arr
+        return _word_edges(path, rank, (start, end), first)
+    _agree_first_error(every, path)
+    del tab
+    ids = torch.from_numpy(np.unique(arr))
+    ids = np.unique(comm.all_gather_rows(ids).numpy())
+    return _renumbered(ids, arr[:, 0], arr[:, 1])
+
+
+def _has_word(path: Path, byte_range: tuple[int, int], first: int) -> bool:
+    """Whether the shard holds a field that is no number (read again as text; a shard that
+    cannot be read so has none)."""
+    from graphdist.data.tokens import first_word, read_fields
+    try:
+        return first_word(read_fields(path, 2, byte_range=byte_range, first_line=first)[0]) is not None
+    except GraphdistError:
+        return False
+
+
+def _agree_first_error(every: list, path: Path) -> None:
+    """Raise, alike on every rank, the earliest shard's error of ``every`` (per rank: ``(rows,
+    error or None, ...)``), or that no rank found an edge."""
+    first_error = next((e[1] for e in every if e[1] is not None), None)
+    if first_error is not None:
+        raise GraphdistError(first_error)
+    if sum(e[0] for e in every) == 0:
+        raise DataFormatError(path, "no edges found")
+
+
+def _renumbered(ids: np.ndarray, src: np.ndarray, dst: np.ndarray):
+    """``(src, dst)`` as indices into the ascending ``ids`` (int64, or UTF-8 bytes), N and ``ids``."""
+    from graphdist.data.graph import np_ids
+    n = int(ids.size)
+    src, dst = (np.ascontiguousarray(np_ids(np.searchsorted(ids, c), max(n, 1))) for c in (src, dst))
+    return src, dst, n, ids
+
+
+def _word_edges(path: Path, rank: int, byte_range: tuple[int, int], first: int):
+    """:func:`read_edges` where the ids are words (see the module docstring)."""
+    from graphdist.data.tokens import read_fields, text_ids
+    from graphdist.ids import encode, width
+    cols, err, mine = [np.zeros(0, "S1")] * 2, None, np.zeros(0, dtype=str)
+    try:
+        cols, tab = read_fields(path, 2, byte_range=byte_range, first_line=first, header=False)
+        cols, tab = _first_line(path, rank, cols, tab)
+        mine = text_ids(cols, tab)[0]
+    except GraphdistError as e:
+        err = str(e)
+    every = comm.all_gather_json((int(cols[0].size), err, width(mine)))
+    _agree_first_error(every, path)
+    w = max(e[2] for e in every)
+    rows = comm.all_gather_rows(encode(mine, w)).numpy()
+    del mine
+    ids = np.unique(np.ascontiguousarray(rows).view(f"S{w}").reshape(-1))
+    del rows
+    return _renumbered(ids, cols[0], cols[1])
+
+
+def _first_line(path: Path, rank: int, cols: list, tab):
+    """The file's first data line (the first row of the first rank with rows) dropped as column
+    names, or kept, as :func:`graphdist.data.tokens.first_line` decides from every shard's count
+    of its two fields (collective)."""
+    from graphdist.data.table import header_offset
+    from graphdist.data.tokens import drop_first, first_line, occurrences
+    rows = comm.all_gather_json(int(cols[0].size))
+    owner = next((r for r, n in enumerate(rows) if n), None)
+    if owner is None:
+        return cols, tab
+    mine = [bytes(c[0]).hex() for c in cols] if rank == owner else None
+    toks = [bytes.fromhex(t) for t in comm.all_gather_json(mine)[owner]]
+    counts = np.sum(comm.all_gather_json(occurrences(cols, toks)), axis=0).tolist()
+    if first_line(path, toks, counts, header_offset(path, 2) is not None) and rank == owner:
+        cols, tab = drop_first(cols, tab)
+    return cols, tab

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["id_type", "describe", "take", "canonical_ints", "token_ids", "save_ids", "load_ids", "encode", "decode",
+__all__ = ["id_type", "describe", "take", "canonical_ints", "token_ids", "unique_bytes", "word_hash", "save_ids", "load_ids", "encode", "decode",
            "as_requested", "width", "ID_FILE", "INDEX", "INT64", "STRING"]
 
 INDEX, INT64, STRING = "index", "int64", "string"
@@ -81,17 +81,56 @@ def canonical_ints(tokens: np.ndarray) -> np.ndarray | None:
     return v if np.array_equal(v.astype(tokens.dtype), tokens) else None
 
 
+_MIX = np.uint64(0x9E3779B97F4A7C15)
+
+
+def word_hash(tokens: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each bytes token (``S`` array), over its 8-byte words (zero-padded)."""
+    n, w = tokens.size, max(tokens.dtype.itemsize, 1)
+    m = -(-w // 8)
+    b = np.zeros((n, 8 * m), dtype=np.uint8)
+    b[:, :w] = np.ascontiguousarray(tokens).view(np.uint8).reshape(n, w)
+    words = b.view("<u8")
+    h = words[:, 0].copy()
+    with np.errstate(over="ignore"):
+        for j in range(1, m):
+            h ^= h >> np.uint64(31)
+            h *= _MIX
+            h += words[:, j]
+    return h
+
+
+def unique_bytes(tokens: np.ndarray):
+    """``np.unique(tokens, return_inverse=True)`` for a bytes (``S``) array, the same result
+    faster: the distinct tokens found by their 64-bit hash (:func:`word_hash`, an integer sort),
+    checked token for token, and only the distinct ones sorted as strings; where two distinct
+    tokens share a hash, ``np.unique`` itself."""
+    tokens = np.asarray(tokens).reshape(-1)
+    if tokens.size < 1 << 14:
+        uniq, inv = np.unique(tokens, return_inverse=True)
+        return uniq, inv.reshape(-1)
+    _, first, hinv = np.unique(word_hash(tokens), return_index=True, return_inverse=True)
+    reps = tokens[first]
+    if not np.array_equal(reps[hinv], tokens):  # a collision: two tokens, one hash
+        uniq, inv = np.unique(tokens, return_inverse=True)
+        return uniq, inv.reshape(-1)
+    order = np.argsort(reps, kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(order.size)
+    return reps[order], rank[hinv.reshape(-1)]
+
+
 def token_ids(tokens: np.ndarray):
     """``(ids, inverse)``: the distinct ids of ``tokens`` (bytes) in ascending order (numeric for
     integer ids, else by their UTF-8 bytes) as int64 or str, and each token's index into them."""
-    uniq, inv = np.unique(tokens, return_inverse=True)
+    uniq, inv = unique_bytes(tokens)
     ints = canonical_ints(uniq)
     if ints is None:
-        return np.char.decode(uniq, "utf-8", errors="replace").astype(str), inv.reshape(-1)
+        return np.char.decode(uniq, "utf-8", errors="replace").astype(str), inv
     order = np.argsort(ints, kind="stable")
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    return ints[order], rank[inv.reshape(-1)]
+    return ints[order], rank[inv]
 
 
 def as_requested(tokens: list[str], kind: str) -> tuple[np.ndarray, np.ndarray]:

@@ -185,3 +185,23 @@ def test_word_id_refusals_name_the_line(tmp_path, monkeypatch):
     with pytest.raises(DataFormatError, match=r"m.txt:3: an id of 5,000 bytes: ids are held as wide as the longest, "
                                               r"so 6 ids need about 0.0 GiB, more than the 0.0 GiB available"):
         load_graph(f"edgelist:{long}")
+
+
+def test_unique_bytes_is_numpys_unique(monkeypatch):
+    """The hash-first unique of bytes ids gives numpy's ``unique(return_inverse=True)`` exactly
+    (widths of one to three 8-byte words, non-ASCII, a prefix of another id), and falls back to it
+    where two ids share a hash."""
+    from graphdist import ids
+    rng = np.random.default_rng(4)
+    for w in (3, 8, 12, 24):
+        alphabet = np.array(list(b"ab\xc3\xbc7_/"), dtype=np.uint8)
+        raw = alphabet[rng.integers(0, alphabet.size, (40_000, w))]
+        raw[rng.random((40_000, w)) < 0.2] = 0  # shorter ids: trailing bytes cut
+        raw[:, 0] = alphabet[rng.integers(0, alphabet.size, 40_000)]
+        tokens = np.ascontiguousarray(raw).view(f"S{w}").reshape(-1)
+        want_u, want_inv = np.unique(tokens, return_inverse=True)
+        got_u, got_inv = ids.unique_bytes(tokens)
+        assert got_u.tolist() == want_u.tolist() and got_inv.tolist() == want_inv.reshape(-1).tolist(), w
+    monkeypatch.setattr(ids, "word_hash", lambda t: np.zeros(t.size, dtype=np.uint64))  # every id collides
+    got_u, got_inv = ids.unique_bytes(tokens)
+    assert got_u.tolist() == want_u.tolist() and got_inv.tolist() == want_inv.reshape(-1).tolist()

@@ -211,7 +211,8 @@ def text_ids(cols: list[np.ndarray], tab, what: str = "node"):
     bytes columns ``cols`` (an edge list's sources and destinations), every id as written; only
     the distinct ids are decoded (an id that is not UTF-8 is refused naming its first line)."""
     rows = cols[0].size
-    uniq, inv = np.unique(np.concatenate(cols), return_inverse=True)
+    from graphdist.ids import unique_bytes
+    uniq, inv = unique_bytes(np.concatenate(cols))
     inv = inv.reshape(len(cols), rows)
     try:
         ids = np.char.decode(uniq, "utf-8").astype(str)

@@ -85,7 +85,7 @@ def _renumbered(ids: np.ndarray, src: np.ndarray, dst: np.ndarray):
 def _word_edges(path: Path, rank: int, byte_range: tuple[int, int], first: int):
     """:func:`read_edges` where the ids are words (see the module docstring)."""
     from graphdist.data.tokens import read_fields, text_ids
-    from graphdist.ids import encode, width
+    from graphdist.ids import encode, unique_bytes, width
     cols, err, mine = [np.zeros(0, "S1")] * 2, None, np.zeros(0, dtype=str)
     try:
         cols, tab = read_fields(path, 2, byte_range=byte_range, first_line=first, header=False)
@@ -98,7 +98,7 @@ def _word_edges(path: Path, rank: int, byte_range: tuple[int, int], first: int):
     w = max(e[2] for e in every)
     rows = comm.all_gather_rows(encode(mine, w)).numpy()
     del mine
-    ids = np.unique(np.ascontiguousarray(rows).view(f"S{w}").reshape(-1))
+    ids = unique_bytes(np.ascontiguousarray(rows).view(f"S{w}").reshape(-1))[0]
     del rows
     return _renumbered(ids, cols[0], cols[1])
 

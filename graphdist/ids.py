@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["id_type", "describe", "take", "canonical_ints", "token_ids", "unique_bytes", "word_hash", "save_ids", "load_ids", "encode", "decode",
-           "as_requested", "width", "ID_FILE", "INDEX", "INT64", "STRING"]
+__all__ = ["id_type", "describe", "take", "canonical_ints", "token_ids", "unique_bytes", "word_hash", "save_ids",
+           "load_ids", "encode", "decode", "as_requested", "width", "ID_FILE", "INDEX", "INT64", "STRING"]
 
 INDEX, INT64, STRING = "index", "int64", "string"
 ID_FILE = "ids_{:05d}.npy"
@@ -115,9 +115,14 @@ def unique_bytes(tokens: np.ndarray):
         uniq, inv = np.unique(tokens, return_inverse=True)
         return uniq, inv.reshape(-1)
     order = np.argsort(reps, kind="stable")
+    return reps[order], _ranks(order)[hinv.reshape(-1)]
+
+
+def _ranks(order: np.ndarray) -> np.ndarray:
+    """The inverse permutation of ``order``: where each element went."""
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    return reps[order], rank[hinv.reshape(-1)]
+    return rank
 
 
 def token_ids(tokens: np.ndarray):
@@ -128,9 +133,7 @@ def token_ids(tokens: np.ndarray):
     if ints is None:
         return np.char.decode(uniq, "utf-8", errors="replace").astype(str), inv
     order = np.argsort(ints, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    return ints[order], rank[inv]
+    return ints[order], _ranks(order)[inv]
 
 
 def as_requested(tokens: list[str], kind: str) -> tuple[np.ndarray, np.ndarray]:

@@ -31,7 +31,7 @@ fi
 # pip byte-compiles what it installs, but not an editable install: compile it once here, so that each
 # process (every rank of every job) reads bytecode instead of compiling the sources again (0.25 s a
 # process here; where PYTHONDONTWRITEBYTECODE is set, Python never writes the bytecode itself)
-"$PY" -m compileall -q -j 0 graphdist embeddings partitioners ${extras:+tests benchmarks scripts} >/dev/null
+"$PY" -m compileall -q -j 0 graphdist embeddings partitioners ${extras:+tests benchmarks scripts}
 if [ -n "$extras" ]; then  # the tests of CiteSeer and PubMed skip without their files; a failed fetch is not fatal
   "$PY" scripts/fetch_planetoid.py || echo "install.sh: CiteSeer/PubMed not fetched; their tests will skip" >&2
 fi

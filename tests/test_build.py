@@ -220,3 +220,24 @@ def test_word_ids_build_the_one_process_artifact_and_errors_reach_every_rank(gra
     msg = _fails(["partition", f"edgelist:{bad}", "--assignment", a, "--nproc", "3", "--out", str(tmp_path / "o")],
                  capfd)
     assert msg == f"graphdist: error: {bad}:{len(lines) - 19}: node id b'al\\xffce' is not UTF-8 text"
+
+
+def test_k_ranks_refuse_what_one_process_refuses_with_the_same_line(graph_dir, tmp_path, capfd):
+    """Files whose first problem is in one shard and whose decision needs another: column names
+    above numbers with a number that is no integer id (no word in the file: refused), a word
+    early and a short line late (text, then the short line), a negative id early and a number
+    that is no integer id late (the bad field first, as one process reads then checks)."""
+    d = graph_dir
+    body = [ln for ln in (d / "g.txt").read_text().split("\n") if ln and not ln.startswith("#")][:60]
+    cases = {"header.txt": ["src dst"] + body[:40] + ["2.5 3"] + body[40:],
+             "short.txt": body[:2] + ["alice bob"] + body[2:40] + ["7"] + body[40:],
+             "neg.txt": body[:3] + ["-4 5"] + body[3:45] + ["2.5 6"] + body[45:]}
+    for name, lines in cases.items():
+        f = tmp_path / name
+        f.write_text("\n".join(lines) + "\n")
+        a = str(d / "a3.npy")
+        capfd.readouterr()
+        one = _fails(["partition", f"edgelist:{f}", "--out", str(tmp_path / "o1"), "--parts", "3"], capfd)
+        many = _fails(["partition", f"edgelist:{f}", "--assignment", a, "--nproc", "3", "--out", str(tmp_path / "o")],
+                      capfd)
+        assert one == many and f"{f}:" in one, (name, one, many)

@@ -91,20 +91,19 @@ def _word_edge_ids(path: Path, e):
         if e.word:
             raise
         raise e from None
-    word = tokens.first_word(cols)
-    if word is None and not e.word:
+    names = header_offset(path, 2) is not None  # the first row may be column names
+    why = tokens.why_text(cols, tab, skip_first=names)
+    if why is None and not e.word:
         raise e from None
-    why = f"{word[1].decode(errors='replace')!r} on line {tab.line_of(word[0])} is not a number" if word else str(e)
+    if cols[0].size:
+        toks = [bytes(c[0]) for c in cols]
+        if tokens.first_line(path, toks, tokens.occurrences(cols, toks), names):
+            cols, tab = tokens.drop_first(cols, tab)
     if cols[0].size == 0:
         raise DataFormatError(path, "no edges found")
-    toks = [bytes(c[0]) for c in cols]
-    if tokens.first_line(path, toks, tokens.occurrences(cols, toks), header_offset(path, 2) is not None):
-        cols, tab = tokens.drop_first(cols, tab)
-        if cols[0].size == 0:
-            raise DataFormatError(path, "no edges found")
-    from graphdist.log import get_logger
-    get_logger().info(f"{path}: node ids kept as the strings written ({why})")
     ids, inv = tokens.text_ids(cols, tab)
+    from graphdist.log import get_logger
+    get_logger().info(f"{path}: node ids kept as the strings written ({why or e})")
     return ids, inv[0], inv[1]
 
 

@@ -17,7 +17,7 @@ import numpy as np
 from graphdist.data import table as tb
 from graphdist.errors import DataFormatError
 
-__all__ = ["fields_of_block", "read_fields", "room", "first_word", "occurrences", "first_line", "drop_first",
+__all__ = ["fields_of_block", "read_fields", "room", "first_word", "why_text", "occurrences", "first_line", "drop_first",
            "id_column", "text_ids", "as_text"]
 
 _ID_LIMIT = 2.0 ** 53  # an id written as a float (7.0) is exact below this
@@ -137,6 +137,15 @@ def first_word(cols: list[np.ndarray]) -> tuple[int, bytes] | None:
     return found
 
 
+def why_text(cols: list[np.ndarray], tab, skip_first: bool = False) -> str | None:
+    """Why an edge list's ids are text: its first field that is no number, with its line (past
+    the first row where that may be column names), or None."""
+    w = first_word([c[1:] for c in cols] if skip_first else cols)
+    if w is None:
+        return None
+    return f"{w[1].decode(errors='replace')!r} on line {tab.line_of(w[0] + int(skip_first))} is not a number"
+
+
 def occurrences(cols: list[np.ndarray], toks: list[bytes]) -> list[int]:
     """How often each of ``toks`` is a field of the bytes columns ``cols``."""
     return [sum(int(np.count_nonzero(c == t)) for c in cols) for t in toks]
@@ -163,6 +172,7 @@ def drop_first(cols: list[np.ndarray], tab) -> tuple[list[np.ndarray], object]:
         if rows.size:
             tab.block_rows[i] = rows[1:]
             break
+    tab.values = tab.values[1:]
     return [c[1:] for c in cols], tab
 
 

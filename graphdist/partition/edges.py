@@ -32,36 +32,39 @@ def read_edges(path: Path, rank: int, k: int):
     from graphdist.data.table import TextField, read_table, shard
     start, end, lines = shard(path, rank, k)
     first = 1 + sum(comm.all_gather_json(int(lines))[:rank])
-    tab, err, neg, word = None, None, None, False
+    tab, err, neg, why, wide = None, None, None, None, None
     try:
         tab = read_table(path, 2, byte_range=(start, end), first_line=first)
     except TextField as e:  # every rank must learn of it, not only this one
-        err, word = str(e), e.word or _has_word(path, (start, end), first)
+        err, why, wide = str(e), _why_text(path, (start, end), first), str(e) if e.word else None
     except GraphdistError as e:
         err = str(e)
     arr = tab.values if tab is not None else np.zeros((0, 2), dtype=np.int64)
     if arr.size and arr.min() < 0:
         row = int(np.flatnonzero((arr < 0).any(axis=1))[0])
         neg = str(DataFormatError(path, f"negative node id {int(arr[row].min())}", tab.line_of(row)))
-    every = comm.all_gather_json((int(arr.shape[0]), err or neg, word))
-    if any(w for _, _, w in every):  # a word anywhere: every rank reads its shard again as text
+    every = comm.all_gather_json((int(arr.shape[0]), err, neg, why, wide))
+    reasons = [e[3] for e in every if e[3]] + [e[4] for e in every if e[4]]  # a word, else an integer beyond 2^62
+    if reasons:  # every rank reads its shard again as text
         del tab, arr
-        return _word_edges(path, rank, (start, end), first)
-    _agree_first_error(every, path)
+        return _word_edges(path, rank, (start, end), first, reasons[0])
+    # as one process: a bad field anywhere before a negative id anywhere (read, then checked)
+    _agree_first_error([(e[0], e[1]) for e in every] if any(e[1] for e in every) else
+                       [(e[0], e[2]) for e in every], path)
     del tab
     ids = torch.from_numpy(np.unique(arr))
     ids = np.unique(comm.all_gather_rows(ids).numpy())
     return _renumbered(ids, arr[:, 0], arr[:, 1])
 
 
-def _has_word(path: Path, byte_range: tuple[int, int], first: int) -> bool:
-    """Whether the shard holds a field that is no number (read again as text; a shard that
-    cannot be read so has none)."""
-    from graphdist.data.tokens import first_word, read_fields
+def _why_text(path: Path, byte_range: tuple[int, int], first: int) -> str | None:
+    """Why the shard's ids are text (:func:`graphdist.data.tokens.why_text`; read again as text,
+    without a first line of column names), or None: no word (or a shard that cannot be read so)."""
+    from graphdist.data.tokens import read_fields, why_text
     try:
-        return first_word(read_fields(path, 2, byte_range=byte_range, first_line=first)[0]) is not None
+        return why_text(*read_fields(path, 2, byte_range=byte_range, first_line=first))
     except GraphdistError:
-        return False
+        return None
 
 
 def _agree_first_error(every: list, path: Path) -> None:
@@ -82,19 +85,26 @@ def _renumbered(ids: np.ndarray, src: np.ndarray, dst: np.ndarray):
     return src, dst, n, ids
 
 
-def _word_edges(path: Path, rank: int, byte_range: tuple[int, int], first: int):
-    """:func:`read_edges` where the ids are words (see the module docstring)."""
+def _word_edges(path: Path, rank: int, byte_range: tuple[int, int], first: int, why: str):
+    """:func:`read_edges` where the ids are words, for the reason ``why`` (see the module
+    docstring)."""
     from graphdist.data.tokens import read_fields, text_ids
     from graphdist.ids import encode, unique_bytes, width
-    cols, err, mine = [np.zeros(0, "S1")] * 2, None, np.zeros(0, dtype=str)
+    cols, tab, err, mine = [np.zeros(0, "S1")] * 2, None, None, np.zeros(0, dtype=str)
     try:
         cols, tab = read_fields(path, 2, byte_range=byte_range, first_line=first, header=False)
-        cols, tab = _first_line(path, rank, cols, tab)
+    except GraphdistError as e:
+        err = str(e)
+    _agree_first_error(comm.all_gather_json((int(cols[0].size), err)), path)  # every rank, alike
+    cols, tab = _first_line(path, rank, cols, tab)
+    try:
         mine = text_ids(cols, tab)[0]
     except GraphdistError as e:
         err = str(e)
     every = comm.all_gather_json((int(cols[0].size), err, width(mine)))
     _agree_first_error(every, path)
+    from graphdist.log import get_logger
+    get_logger().info(f"{path}: node ids kept as the strings written ({why})")
     w = max(e[2] for e in every)
     rows = comm.all_gather_rows(encode(mine, w)).numpy()
     del mine

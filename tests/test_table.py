@@ -84,6 +84,12 @@ def test_training_without_node_data_names_the_option(tmp_path):
     lg = build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1)
     with pytest.raises(ConfigError, match="features=degree"):
         fit(GCNConfig(spec="x", epochs=1, progress=False), lg, {}, DistContext(0, 1, 0, "none", torch.device("cpu")))
+    np.save(tmp_path / "y.npy", np.array([0, 1, 0]))  # the user's labels, but no split
+    g = load_graph(f"edgelist:{p},features=degree,labels={tmp_path / 'y.npy'}")
+    lg = build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1)
+    with pytest.raises(ConfigError, match=r"has labels but no train/val/test split .* write the graph as an npz "
+                                          r"with train_mask, val_mask and test_mask"):
+        fit(GCNConfig(spec="x", epochs=1, progress=False), lg, {}, DistContext(0, 1, 0, "none", torch.device("cpu")))
 
 
 def test_a_header_line_is_skipped_whole_and_in_shards(tmp_path, monkeypatch):

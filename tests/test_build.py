@@ -54,6 +54,7 @@ VARIANTS = [  # (name, spec options)
     ("degree-directed", "features=degree,labels={d}/y.npy,directed=true"),
     ("one-feature-loops", "features={d}/x1.npy,self_loops=true"),
     ("bare", ""),
+    ("split", "features={d}/x.npy,labels={d}/y.npy,train=0.3,val=0.2,seed=4"),
 ]
 
 

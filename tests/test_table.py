@@ -87,9 +87,28 @@ def test_training_without_node_data_names_the_option(tmp_path):
     np.save(tmp_path / "y.npy", np.array([0, 1, 0]))  # the user's labels, but no split
     g = load_graph(f"edgelist:{p},features=degree,labels={tmp_path / 'y.npy'}")
     lg = build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1)
-    with pytest.raises(ConfigError, match=r"has labels but no train/val/test split .* write the graph as an npz "
-                                          r"with train_mask, val_mask and test_mask"):
+    with pytest.raises(ConfigError, match=r"has labels but no train/val/test split .* add ,train=0.1,val=0.1 to an "
+                                          r"edgelist spec with labels=FILE.npy .* an npz with train_mask"):
         fit(GCNConfig(spec="x", epochs=1, progress=False), lg, {}, DistContext(0, 1, 0, "none", torch.device("cpu")))
+
+
+def test_an_edge_list_with_its_own_labels_gets_a_split_of_the_labelled_nodes(tmp_path):
+    """``train=,val=`` draw a seeded random split of the nodes with a label (``-1``: none) from a
+    labels file; they need one."""
+    body = "".join(f"{i} {(i * 7 + 3) % 40}\n" for i in range(40))
+    p = _w(tmp_path, "g.txt", body.encode())
+    y = np.arange(40) % 3
+    y[::4] = -1  # 10 unlabelled nodes
+    np.save(tmp_path / "y.npy", y)
+    spec = f"edgelist:{p},features=degree,labels={tmp_path / 'y.npy'},train=0.5,val=0.2"
+    g = load_graph(spec)
+    tr, va, te = (m.numpy() for m in (g.train_mask, g.val_mask, g.test_mask))
+    assert (tr.sum(), va.sum(), te.sum()) == (15, 6, 9) and not (tr & va).any() and not (tr & te).any()
+    assert ((tr | va | te) == (y >= 0)).all()
+    assert (load_graph(spec).train_mask == g.train_mask).all()
+    assert not (load_graph(spec + ",seed=1").train_mask == g.train_mask).all()
+    with pytest.raises(SpecError, match=r"train=0.5,val=0 split the labels of a labels=FILE.npy"):
+        load_graph(f"edgelist:{p},features=degree,labels=random:3,train=0.5")
 
 
 def test_a_header_line_is_skipped_whole_and_in_shards(tmp_path, monkeypatch):

@@ -28,16 +28,17 @@ def _read_text(path: Path) -> bytes:
 
 
 def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed: bool = False,
-                  self_loops: bool = False) -> Graph:
+                  self_loops: bool = False, train: float = 0.0, val: float = 0.0, seed: int = 0) -> Graph:
     """Edge list ``src dst`` per line (``#``/``%`` comments, tab/space/comma, CRLF, a first line
     of column names; a third column such as a weight is ignored), read by
     :func:`graphdist.data.table.read_table`. Ids are remapped to 0..N-1 in ascending order of the
     original id (:attr:`Graph.node_ids` keeps them): integers, or, where any id is not a number
     (``alice``, a URL) or an integer beyond 2^62, every id as the string written, in ascending
-    UTF-8 order (:func:`graphdist.data.tokens.text_ids`; a first line of column names above
-    word ids cannot be told from an edge: comment it with ``#``). Undirected (both directions
-    stored) unless ``directed``. ``features``/``labels``: ``.npy`` files, or generated node data
-    (:func:`node_data`)."""
+    UTF-8 order (:func:`graphdist.data.tokens.text_ids`; the first line as column names:
+    :func:`graphdist.data.tokens.first_line`). Undirected (both directions stored) unless
+    ``directed``. ``features``/``labels``: ``.npy`` files, or generated node data
+    (:func:`node_data`); with a labels file, ``train``/``val`` > 0 draw a random split of the
+    labelled nodes (:func:`graphdist.data.synthetic.label_splits`, from ``seed``)."""
     ids, src, dst = _edge_ids(path)
     n = ids.size
     kw = {}
@@ -53,6 +54,13 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
         if y.shape[0] != n:
             raise DataFormatError(labels, f"has {y.shape[0]} labels but {path.name} has {n} distinct nodes")
         kw["y"] = torch.from_numpy(y.astype(np.int64))
+        if train > 0:
+            from graphdist.data.synthetic import label_splits
+            kw["train_mask"], kw["val_mask"], kw["test_mask"] = label_splits(y, train, val, seed)
+    if (train > 0 or val > 0) and not (labels and not _generated(labels)):
+        from graphdist.errors import SpecError
+        raise SpecError(f"train={train:g},val={val:g} split the labels of a labels=FILE.npy; give one "
+                        f"(labels=random:C draws its own 10/10/80 split)")
     meta = {"directed": bool(directed)}
     if ids.dtype.kind in "iu":
         meta.update(original_ids_min=int(ids[0]), original_ids_max=int(ids[-1]))

@@ -43,6 +43,19 @@ def random_splits(rng, n, train, val):
     return masks
 
 
+def label_splits(y, train: float, val: float, seed: int = 0) -> list[torch.Tensor]:
+    """Random train/val/test masks ``[N]`` over the labelled nodes (``y >= 0``) with the given
+    fractions (test = the rest), drawn from ``seed``: the same wherever ``y`` is read (one process,
+    or every rank of the k-worker build from the labels file)."""
+    lab = np.flatnonzero(np.asarray(y) >= 0)
+    out = []
+    for m in random_splits(np.random.default_rng(seed), lab.size, train, val):
+        full = np.zeros(len(y), dtype=bool)
+        full[lab[m.numpy()]] = True
+        out.append(torch.from_numpy(full))
+    return out
+
+
 def sbm_graph(nodes, classes, avg_degree, homophily, features, signal, train, val, seed) -> Graph:
     """Planted partition: each node has a class; a fraction ``homophily`` of its edges stays in
     the class, the rest go to a uniformly chosen other class. Features are a weak class mean

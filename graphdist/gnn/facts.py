@@ -22,10 +22,9 @@ __all__ = ["gather_facts", "check_node_data"]
 def check_node_data(lg) -> None:
     """A GCN needs features, labels and a train mask (one line saying how to add them otherwise)."""
     if lg.x is not None and lg.y is not None and lg.train_mask is None:
-        raise ConfigError("the graph has labels but no train/val/test split to train a GCN on (an edge list's "
-                          "labels=FILE.npy comes without one): write the graph as an npz with train_mask, "
-                          "val_mask and test_mask arrays (npz:FILE, docs/datasets.md), or use labels=random:C "
-                          "for a speed run")
+        raise ConfigError("the graph has labels but no train/val/test split to train a GCN on: add ,train=0.1,val=0.1 "
+                          "to an edgelist spec with labels=FILE.npy (a random split of the labelled nodes), or "
+                          "give an npz with train_mask, val_mask and test_mask arrays (docs/datasets.md)")
     if lg.x is None or lg.y is None or lg.train_mask is None:
         raise ConfigError("the graph needs features x, labels y and a train mask to train a GCN; for a "
                           "graph without node data add ,features=degree (or ,features=random:64) and "

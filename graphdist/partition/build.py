@@ -122,11 +122,12 @@ def build_artifact(cfg) -> dict:
         own_ids = np.char.decode(own_ids, "utf-8").astype(str)
     del ids
     indeg, loops, outdeg = _degrees(owned, indptr, cols, n, need_out=opts["features"] == "degree")
-    x, y, num_classes = _node_data(opts, owned, n, indeg, outdeg, spec.path)
-    fp = _fingerprint(n, a, owned, indptr, cols, indeg, opts, outdeg)
+    x, y, num_classes, masks = _node_data(opts, owned, n, indeg, outdeg, spec.path)
+    fp = _fingerprint(n, a, owned, indptr, cols, indeg, opts, outdeg, masks)
     _log(rank, f"build: rows shuffled, fingerprint {fp} ({time.perf_counter() - t0:.1f} s)")
     from graphdist.partition.rank_layout import local_part
-    lg, stats = local_part(rank, k, n, a, owned, indptr, cols, indeg - loops, x, y, num_classes, fp)
+    lg, stats = local_part(rank, k, n, a, owned, indptr, cols, indeg - loops, x, y, num_classes, fp,
+                           masks=[m[owned] for m in masks] if masks else None)
     del indptr, cols, x, y
     quality = _quality(a, k, n, indeg, stats)
     return _write(cfg, lg, stats, quality, a, n, fp, spec, time.perf_counter() - t0, own_ids)
@@ -172,7 +173,8 @@ def _degrees(owned, indptr, cols, n: int, *, need_out: bool):
 
 
 def _node_data(opts, owned, n: int, indeg, outdeg, path):
-    """``(x [n_own, F] float32 | None, y [n_own] int64 | None, classes)`` as the loader makes them."""
+    """``(x [n_own, F] float32 | None, y [n_own] int64 | None, classes, the whole graph's
+    train/val/test masks [N] or None)`` as the loader makes them."""
     from graphdist.data.files import degree_features, load_npy
     from graphdist.specs import resolve_path
     x = y = None
@@ -190,7 +192,18 @@ def _node_data(opts, owned, n: int, indeg, outdeg, path):
             raise DataFormatError(opts["labels"], f"has {ym.shape[0]} labels but {path.name} has {n} distinct nodes")
         y = torch.from_numpy(ym[owned].astype(np.int64))
         classes = int(ym.max()) + 1 if ym.size else 0
-    return x, y, classes
+    return x, y, classes, _masks(opts, n)
+
+
+def _masks(opts, n: int):
+    """The whole graph's train/val/test masks ([N] bool each, the loader's draw), or None."""
+    if not (opts["labels"] and opts["train"] > 0):
+        return None
+    from graphdist.data.files import load_npy
+    from graphdist.data.synthetic import label_splits
+    from graphdist.specs import resolve_path
+    ym = load_npy(resolve_path(opts["labels"], what="labels file"), mmap=True).reshape(-1)
+    return [m.numpy() for m in label_splits(ym, opts["train"], opts["val"], opts["seed"])]
 
 
 def _npy_rows(p: Path, n: int, path: Path, what: str):
@@ -201,7 +214,7 @@ def _npy_rows(p: Path, n: int, path: Path, what: str):
     return m
 
 
-def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg) -> str:
+def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg, masks) -> str:
     """:attr:`Graph.fingerprint` of the whole graph, hashed on rank 0 from the rows every rank
     streams to it in blocks of :data:`BLOCK_EDGES` (every rank takes part; all get the print)."""
     from graphdist.data.files import degree_features, load_npy
@@ -241,6 +254,8 @@ def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg) -> str:
                 v = load_npy(resolve_path(opts["features"], what="features file"), mmap=True)
             elif name == "y" and opts["labels"]:
                 v = load_npy(resolve_path(opts["labels"], what="labels file"), mmap=True).reshape(-1)
+            elif name.endswith("_mask") and masks:
+                v = masks[("train_mask", "val_mask", "test_mask").index(name)]
             shape = None if v is None else ((n, 1) if (name == "x" and v.ndim == 1) else tuple(v.shape))
             h.field(name, shape)
             if v is None:
@@ -248,7 +263,8 @@ def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg) -> str:
             flat = v.reshape(n, -1) if name == "x" else v.reshape(-1)
             step = max(1, (1 << 22) // (flat.shape[1] if flat.ndim == 2 else 1))  # rows per block
             for i in range(0, n, step):
-                blk = np.asarray(flat[i:i + step], dtype=np.float32 if name == "x" else np.int64)
+                blk = np.asarray(flat[i:i + step], dtype=np.float32 if name == "x" else
+                                 bool if name.endswith("_mask") else np.int64)
                 h.update(name, blk.reshape(-1))
     return comm.all_gather_json(h.hexdigest() if h is not None else None)[0]
 

@@ -33,10 +33,11 @@ def _t(x, dtype=np.int64) -> torch.Tensor:
 
 
 def local_part(rank: int, k: int, n: int, a: np.ndarray, owned: np.ndarray, indptr: np.ndarray,
-               cols: np.ndarray, deg: np.ndarray, x, y, num_classes: int, fingerprint: str):
+               cols: np.ndarray, deg: np.ndarray, x, y, num_classes: int, fingerprint: str, masks=None):
     """``(LocalGraph of part rank, [per-part counts of every rank])``: ``owned`` ascending global
     ids, ``indptr``/``cols`` their in-rows in global ids (sorted, no repeats), ``deg`` the global
-    in-degree without self-loops of every node. Every rank calls it at once (two all-to-alls)."""
+    in-degree without self-loops of every node; ``masks`` the owned rows' train/val/test masks, or
+    None. Every rank calls it at once (two all-to-alls)."""
     from partitioners.cover import part_cover
 
     from graphdist.partition.local import LocalGraph, gathered_csr
@@ -95,7 +96,8 @@ def local_part(rank: int, k: int, n: int, a: np.ndarray, owned: np.ndarray, indp
         rank=rank, world_size=k, num_global_nodes=n, owned=_t(owned), indptr=lptr, indices=lidx,
         halo=_t(halo), recv_counts=count(hp), send_idx=_t(send_idx), send_counts=list(ask_from),
         col_deg=torch.cat([_t(deg[owned]), _t(deg[halo])]), x=x, y=y,
-        train_mask=None, val_mask=None, test_mask=None, num_classes=num_classes, fingerprint=fingerprint,
+        train_mask=_t(masks[0], bool) if masks else None, val_mask=_t(masks[1], bool) if masks else None,
+        test_mask=_t(masks[2], bool) if masks else None, num_classes=num_classes, fingerprint=fingerprint,
         halo_raw=_t(raw_u[h_order], bool),
         send_raw=_t(got_ask[:, 1] != 0, bool),
         pre_rows=_t(np.searchsorted(owned, pre_v)), pre_recv_counts=count(pre_p),

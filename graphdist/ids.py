@@ -106,16 +106,14 @@ def unique_bytes(tokens: np.ndarray):
     checked token for token, and only the distinct ones sorted as strings; where two distinct
     tokens share a hash, ``np.unique`` itself."""
     tokens = np.asarray(tokens).reshape(-1)
-    if tokens.size < 1 << 14:
-        uniq, inv = np.unique(tokens, return_inverse=True)
-        return uniq, inv.reshape(-1)
-    _, first, hinv = np.unique(word_hash(tokens), return_index=True, return_inverse=True)
-    reps = tokens[first]
-    if not np.array_equal(reps[hinv], tokens):  # a collision: two tokens, one hash
-        uniq, inv = np.unique(tokens, return_inverse=True)
-        return uniq, inv.reshape(-1)
-    order = np.argsort(reps, kind="stable")
-    return reps[order], _ranks(order)[hinv.reshape(-1)]
+    if tokens.size >= 1 << 14:  # below, numpy's own sort is as fast
+        _, first, hinv = np.unique(word_hash(tokens), return_index=True, return_inverse=True)
+        reps = tokens[first]
+        if np.array_equal(reps[hinv], tokens):  # else a collision: two tokens, one hash
+            order = np.argsort(reps, kind="stable")
+            return reps[order], _ranks(order)[hinv.reshape(-1)]
+    uniq, inv = np.unique(tokens, return_inverse=True)
+    return uniq, inv.reshape(-1)
 
 
 def _ranks(order: np.ndarray) -> np.ndarray:

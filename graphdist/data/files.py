@@ -39,6 +39,10 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
     ``directed``. ``features``/``labels``: ``.npy`` files, or generated node data
     (:func:`node_data`); with a labels file, ``train``/``val`` > 0 draw a random split of the
     labelled nodes (:func:`graphdist.data.synthetic.label_splits`, from ``seed``)."""
+    if (train > 0 or val > 0) and not (labels and not _generated(labels)):
+        from graphdist.errors import SpecError
+        raise SpecError(f"train={train:g},val={val:g} split the labels of a labels=FILE.npy; give one "
+                        f"(labels=random:C draws its own 10/10/80 split)")
     ids, src, dst = _edge_ids(path)
     n = ids.size
     kw = {}
@@ -57,10 +61,6 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
         if train > 0:
             from graphdist.data.synthetic import label_splits
             kw["train_mask"], kw["val_mask"], kw["test_mask"] = label_splits(y, train, val, seed)
-    if (train > 0 or val > 0) and not (labels and not _generated(labels)):
-        from graphdist.errors import SpecError
-        raise SpecError(f"train={train:g},val={val:g} split the labels of a labels=FILE.npy; give one "
-                        f"(labels=random:C draws its own 10/10/80 split)")
     meta = {"directed": bool(directed)}
     if ids.dtype.kind in "iu":
         meta.update(original_ids_min=int(ids[0]), original_ids_max=int(ids[-1]))

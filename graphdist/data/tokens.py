@@ -17,8 +17,8 @@ import numpy as np
 from graphdist.data import table as tb
 from graphdist.errors import DataFormatError
 
-__all__ = ["fields_of_block", "read_fields", "room", "first_word", "why_text", "occurrences", "first_line", "drop_first",
-           "id_column", "text_ids", "as_text"]
+__all__ = ["fields_of_block", "read_fields", "room", "first_word", "why_text", "occurrences", "first_line",
+           "names_hint", "drop_first", "id_column", "text_ids", "as_text"]
 
 _ID_LIMIT = 2.0 ** 53  # an id written as a float (7.0) is exact below this
 _WIDE = 64  # widest token gathered by the vectorised path
@@ -123,14 +123,13 @@ def first_word(cols: list[np.ndarray]) -> tuple[int, bytes] | None:
     ``2.5`` and ``nan`` are numbers), or None."""
     found = None
     for c in cols:
-        for lo in range(0, c.size, 1 << 16):
+        for lo in range(0, c.size, 1 << 16):  # numpy per chunk; Python only in the chunk with a word
+            chunk = c[lo:lo + (1 << 16)]
             try:
-                c[lo:lo + (1 << 16)].astype(np.float64)
+                chunk.astype(np.float64)
                 continue
             except ValueError:
-                pass
-            from graphdist.data.table import is_number
-            i = lo + next(i for i, t in enumerate(c[lo:lo + (1 << 16)].tolist()) if not is_number(t))
+                i = lo + next(i for i, t in enumerate(chunk.tolist()) if not tb.is_number(t))
             if found is None or i < found[0]:
                 found = (i, bytes(c[i]))
             break
@@ -156,14 +155,18 @@ def first_line(path, toks: list[bytes], counts: list[int], names_above_numbers: 
     ``counts`` times in the file) is column names: two words seen nowhere else, above a line of
     numbers (:func:`graphdist.data.table.header_offset`). Two such words above words cannot be
     told from an edge: kept, and a line says so (rank 0). Words seen elsewhere are an edge."""
-    from graphdist.data.table import is_number
-    alone = len(set(toks)) == 2 and counts == [1, 1] and not any(map(is_number, toks))
+    alone = len(set(toks)) == 2 and counts == [1, 1] and not any(map(tb.is_number, toks))
     if alone and not names_above_numbers:
-        from graphdist.log import get_logger
         a, b = (t.decode("utf-8", errors="replace") for t in toks)
-        get_logger().info(f"{path}: the first line ({a!r}, {b!r}) is read as an edge whose two nodes appear "
-                          f"nowhere else: if it names the columns, comment it with #")
+        names_hint(path, f"{a!r}, {b!r}", "an edge whose two nodes appear")
     return alone and names_above_numbers
+
+
+def names_hint(path, shown: str, read_as: str) -> None:
+    """Say (rank 0) that a first line that may be column names, ``shown``, is read as data."""
+    from graphdist.log import get_logger
+    get_logger().info(f"{path}: the first line ({shown}) is read as {read_as} nowhere else: "
+                      f"if it names the columns, comment it with #")
 
 
 def drop_first(cols: list[np.ndarray], tab) -> tuple[list[np.ndarray], object]:

@@ -177,7 +177,7 @@ def _node_data(opts, owned, n: int, indeg, outdeg, path):
     train/val/test masks [N] or None)`` as the loader makes them."""
     from graphdist.data.files import degree_features, load_npy
     from graphdist.specs import resolve_path
-    x = y = None
+    x = y = masks = None
     if opts["features"] == "degree":
         x = degree_features(indeg[owned], outdeg[owned])
     elif opts["features"]:
@@ -192,18 +192,10 @@ def _node_data(opts, owned, n: int, indeg, outdeg, path):
             raise DataFormatError(opts["labels"], f"has {ym.shape[0]} labels but {path.name} has {n} distinct nodes")
         y = torch.from_numpy(ym[owned].astype(np.int64))
         classes = int(ym.max()) + 1 if ym.size else 0
-    return x, y, classes, _masks(opts, n)
-
-
-def _masks(opts, n: int):
-    """The whole graph's train/val/test masks ([N] bool each, the loader's draw), or None."""
-    if not (opts["labels"] and opts["train"] > 0):
-        return None
-    from graphdist.data.files import load_npy
-    from graphdist.data.synthetic import label_splits
-    from graphdist.specs import resolve_path
-    ym = load_npy(resolve_path(opts["labels"], what="labels file"), mmap=True).reshape(-1)
-    return [m.numpy() for m in label_splits(ym, opts["train"], opts["val"], opts["seed"])]
+        if opts["train"] > 0:  # the loader's draw, over the whole graph's labels
+            from graphdist.data.synthetic import label_splits
+            masks = [m.numpy() for m in label_splits(ym, opts["train"], opts["val"], opts["seed"])]
+    return x, y, classes, masks
 
 
 def _npy_rows(p: Path, n: int, path: Path, what: str):

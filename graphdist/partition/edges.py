@@ -32,11 +32,12 @@ def read_edges(path: Path, rank: int, k: int):
     from graphdist.data.table import TextField, read_table, shard
     start, end, lines = shard(path, rank, k)
     first = 1 + sum(comm.all_gather_json(int(lines))[:rank])
-    tab, err, neg, why, wide = None, None, None, None, None
+    tab, err, neg, why, wide, text = None, None, None, None, None, None
     try:
         tab = read_table(path, 2, byte_range=(start, end), first_line=first)
     except TextField as e:  # every rank must learn of it, not only this one
-        err, why, wide = str(e), _why_text(path, (start, end), first), str(e) if e.word else None
+        err, wide = str(e), str(e) if e.word else None
+        text, why = _as_text(path, (start, end), first)
     except GraphdistError as e:
         err = str(e)
     arr = tab.values if tab is not None else np.zeros((0, 2), dtype=np.int64)
@@ -47,7 +48,7 @@ def read_edges(path: Path, rank: int, k: int):
     reasons = [e[3] for e in every if e[3]] + [e[4] for e in every if e[4]]  # a word, else an integer beyond 2^62
     if reasons:  # every rank reads its shard again as text
         del tab, arr
-        return _word_edges(path, rank, (start, end), first, reasons[0])
+        return _word_edges(path, rank, (start, end), first, reasons[0], text)
     # as one process: a bad field anywhere before a negative id anywhere (read, then checked)
     _agree_first_error([(e[0], e[1]) for e in every] if any(e[1] for e in every) else
                        [(e[0], e[2]) for e in every], path)
@@ -57,14 +58,18 @@ def read_edges(path: Path, rank: int, k: int):
     return _renumbered(ids, arr[:, 0], arr[:, 1])
 
 
-def _why_text(path: Path, byte_range: tuple[int, int], first: int) -> str | None:
-    """Why the shard's ids are text (:func:`graphdist.data.tokens.why_text`; read again as text,
-    without a first line of column names), or None: no word (or a shard that cannot be read so)."""
+def _as_text(path: Path, byte_range: tuple[int, int], first: int):
+    """``((fields, Table) or None, why)``: the shard read as text (column names kept: the caller
+    decides, :func:`_first_line`), and why its ids are text (:func:`graphdist.data.tokens.why_text`,
+    past a first line of column names), or None: no word (or a shard that cannot be read so)."""
+    from graphdist.data.table import header_offset
     from graphdist.data.tokens import read_fields, why_text
     try:
-        return why_text(*read_fields(path, 2, byte_range=byte_range, first_line=first))
+        text = read_fields(path, 2, byte_range=byte_range, first_line=first, header=False)
     except GraphdistError:
-        return None
+        return None, None
+    at = header_offset(path, 2)
+    return text, why_text(*text, skip_first=at is not None and byte_range[0] <= at < byte_range[1])
 
 
 def _agree_first_error(every: list, path: Path) -> None:
@@ -85,14 +90,14 @@ def _renumbered(ids: np.ndarray, src: np.ndarray, dst: np.ndarray):
     return src, dst, n, ids
 
 
-def _word_edges(path: Path, rank: int, byte_range: tuple[int, int], first: int, why: str):
+def _word_edges(path: Path, rank: int, byte_range: tuple[int, int], first: int, why: str, text=None):
     """:func:`read_edges` where the ids are words, for the reason ``why`` (see the module
-    docstring)."""
+    docstring); ``text``: the shard already read as text (:func:`_as_text`), or None."""
     from graphdist.data.tokens import read_fields, text_ids
     from graphdist.ids import encode, unique_bytes, width
     cols, tab, err, mine = [np.zeros(0, "S1")] * 2, None, None, np.zeros(0, dtype=str)
     try:
-        cols, tab = read_fields(path, 2, byte_range=byte_range, first_line=first, header=False)
+        cols, tab = text or read_fields(path, 2, byte_range=byte_range, first_line=first, header=False)
     except GraphdistError as e:
         err = str(e)
     _agree_first_error(comm.all_gather_json((int(cols[0].size), err)), path)  # every rank, alike

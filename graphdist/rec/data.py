@@ -187,10 +187,8 @@ def _header_hint(path: Path, u: np.ndarray, i: np.ndarray) -> None:
     from graphdist.data.table import is_number
     names = u.size > 1 and all(c.dtype.kind == "U" and not is_number(str(c[0])) for c in (u, i))
     if names and np.count_nonzero(u == u[0]) == 1 and np.count_nonzero(i == i[0]) == 1:
-        from graphdist.log import get_logger
-        get_logger().info(f"{path}: the first line (user {str(u[0])!r}, item {str(i[0])!r}) is read as an "
-                          f"interaction whose user and item appear nowhere else: if it names the columns, "
-                          f"comment it with #")
+        from graphdist.data.tokens import names_hint
+        names_hint(path, f"user {str(u[0])!r}, item {str(i[0])!r}", "an interaction whose user and item appear")
 
 
 def _ids(*cols):

@@ -1,6 +1,3 @@
-from graphdist.cli import main
+from graphdist.cli import run
 
-rc = main()
-from graphdist.launch import leave  # noqa: E402 - after the job (importing it loads torch)
-
-raise SystemExit(leave(rc))
+raise SystemExit(run())

@@ -320,13 +320,18 @@ def print_error(e: BaseException, prefix: str = "error") -> bool:
 def leave(rc: int) -> int:
     """The exit code for a process that ran a job: ``rc`` as it is, or, after a failed collective
     (:func:`graphdist.failures.broken`), an immediate exit with it (output flushed) that never tears
-    down a process group whose threads may wait on a dead peer or a cut link; both entry points
-    of a worker (``python -m graphdist`` under torchrun, :mod:`graphdist.worker`) end through it."""
+    down a process group whose threads may wait on a dead peer or a cut link; otherwise the exit
+    skips the interpreter's walk of every object (:func:`graphdist.proc.skip_final_collection`).
+    Every entry point of a process that runs a job ends through it: the ``graphdist`` command
+    (:func:`graphdist.cli.run`), ``python -m graphdist`` (also under torchrun) and
+    :mod:`graphdist.worker`."""
     from graphdist import failures
+    from graphdist.proc import skip_final_collection
     if failures.broken():
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(rc)
+    skip_final_collection()
     return rc
 
 

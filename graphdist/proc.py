@@ -1,7 +1,8 @@
 """A process's lifetime: where it sits in the job by its launcher's word (:func:`env_world`),
 workers that end with the agent that started them, a launch that leaves the caller's signal
-handlers as it found them, and SIGINT / SIGTERM turned into a stop at a step boundary
-(:class:`GracefulStop`).
+handlers as it found them, SIGINT / SIGTERM turned into a stop at a step boundary
+(:class:`GracefulStop`), and an exit that does not walk every object torch made
+(:func:`skip_final_collection`).
 
 Light on purpose (no torch): a worker calls :func:`end_with_parent` before its first heavy
 import, so that an agent lost at any moment of the worker's start takes the worker with it.
@@ -16,7 +17,7 @@ import sys
 import time
 
 __all__ = ["env_world", "started_by_an_agent", "end_with_parent", "parent_death_signal", "can_end_with_parent",
-           "kept_signal_handlers", "HANDLED_SIGNALS", "GracefulStop"]
+           "kept_signal_handlers", "HANDLED_SIGNALS", "GracefulStop", "skip_final_collection"]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -149,3 +150,21 @@ class GracefulStop:
     @property
     def name(self) -> str:
         return signal.Signals(self.signum).name if self.signum else ""
+
+
+def skip_final_collection() -> None:
+    """Put every object alive now out of the cyclic garbage collector's reach (``gc.freeze``), in
+    a process whose job is over and which is about to exit: the interpreter's teardown then frees
+    what reference counts free but no longer walks the millions of objects that importing torch
+    and torchrec made. That walk was the last second of every command and every worker: measured
+    on the 2-core box, ``import torch`` then exit spent 0.5 s of CPU in teardown, ``import
+    torchrec`` 1.2 s; frozen, 0.15 and 0.25 s.
+
+    Nothing is lost: atexit handlers still run and stdout/stderr are still flushed; graphdist
+    closes and fsyncs what it writes before this point; and Python never promised to finalize
+    objects still alive when the interpreter exits (the ``object.__del__`` documentation), which
+    is all a frozen object can miss. Called by :func:`graphdist.launch.leave`, the last step of
+    the ``graphdist`` command, ``python -m graphdist`` and a launched worker, never by a process
+    that goes on (a test calling ``graphdist.cli.main``)."""
+    import gc
+    gc.freeze()

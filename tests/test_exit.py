@@ -193,3 +193,40 @@ def test_torchrun_job_with_the_wrong_world_size_says_torchrun(tmp_path):
                      "e.g. torchrun --nproc-per-node 3)"], r.stderr[-3000:]
     frames = [ln for ln in r.stderr.splitlines() if ln.strip().startswith("File ")]
     assert not [f for f in frames if "graphdist" in f], r.stderr[-3000:]  # only torchrun's own report
+
+
+_EXIT_PROBE = '''import atexit, gc, os, sys
+def _said():
+    with open(os.path.join(os.environ["GRAPHDIST_EXIT_PROBE"], f"{os.getpid()}.txt"), "w") as f:
+        f.write(f"{gc.get_freeze_count()} {' '.join(sys.argv[:2])}")
+atexit.register(_said)
+'''
+
+
+def test_every_process_of_a_job_exits_without_walking_torchs_objects(tmp_path):
+    """The `graphdist` command (its console script), ``python -m graphdist`` and each launched
+    worker end through launch.leave, which freezes what is alive (graphdist.proc.
+    skip_final_collection): a probe that every Python process of the job loads (a
+    sitecustomize on PYTHONPATH) reads, at exit, how many objects the collector was kept from."""
+    import shutil
+    import subprocess
+    import tomllib
+    assert tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"] == {"graphdist": "graphdist.cli:run"}
+    (tmp_path / "probe").mkdir()
+    (tmp_path / "probe" / "sitecustomize.py").write_text(_EXIT_PROBE)
+    said = tmp_path / "said"
+    said.mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GRAPHDIST_EXIT_PROBE": str(said),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path / "probe"), str(REPO)])}
+    command = shutil.which("graphdist")
+    if command is None:
+        pytest.skip("the graphdist command is not installed (bash scripts/install.sh)")
+    for argv in ([command, "train-gcn", "sbm:nodes=300,classes=3,features=4,seed=0", "--parts", "2", "--epochs", "1",
+                  "--no-progress"], [sys.executable, "-m", "graphdist", "data", "info", "sbm:nodes=300"]):
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+    ends = sorted(p.read_text() for p in said.iterdir())
+    assert len(ends) == 4, ends  # the command, its two workers, python -m graphdist
+    assert all(int(e.split()[0]) > 10_000 for e in ends), ends  # torch alone leaves ~10^5 objects
+    assert sorted(e.split(" ", 1)[1].split()[-1] for e in ends) == ["data", "graphdist.gnn.job:worker",
+                                                                   "graphdist.gnn.job:worker", "train-gcn"], ends

@@ -75,5 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def run() -> int:
+    """The ``graphdist`` command and ``python -m graphdist``: :func:`main`, then the exit of a
+    process that ran a job (:func:`graphdist.launch.leave`)."""
+    rc = main()
+    from graphdist.launch import leave
+    return leave(rc)
+
+
 if __name__ == "__main__":  # python -m graphdist.cli
-    raise SystemExit(main())
+    raise SystemExit(run())

@@ -164,7 +164,7 @@ def skip_final_collection() -> None:
     closes and fsyncs what it writes before this point; and Python never promised to finalize
     objects still alive when the interpreter exits (the ``object.__del__`` documentation), which
     is all a frozen object can miss. Called by :func:`graphdist.launch.leave`, the last step of
-    the ``graphdist`` command, ``python -m graphdist`` and a launched worker, never by a process
-    that goes on (a test calling ``graphdist.cli.main``)."""
+    the ``graphdist`` command, ``python -m graphdist`` and a launched worker; never by
+    :func:`graphdist.cli.main`, whose caller may go on (frozen objects are never collected)."""
     import gc
     gc.freeze()

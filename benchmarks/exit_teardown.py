@@ -29,6 +29,7 @@ from pathlib import Path
 import harness
 
 IMPORTS = {"torch": "import torch", "torchrec": "import torchrec"}
+WARMUP = 1  # untimed rounds first (harness.alternate), dropped from the CPU lists too
 JOBS = {"train-dlrm k=2": ["train-dlrm", "criteo-synth:", "--nproc", "2", "--steps", "100", "--no-progress"],
         "train-gcn k=2": ["train-gcn", "sbm:nodes=2000,classes=4,avg_degree=8,features=8,seed=1", "--parts", "2",
                           "--epochs", "5", "--no-progress"]}
@@ -58,9 +59,8 @@ def _compare(sides: dict[str, tuple[list[str], dict]], rounds: int, cwd: str) ->
     def side(name):
         argv, env = sides[name]
         return lambda r: cpu[name].append(_child(argv, env, cwd))
-    times = harness.alternate({name: side(name) for name in sides}, rounds, warmup=1, rotate=True)
-    # cpu[name][0] is the warm-up round's
-    return {name: {"wall_s": round(t.median, 2), "cpu_s": round(statistics.median(cpu[name][1:]), 2)}
+    times = harness.alternate({name: side(name) for name in sides}, rounds, warmup=WARMUP, rotate=True)
+    return {name: {"wall_s": round(t.median, 2), "cpu_s": round(statistics.median(cpu[name][WARMUP:]), 2)}
             for name, t in times.items()}
 
 

@@ -36,7 +36,6 @@ import dataclasses
 import functools
 import inspect
 import json
-import textwrap
 import types
 import typing
 from typing import Any, Literal, get_args, get_origin
@@ -46,17 +45,44 @@ __all__ = ["add_arguments", "from_namespace", "to_dict", "from_dict", "to_json",
 
 
 @functools.lru_cache(maxsize=None)
+def _module_tree(filename: str) -> ast.Module:
+    """A source file parsed once per process (every config class of a module is read from it)."""
+    with open(filename, encoding="utf-8") as f:
+        return ast.parse(f.read(), filename)
+
+
+def _class_node(klass) -> ast.ClassDef | None:
+    """The ``class`` statement of ``klass`` (by its qualified name) in its module's parsed source."""
+    try:
+        filename = inspect.getsourcefile(klass)
+    except TypeError:
+        return None
+    if filename is None:
+        return None
+    try:
+        body = _module_tree(filename).body
+    except (OSError, SyntaxError):
+        return None
+    node = None
+    for name in klass.__qualname__.split("."):
+        node = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == name), None)
+        if node is None:
+            return None
+        body = node.body
+    return node
+
+
+@functools.lru_cache(maxsize=None)
 def field_docs(cls) -> dict[str, str]:
     """``{field: docstring}`` from the string literals that follow each annotated field."""
     docs: dict[str, str] = {}
     for klass in reversed(cls.__mro__):
         if not dataclasses.is_dataclass(klass):
             continue
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        except (OSError, TypeError):  # no source (frozen app): flags without help
+        node = _class_node(klass)
+        if node is None:  # no source (frozen app): flags without help
             continue
-        body = tree.body[0].body
+        body = node.body
         for node, nxt in zip(body, body[1:] + [None]):
             if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
                     and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant)
@@ -65,7 +91,9 @@ def field_docs(cls) -> dict[str, str]:
     return docs
 
 
+@functools.lru_cache(maxsize=None)
 def _hints(cls) -> dict[str, Any]:
+    """The resolved annotations of ``cls`` (evaluated once per class: every field reads them)."""
     return typing.get_type_hints(cls)
 
 

@@ -150,6 +150,21 @@ def test_metrics_hand_checked():
     assert normalized_entropy(y, p) == pytest.approx(1.0)
 
 
+def test_auc_is_torchmetrics_auroc_on_scores_with_ties():
+    """graphdist counts the pairs itself (exactly, in integers); torchmetrics' ``binary_auroc``
+    (its ROC curve's trapezoids, in float32) is the reference."""
+    tm = pytest.importorskip("torchmetrics.functional.classification")
+    rng = np.random.default_rng(0)
+    for n, decimals in [(2, 1), (9, 1), (500, 1), (500, 3), (40_000, 2), (40_000, 6)]:
+        y = rng.integers(0, 2, n)
+        y[:2] = [0, 1]
+        s = np.round(rng.normal(size=n) + 0.7 * y, decimals)  # ties within and across the classes
+        want = float(tm.binary_auroc(torch.tensor(s), torch.tensor(y)))
+        assert auc(y, s) == pytest.approx(want, abs=1e-6), (n, decimals)
+    assert auc([0, 1, 0, 1], [0.3] * 4) == 0.5 and auc([0, 0, 1], [0.1, 0.2, 0.3]) == 1.0
+    assert math.isnan(auc([1, 1], [0.1, 0.2])) and math.isnan(auc([], []))
+
+
 def _cli(argv):
     from graphdist.cli import main
     return main(argv)

@@ -45,7 +45,10 @@ PRELOAD = ("torch", "torch.distributed", "numpy", "scipy.sparse", "graphdist.pro
 
 
 def _child(fn, rank, world_size, store_path, backend, args, env, q):
+    import gc
+
     from graphdist.proc import end_with_parent
+    gc.freeze()  # the server's imports: no collection of the rank walks them (the last one ends each rank)
     end_with_parent()  # a caller killed outright (a test runner's SIGTERM) takes its ranks along
     os.environ.clear()  # the caller's environment now, not the server's from when it started
     os.environ.update(env)

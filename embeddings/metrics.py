@@ -2,9 +2,11 @@
 
 AUC is the Mann-Whitney count, exact: the share of (clicked, not clicked) pairs whose scores are
 in the right order, a tie counting half (what torchmetrics' ``binary_auroc`` computes from its ROC
-curve; a test compares them), counted in integers over the distinct scores; importing torchmetrics
-(and the plotting library it loads) cost each evaluating process about a second. Normalised entropy is torchrec's ``compute_ne`` (the eval-set cross entropy over the entropy of
-its click rate, as torchrec's NE metric); log loss is the mean binary cross entropy in nats.
+curve), counted in integers over the distinct scores. Normalised entropy is torchrec's NE (the
+eval-set cross entropy over the entropy of its click rate), the same float64 operations as
+``torchrec.metrics.ne``. Log loss is the mean binary cross entropy in nats. Neither torchmetrics
+nor torchrec's metrics are imported (with the plotting library torchmetrics loads, that cost each
+evaluating process about a second); tests compare the first two with them on random data.
 A test checks all three against hand-counted values.
 """
 from __future__ import annotations
@@ -51,13 +53,18 @@ def logloss(labels, probs) -> float:
 
 
 def normalized_entropy(labels, probs) -> float:
-    """Log loss divided by the entropy of the eval set's click rate (NE < 1 beats the mean)."""
-    from torchrec.metrics.ne import compute_cross_entropy, compute_ne
-    y, p = _t(labels), _t(probs)
-    w = torch.ones_like(y)
-    ce = compute_cross_entropy(y, p, w, _ETA).sum()
-    pos = (y * w).sum()
-    return float(compute_ne(ce, w.sum(), pos, w.sum() - pos, _ETA))
+    """Log loss divided by the entropy of the eval set's click rate (NE < 1 beats the mean):
+    torchrec's NE (``torchrec.metrics.ne``: ``compute_cross_entropy`` and ``compute_ne`` with unit
+    weights, in bits, probabilities and the click rate clamped to ``[eta, 1 - eta]``), the same
+    float64 operations in the same order, without importing torchrec's metrics (which load
+    torchmetrics); a test compares it with torchrec's."""
+    y, p = _t(labels), _t(probs).clamp(_ETA, 1 - _ETA)
+    ce = (-y * torch.log2(p) - (1.0 - y) * torch.log2(1.0 - p)).sum()
+    n = torch.tensor(float(y.numel()), dtype=torch.float64)
+    pos = y.sum()
+    neg = n - pos
+    mean = (pos / n.clamp(min=_ETA)).clamp(_ETA, 1 - _ETA)
+    return float(ce / (-pos * torch.log2(mean) - neg * torch.log2(1.0 - mean)))
 
 
 def click_metrics(labels, logits) -> dict:

@@ -165,6 +165,24 @@ def test_auc_is_torchmetrics_auroc_on_scores_with_ties():
     assert math.isnan(auc([1, 1], [0.1, 0.2])) and math.isnan(auc([], []))
 
 
+def test_normalized_entropy_is_torchrecs_ne():
+    """The same float64 operations as torchrec's ``compute_cross_entropy`` / ``compute_ne`` (unit
+    weights), so the same bits, clamped probabilities and one-class sets included."""
+    ne = pytest.importorskip("torchrec.metrics.ne")
+    from embeddings.metrics import _ETA
+    rng = np.random.default_rng(1)
+    for n in (1, 7, 1000, 50_000):
+        y = rng.integers(0, 2, n).astype(np.float64)
+        p = rng.uniform(size=n)
+        p[: min(n, 2)] = [0.0, 1.0][: min(n, 2)]
+        for labels in (y, np.zeros(n)):
+            t, q = torch.tensor(labels), torch.tensor(p)
+            w = torch.ones_like(t)
+            ce = ne.compute_cross_entropy(t, q, w, _ETA).sum()
+            want = float(ne.compute_ne(ce, w.sum(), t.sum(), w.sum() - t.sum(), _ETA))
+            assert normalized_entropy(labels, p) == want, (n, labels.sum())
+
+
 def _cli(argv):
     from graphdist.cli import main
     return main(argv)

@@ -19,10 +19,6 @@ together.
 """
 from __future__ import annotations
 
-import resource
-import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -43,43 +39,24 @@ def build_parser():
     return p
 
 
-def _child(argv: list[str], env: dict, cwd: str) -> float:
-    """Run ``python ARGV``; the CPU seconds (user + system) it and its children used."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    r = subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-
-
-def _compare(sides: dict[str, tuple[list[str], dict]], rounds: int, cwd: str) -> dict[str, dict]:
-    cpu: dict[str, list[float]] = {name: [] for name in sides}
-
-    def side(name):
-        argv, env = sides[name]
-        return lambda r: cpu[name].append(_child(argv, env, cwd))
-    times = harness.alternate({name: side(name) for name in sides}, rounds, warmup=WARMUP, rotate=True)
-    return {name: {"wall_s": round(t.median, 2), "cpu_s": round(statistics.median(cpu[name][WARMUP:]), 2)}
-            for name, t in times.items()}
-
-
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     env = harness.checkout_env(OMP_NUM_THREADS="1")
     rows, out = [], {"imports": {}, "jobs": {}}
     with tempfile.TemporaryDirectory(prefix="exit-teardown-") as cwd:
         for name, stmt in IMPORTS.items():
-            got = _compare({"exits as any program": (["-c", stmt], env),
-                            "skip_final_collection": (["-c", f"{stmt}\nfrom graphdist.proc import skip_final_collection\n"
-                                                      "skip_final_collection()"], env)}, args.rounds, cwd)
+            frozen = f"{stmt}\nfrom graphdist.proc import skip_final_collection\nskip_final_collection()"
+            got = harness.alternate_processes({"exits as any program": (["-c", stmt], env),
+                                               "skip_final_collection": (["-c", frozen], env)},
+                                              args.rounds, cwd, warmup=WARMUP)
             out["imports"][name] = got
             rows += [[f"python -c '{stmt}'", side, v["wall_s"], v["cpu_s"]] for side, v in got.items()]
         if args.before is not None:
             old = harness.checkout_env(args.before.resolve(), OMP_NUM_THREADS="1")
             for name, job in JOBS.items():
-                got = _compare({f"before ({args.before})": (["-m", "graphdist", *job], old),
-                                "this checkout": (["-m", "graphdist", *job], env)}, args.rounds, cwd)
+                got = harness.alternate_processes({f"before ({args.before})": (["-m", "graphdist", *job], old),
+                                                   "this checkout": (["-m", "graphdist", *job], env)},
+                                                  args.rounds, cwd, warmup=WARMUP)
                 out["jobs"][name] = got
                 rows += [[name, side, v["wall_s"], v["cpu_s"]] for side, v in got.items()]
     print(harness.table(["process", "exit", "wall s (median)", "CPU s (median)"], rows, fmt=lambda v: f"{v:.2f}"))

@@ -106,6 +106,31 @@ def alternate(sides: dict[str, Callable[[int], Any]], rounds: int, *, warmup: in
     return out
 
 
+def child_cpu_s(argv: list[str], env: dict, cwd) -> float:
+    """Run ``python ARGV`` to its end; the CPU seconds (user + system) it and its children used."""
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    r = subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} exited {r.returncode}: {r.stderr.strip().splitlines()[-1:]}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def alternate_processes(sides: dict[str, tuple[list[str], dict]], rounds: int, cwd, *, warmup: int = 1) -> dict:
+    """``{side: {"wall_s", "cpu_s"}}``: medians over ``rounds`` alternated runs (after ``warmup``
+    untimed ones) of each side's ``python ARGV`` with its environment, the CPU of the process and
+    its children (:func:`child_cpu_s`)."""
+    cpu: dict[str, list[float]] = {name: [] for name in sides}
+
+    def side(name):
+        argv, env = sides[name]
+        return lambda r: cpu[name].append(child_cpu_s(argv, env, cwd))
+    times = alternate({name: side(name) for name in sides}, rounds, warmup=warmup, rotate=True)
+    return {name: {"wall_s": round(t.median, 2), "cpu_s": round(statistics.median(cpu[name][warmup:]), 2)}
+            for name, t in times.items()}
+
+
 def ratios(num: list[float], den: list[float]) -> dict:
     """``num`` over ``den`` (equal-length lists of the same measure from one alternated run): the
     ratio of the medians and the median of the per-round ratios."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shlex
 import sys
@@ -306,3 +307,19 @@ def test_checkout_env_puts_the_checkout_first(monkeypatch, tmp_path):
     monkeypatch.setenv("PYTHONPATH", "/elsewhere")
     e = harness.checkout_env(tmp_path, OMP_NUM_THREADS="1")
     assert e["PYTHONPATH"].split(":") == [str(tmp_path), "/elsewhere"] and e["OMP_NUM_THREADS"] == "1"
+
+
+def test_alternate_processes_runs_each_side_rounds_plus_warmup_times_and_counts_its_children(tmp_path):
+    """Each side's interpreter runs ``warmup + rounds`` times; its CPU includes the children it
+    waits for (a grandchild that spins for a CPU-second shows up in the parent's figure)."""
+    log = tmp_path / "ran.txt"
+    spin = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass")
+    sides = {"a": (["-c", f"open({str(log)!r}, 'a').write('a')"], dict(os.environ)),
+             "b": (["-c", f"import subprocess, sys; open({str(log)!r}, 'a').write('b'); "
+                          f"subprocess.run([sys.executable, '-c', {spin!r}], check=True)"], dict(os.environ))}
+    got = harness.alternate_processes(sides, 2, tmp_path, warmup=1)
+    assert sorted(log.read_text()) == list("aaabbb")
+    assert set(got) == {"a", "b"} and all(set(v) == {"wall_s", "cpu_s"} for v in got.values())
+    assert got["b"]["cpu_s"] >= 0.3 > got["a"]["cpu_s"] - 0.3  # the grandchild's spin is counted
+    with pytest.raises(SystemExit, match="exited 3"):
+        harness.child_cpu_s(["-c", "import sys; sys.exit(3)"], dict(os.environ), tmp_path)

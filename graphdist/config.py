@@ -36,6 +36,7 @@ import dataclasses
 import functools
 import inspect
 import json
+import textwrap
 import types
 import typing
 from typing import Any, Literal, get_args, get_origin
@@ -66,8 +67,11 @@ def _class_node(klass) -> ast.ClassDef | None:
     node = None
     for name in klass.__qualname__.split("."):
         node = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == name), None)
-        if node is None:
-            return None
+        if node is None:  # a class made in a function (`<locals>`): inspect finds it by its line
+            try:
+                return ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0]
+            except (OSError, TypeError, SyntaxError):
+                return None
         body = node.body
     return node
 

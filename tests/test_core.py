@@ -70,6 +70,20 @@ def test_flags_come_from_fields_with_docs_types_and_choices():
         _parse(["data", "--sizes", "8,x"])
 
 
+def test_field_docs_of_top_level_nested_and_local_classes():
+    """Each field's help is the string after it, wherever the class is written: at the top of a
+    module, inside another class, or in a function (whose class the module's top does not hold)."""
+    class Holder:
+        @dataclass
+        class Local:
+            a: int = 1
+            """the a"""
+            b: str = "x"
+    assert config.field_docs(_Inner) == {"width": "inner width", "sizes": "layer sizes"}
+    assert config.field_docs(Holder.Local) == {"a": "the a"}
+    assert config.field_docs(_Cfg)["timeout_s"] == "seconds"
+
+
 def test_mutually_exclusive_group():
     with pytest.raises((argparse.ArgumentError, SystemExit)):
         _parse(["data", "--epochs", "2", "--steps", "3"])

@@ -244,3 +244,21 @@ def test_builtin_models_do_not_import_pyg():
             "assert rc == 0; assert 'torch_geometric' not in sys.modules, 'PyG imported'")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_the_command_checks_a_pyg_model_name_without_importing_pyg():
+    """``--model gat`` is checked by name where the command starts (its workers import PyG to
+    build the model); the names are the built-in models' own, and a wrong one is still refused."""
+    import subprocess
+    import sys
+
+    from graphdist.gnn.config import PYG_MODELS
+    from graphdist.gnn.pyg.models import BUILTIN
+    assert PYG_MODELS == tuple(BUILTIN)
+    code = ("import sys; from graphdist.gnn.config import GCNConfig\n"
+            "for m in ('gat', 'transformer'): GCNConfig(spec='sbm:', model=m).validate()\n"
+            "assert 'torch_geometric' not in sys.modules, 'PyG imported'\n"
+            "try:\n    GCNConfig(spec='sbm:', model='gatt').validate()\nexcept Exception as e:\n    print(e)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "--model 'gatt': choose gcn, sage, gat, gatv2" in r.stdout, r.stdout

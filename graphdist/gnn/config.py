@@ -14,6 +14,10 @@ from partitioners import METHODS
 BUILTIN_MODELS = ("gcn", "sage")
 """``--model`` values that run graphdist's own layers (:mod:`graphdist.gnn.models`); every
 other value is a PyG model (:mod:`graphdist.gnn.pyg.models`)."""
+PYG_MODELS = ("gat", "gatv2", "gin", "gcn2", "sage-max", "transformer")
+"""The names of the built-in PyG models (the keys of :data:`graphdist.gnn.pyg.models.BUILTIN`, held
+equal by a test): the command checks such a name without importing PyG (3-4 s of CPU), which only
+its workers need."""
 
 
 @dataclass
@@ -202,8 +206,10 @@ class GCNConfig(RunConfig):
                 hint = "; a MODULE:CLASS model may hold its own BatchNorm1d" if flag == "--batch-norm" else ""
                 raise ConfigError(f"{flag} applies to --model gcn|sage only (graphdist's own layers), not to "
                                   f"--model {self.model}{hint}")
+        if self.model in PYG_MODELS:
+            return
         from graphdist.gnn.pyg.models import model_class
-        model_class(self.model)
+        model_class(self.model)  # MODULE:CLASS: the user's module is imported (it imports PyG)
 
     def check_outputs(self) -> None:
         """Every output path is writable, before any work (one line naming the flag otherwise)."""

@@ -311,7 +311,7 @@ def test_checkout_env_puts_the_checkout_first(monkeypatch, tmp_path):
 
 def test_alternate_processes_runs_each_side_rounds_plus_warmup_times_and_counts_its_children(tmp_path):
     """Each side's interpreter runs ``warmup + rounds`` times; its CPU includes the children it
-    waits for (a grandchild that spins for a CPU-second shows up in the parent's figure)."""
+    waits for (a grandchild that spins for 0.3 s of CPU shows up in its parent's figure)."""
     log = tmp_path / "ran.txt"
     spin = ("import time\nt = time.process_time()\nwhile time.process_time() - t < 0.3: pass")
     sides = {"a": (["-c", f"open({str(log)!r}, 'a').write('a')"], dict(os.environ)),

@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -108,7 +109,6 @@ def alternate(sides: dict[str, Callable[[int], Any]], rounds: int, *, warmup: in
 
 def child_cpu_s(argv: list[str], env: dict, cwd) -> float:
     """Run ``python ARGV`` to its end; the CPU seconds (user + system) it and its children used."""
-    import resource
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     r = subprocess.run([sys.executable, *argv], env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:

@@ -149,6 +149,28 @@ def test_word_ids_are_kept_as_written(tmp_path, capsys):
             "item appear nowhere else: if it names the columns, comment it with #") in capsys.readouterr().err
 
 
+def test_a_log_too_small_for_a_test_split_says_so_instead_of_printing_nan(tmp_path, capsys):
+    """Two interactions per user: the default test share (0.2) rounds to none for every user, so
+    the ranking cannot be measured; train-rec says why and how to get a test split, and its summary
+    says the metrics were not measured (the report keeps nan). With test=0.5 each user has one."""
+    f = tmp_path / "r.tsv"
+    f.write_text("".join(f"u{u}\ti{(u + j) % 4}\t5\n" for u in range(5) for j in range(2)))
+    assert main(["train-rec", f"ratings:{f}", "--epochs", "2", "--no-progress", "--report",
+                 str(tmp_path / "r.json")]) == 0
+    out, err = capsys.readouterr()
+    assert ("warning: the data has no test interactions, so recall@20 and ndcg@20 are not measured (nan in the "
+            "report): a user's test share is round(test x its interactions), none below 3 at the default "
+            "test=0.2; give the spec a larger test= (or split=FILE naming test interactions)") in err, err
+    assert out.startswith("recall@20 and ndcg@20 not measured (no test interactions), final loss "), out
+    import json
+    import math
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["data"]["test"] == 0 and rep["eval_users"] == 0 and math.isnan(rep["recall@20"])
+    assert main(["train-rec", f"ratings:{f},test=0.5", "--epochs", "2", "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert "no test interactions" not in err + out and out.startswith("recall@20 "), out
+
+
 def test_cli_errors_are_one_line(tmp_path, capsys):
     f = tmp_path / "bad.txt"
     f.write_text("1 2 3\n1 2 x\n")

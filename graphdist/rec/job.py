@@ -44,9 +44,10 @@ def run(cfg: RecConfig) -> dict | None:
 def summary_line(rep: dict, k: int = 20) -> str:
     capped = f", {rep['steps']} steps (--steps)" if rep.get("steps_cap") is not None else ""
     sampled = f" on {rep['eval_users']} sampled users" if rep.get("eval_users_sampled") else ""
-    return (f"recall@{k} {rep[f'recall@{k}']:.4f}, ndcg@{k} {rep[f'ndcg@{k}']:.4f}{sampled} "
-            f"(popularity: recall@{k} {rep[f'popularity/recall@{k}']:.4f}), "
-            f"final loss {rep['losses'][-1] if rep['losses'] else float('nan'):.4f}{capped}, "
+    ranking = (f"recall@{k} {rep[f'recall@{k}']:.4f}, ndcg@{k} {rep[f'ndcg@{k}']:.4f}{sampled} "
+               f"(popularity: recall@{k} {rep[f'popularity/recall@{k}']:.4f})") if rep["eval_users"] else (
+        f"recall@{k} and ndcg@{k} not measured (no test interactions)")
+    return (f"{ranking}, final loss {rep['losses'][-1] if rep['losses'] else float('nan'):.4f}{capped}, "
             f"{rep['time/epoch_s'] * 1e3 if rep['time/epoch_s'] else float('nan'):.1f} ms/epoch, "
             f"halo {rep['comm/halo_bytes_per_epoch'] / 1e6:.2f} MB/epoch "
             f"({rep.get('comm/halo', 'plain')}, {rep.get('comm/halo_bits', 32)} bit), "

@@ -80,6 +80,7 @@ def fit(cfg: RecConfig, ratings, lg, pinfo: dict, ctx, callbacks=()) -> dict:
     cfg, run = _build(cfg, lg, rd, ctx.device)
     evaluator = RankingEval(rd, cfg.topk, ctx.device, eval_users=cfg.eval_users, seed=cfg.seed)
     need = check_rank_fits(lg, rd, cfg, int(evaluator.users.numel()))  # before any step: one line if not
+    _say_if_untested(rd, cfg.topk, ctx.rank)
     fingerprint = lg.fingerprint
     del lg  # the adjacency and the exchange hold what training needs of the part
     nb = rd.index.num_batches(cfg.batch_size)
@@ -240,6 +241,17 @@ class _RecTask(Task):
 
 
 @torch.no_grad()
+def _say_if_untested(rd, k: int, rank: int) -> None:
+    """One line (rank 0) before training when no rank holds a test interaction: recall and ndcg
+    cannot be measured then (nan in the report). A small log meets it first: each user's test
+    share is ``round(test x its interactions)``, none for a user with 2 at the default 0.2."""
+    if sum(comm.all_gather_json(int(rd.test.shape[0]))) == 0 and rank == 0:
+        get_logger().warning(f"warning: the data has no test interactions, so recall@{k} and ndcg@{k} are not "
+                             "measured (nan in the report): a user's test share is round(test x its "
+                             "interactions), none below 3 at the default test=0.2; give the spec a larger "
+                             "test= (or split=FILE naming test interactions)")
+
+
 def _evaluate(model, adj, halo, evaluator) -> dict:
     saved = halo.stats.bytes, halo.stats.rows  # evaluation traffic is not training traffic
     out = evaluator(model(adj, halo))

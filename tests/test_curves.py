@@ -49,6 +49,13 @@ def test_report_prints_and_plots_runs_side_by_side(tmp_path, capsys):
     assert out[:2] == ["a: 3 epochs, final loss 0.5000, best val_acc 0.6000",
                        "b: 2 epochs, final loss 0.6000, best recall@20 0.4000, best ndcg@20 0.2000"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # nan: not measured (an empty validation or test split), wherever it stands in the curve
+    c = tmp_path / "c.json"
+    c.write_text(json.dumps({"losses": [0.7, 0.6], "val_acc": [float("nan"), 0.5, 0.4],
+                             "eval": [{"epoch": 2, "recall@20": float("nan"), "ndcg@20": float("nan")}]}))
+    assert main(["report", str(c)]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "c: 2 epochs, final loss 0.6000, best val_acc 0.5000, recall@20 not measured, ndcg@20 not measured"]
     (tmp_path / "bad.json").write_text("{")
     assert main(["report", str(tmp_path / "bad.json")]) == 2
     assert main(["report", str(tmp_path / "none.json")]) == 2

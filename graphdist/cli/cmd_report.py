@@ -53,8 +53,17 @@ def metrics(rep: dict) -> dict[str, tuple[list[int], list[float]]]:
 
 
 def summary(name: str, rep: dict) -> str:
-    best = {k: max(v[1]) for k, v in metrics(rep).items() if v[1]}
-    shown = ", ".join(f"best {k} {v:.4f}" for k, v in best.items())
+    """One line per run: its length, final loss and the best value of each metric; a value that is
+    nan (no validation or test rows to measure it on) is left out, and a metric with no other value
+    says so (``max`` over a list holding nan depends on where the nan stands)."""
+    shown = []
+    for k, (_, vals) in metrics(rep).items():
+        real = [v for v in vals if v == v]
+        if real:
+            shown.append(f"best {k} {max(real):.4f}")
+        elif vals:
+            shown.append(f"{k} not measured")
+    shown = ", ".join(shown)
     return f"{name}: {len(rep['losses'])} {'steps' if 'auc' in rep else 'epochs'}, final loss {rep['losses'][-1]:.4f}" \
         + (f", {shown}" if shown else "")
 

@@ -223,6 +223,19 @@ def test_best_epoch_and_early_stopping_rule():
     val = [0.1, 0.5, 0.4, 0.5, 0.3]
     assert best_epoch(val) == 1  # first epoch with the highest validation accuracy
     assert not early_stop(val[:3], 2) and early_stop(val[:4], 2) and not early_stop(val, 0)
+    nan = float("nan")
+    assert best_epoch([nan, 0.2, nan, 0.2]) == 1
+    # no validation rows: the last epoch (the model the run ends with), and no early stop
+    assert best_epoch([nan] * 5) == 4 and best_epoch([]) == 0 and not early_stop([nan] * 5, 2)
+
+
+def test_a_split_without_validation_rows_reports_the_last_epochs_model(capsys):
+    """val=0: nothing to choose an epoch by, so the test accuracy is the final model's (it was the
+    first epoch's, as if epoch 1 were the best), and --patience does not stop the run."""
+    spec = "sbm:nodes=200,classes=2,avg_degree=4,features=8,train=0.5,val=0,seed=1"
+    assert main(["train-gcn", spec, "--epochs", "6", "--patience", "2", "--no-progress"]) == 0
+    line = capsys.readouterr().out.splitlines()[0]
+    assert "(no validation rows: the model of the last epoch, 6), final loss" in line, line
 
 
 def _halo_modes_job(rank, ws, graph, a):

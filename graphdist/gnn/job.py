@@ -39,7 +39,10 @@ def run(cfg: GCNConfig) -> dict | None:
 
 def summary_line(rep: dict) -> str:
     mb = rep["comm/halo_bytes_per_epoch"] / 1e6
-    return (f"test_acc {rep['test_acc']:.4f} (best val {rep['best_val_acc']:.4f} at epoch {rep['best_epoch']}), "
+    val = rep["best_val_acc"]
+    chosen = (f"best val {val:.4f} at epoch {rep['best_epoch']}" if val == val else
+              f"no validation rows: the model of the last epoch, {rep['best_epoch']}")
+    return (f"test_acc {rep['test_acc']:.4f} ({chosen}), "
             f"final loss {rep['losses'][-1]:.4f}, {rep['time/epoch_s'] * 1e3:.1f} ms/epoch, "
             f"halo {rep['comm/halo_rows_per_epoch']:,} rows = {mb:.2f} MB/epoch "
             f"({rep.get('comm/halo', 'plain')}, {_bits(rep)}), "

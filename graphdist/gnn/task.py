@@ -149,9 +149,12 @@ def _label_split(cfg, train, y, ids, epoch: int, n_train: float):
 
 
 def best_epoch(val: list[float]) -> int:
-    best, bv = 0, -1.0
+    """The first epoch (from 0) with the highest validation accuracy; where none was measured (no
+    validation rows: every value nan), the last epoch, whose model the run ends with: never the
+    first, and early stopping never fires."""
+    best, bv = max(len(val) - 1, 0), -1.0
     for i, v in enumerate(val):
-        if v == v and v > bv:  # first epoch with the highest validation accuracy
+        if v == v and v > bv:
             best, bv = i, v
     return best
 

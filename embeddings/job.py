@@ -127,9 +127,11 @@ def run(cfg: DLRMTrainConfig) -> dict | None:
 
 
 def summary_line(report: dict) -> str:
+    from embeddings.metrics import metrics_text
     from graphdist.fmt import fmt_bytes
-    return (f"auc {report['auc']:.4f}  logloss {report['logloss']:.4f}  ne {report['ne']:.4f}  "
-            f"throughput {report['throughput/samples_per_s']:.0f} samples/s  steps {report['steps']}  "
+    return (metrics_text(report["auc"], report["logloss"], report["ne"], report["eval_samples"],
+                         report["eval_click_rate"])
+            + f"  throughput {report['throughput/samples_per_s']:.0f} samples/s  steps {report['steps']}  "
             f"world_size {report['world_size']}"
             + (f" ({report['sparse_groups']} replicas x {report['world_size'] // report['sparse_groups']})"
                if report.get("sparse_groups", 1) > 1 else "")

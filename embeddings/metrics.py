@@ -67,6 +67,17 @@ def normalized_entropy(labels, probs) -> float:
     return float(ce / (-pos * torch.log2(mean) - neg * torch.log2(1.0 - mean)))
 
 
+def metrics_text(auc_: float, logloss_: float, ne_: float, rows: int, click_rate: float, digits: int = 4) -> str:
+    """``auc A  logloss L  ne N`` for a summary line; where the ``rows`` evaluated are all of one
+    class (a small or filtered log), AUC and NE are undefined (AUC nan, NE a division by the
+    near-zero entropy of a click rate of 0 or 1) and the line says so instead of printing them."""
+    if rows and click_rate not in (0.0, 1.0):
+        return f"auc {auc_:.{digits}f}  logloss {logloss_:.{digits}f}  ne {ne_:.{digits}f}"
+    what = "no rows" if not rows else f"{rows:,} rows, all {'clicks' if click_rate == 1.0 else 'non-clicks'}"
+    return (f"auc -  logloss {logloss_:.{digits}f}  ne -  (evaluated on {what}: AUC and NE need both "
+            "clicks and non-clicks)")
+
+
 def click_metrics(labels, logits) -> dict:
     probs = torch.sigmoid(_t(logits))
     n = int(np.asarray(labels).size)

@@ -185,7 +185,8 @@ def run(cfg: ScoreConfig) -> dict:
               "time/forward_s": kept["forward_s"], "time/total_s": time.perf_counter() - t_all,
               "out": str(cfg.out), "model": str(cfg.model_dir), "quantize": spec.get("quantize", "none")}
     if cfg.summary:
-        print(f"score: {n:,} lines  auc {m['auc']:.6f}  logloss {m['logloss']:.6f}  ne {m['ne']:.6f}  "
+        from embeddings.metrics import metrics_text
+        print(f"score: {n:,} lines  {metrics_text(m['auc'], m['logloss'], m['ne'], n, m['eval_click_rate'], 6)}  "
               f"{report['throughput/samples_per_s']:.0f} samples/s -> {cfg.out}", flush=True)
     if cfg.json:
         from graphdist.fileio import atomic_write_json

@@ -165,6 +165,26 @@ def test_auc_is_torchmetrics_auroc_on_scores_with_ties():
     assert math.isnan(auc([1, 1], [0.1, 0.2])) and math.isnan(auc([], []))
 
 
+def test_a_one_class_evaluation_says_auc_and_ne_are_undefined():
+    """A log whose evaluated rows are all non-clicks (or all clicks) has no AUC (nan) and an NE
+    divided by a near-zero base entropy (millions): the training summary and score's line say why
+    instead of printing them; both classes present: the figures as before."""
+    from embeddings.job import summary_line
+    from embeddings.metrics import click_metrics, metrics_text
+    m = click_metrics(np.zeros(600, np.float32), np.linspace(-3, 1, 600, dtype=np.float32))
+    assert math.isnan(m["auc"]) and m["ne"] > 1e6 and m["eval_click_rate"] == 0.0
+    assert metrics_text(m["auc"], m["logloss"], m["ne"], 600, m["eval_click_rate"]) == (
+        f"auc -  logloss {m['logloss']:.4f}  ne -  (evaluated on 600 rows, all non-clicks: AUC and NE need "
+        "both clicks and non-clicks)")
+    assert "600 rows, all clicks:" in metrics_text(float("nan"), 9.0, 1e9, 600, 1.0)
+    assert metrics_text(0.75, 0.5, 0.9, 600, 0.25, 6) == "auc 0.750000  logloss 0.500000  ne 0.900000"
+    rep = {"auc": m["auc"], "logloss": m["logloss"], "ne": m["ne"], "eval_samples": 600, "eval_click_rate": 0.0,
+           "throughput/samples_per_s": 1000.0, "steps": 5, "world_size": 1, "mem/peak_bytes": 2**29, "bad_lines": 0}
+    assert summary_line(rep).startswith("auc -  logloss ") and "nan" not in summary_line(rep)
+    assert summary_line({**rep, "auc": 0.7, "ne": 0.95, "eval_click_rate": 0.2}).startswith(
+        f"auc 0.7000  logloss {m['logloss']:.4f}  ne 0.9500  throughput 1000 samples/s")
+
+
 def test_normalized_entropy_is_torchrecs_ne():
     """The same float64 operations as torchrec's ``compute_cross_entropy`` / ``compute_ne`` (unit
     weights), so the same bits, clamped probabilities and one-class sets included."""

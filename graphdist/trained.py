@@ -94,11 +94,13 @@ class Trained:
         raise ConfigError(f"--checkpoint-dir {self.root}: a checkpoint of {what}, but {command} needs one of "
                           f"{TRAINERS[name][1]}")
 
-    def check_fingerprint(self, fingerprint: str, what: str) -> None:
-        """Refuse, naming both, a graph other than the one the checkpoint was trained on."""
+    def check_fingerprint(self, fingerprint: str, what: str, elsewhere: str = "") -> None:
+        """Refuse, naming both, a graph other than the one the checkpoint was trained on;
+        ``elsewhere``: what the user can do for another graph, appended to the line."""
         if self.fingerprint != fingerprint:
             raise ArtifactError(f"--checkpoint-dir {self.root} was trained on a graph with fingerprint "
-                                f"{self.fingerprint}, but {what} has fingerprint {fingerprint} (another graph)")
+                                f"{self.fingerprint}, but {what} has fingerprint {fingerprint} (another graph)"
+                                + (f"; {elsewhere}" if elsewhere else ""))
 
     def layout(self) -> dict:
         """``{key: shape}`` of every tensor the snapshot holds (DCP's flattened keys)."""

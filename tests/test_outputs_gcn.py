@@ -246,7 +246,8 @@ def test_refusals_name_both_sides(tmp_path_factory, tmp_path):
     codes = run_cli([["infer", other, "--checkpoint-dir", ck, "--out", str(tmp_path / "a")],
                      ["infer", classes, "--checkpoint-dir", ck, "--out", str(tmp_path / "b")]], world_size=1)
     assert codes[0][0] == 2 and "was trained on a graph with fingerprint" in _one_line(codes[0][1])
-    assert "another graph" in codes[0][1]
+    assert (f"(another graph); for another graph with 6 features, graphdist export --checkpoint-dir {ck} --out DIR "
+            "writes the model as one-process PyG code that predicts on any such graph") in _one_line(codes[0][1])
     assert codes[1][0] == 2
     assert "holds model.conv2.lin_l.weight [3, 16], but 4 classes and 6 features give [4, 16]" in _one_line(codes[1][1])
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -169,7 +169,9 @@ def infer(cfg: InferConfig) -> dict:
         lg, ids = _reordered(lg, ids, gcfg, cfg.checkpoint_dir)
         net = _net(gcfg, lg, n_classes, ctx.device)
         _check_shapes(tr, net.model, n_classes, int(lg.x.shape[1]))
-        tr.check_fingerprint(lg.fingerprint, where)
+        tr.check_fingerprint(lg.fingerprint, where, f"for another graph with {int(lg.x.shape[1])} features, "
+                             f"graphdist export --checkpoint-dir {cfg.checkpoint_dir} --out DIR writes the model "
+                             "as one-process PyG code that predicts on any such graph")
         tr.load({"model": net.model.state_dict()})
         labels = _known_labels(gcfg, lg, ctx.device)
         del lg  # the adjacency and the exchanger hold what the forward pass needs (as in training)

@@ -135,7 +135,26 @@ def resolve_path(p: str, *, what: str, hint: str = "") -> Path:
                 return home / p
     tail = f"; {hint}" if hint else ""
     homes = ", ".join(map(str, data_homes()))
+    near = _one_folder_down(p)
+    if near:  # (then how to get the data is beside the point)
+        tail = f"; it is at {near} in the data home: write {near}"
     raise MissingFileError(f"{what} {p!r} not found (also looked in the data home {homes}){tail}")
+
+
+def _one_folder_down(p: str) -> str | None:
+    """``FOLDER/p`` where a data home has ``p`` one folder down (``Cora`` for ``planetoid/Cora``,
+    a SNAP file in ``snap/``): the path a user who left out the folder meant."""
+    if Path(p).is_absolute():
+        return None
+    for home in data_homes():
+        try:
+            folders = sorted(d for d in home.iterdir() if d.is_dir())
+        except OSError:
+            continue
+        for d in folders:
+            if (d / p).exists():
+                return f"{d.name}/{p}"
+    return None
 
 
 def _convert(spec: str, key: str, value: str, default):

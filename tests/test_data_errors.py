@@ -164,6 +164,25 @@ def test_a_folder_lacking_a_file_reads_the_complete_copy_in_another_data_home(tm
                    f"in {full / 'planetoid' / 'Cora'}"], err
 
 
+def test_a_path_left_without_its_folder_names_the_one_found_in_the_data_home(tmp_path, monkeypatch):
+    """`edgelist:g.txt` where the data home has snap/g.txt (the README writes planetoid:planetoid/Cora;
+    a user writes planetoid:Cora): the line names the path to write instead of how to get the data."""
+    import graphdist.specs
+    home = tmp_path / "home"
+    (home / "snap").mkdir(parents=True)
+    (home / "snap" / "g.txt").write_text("0 1\n")
+    monkeypatch.setattr(graphdist.specs, "data_homes", lambda: [home])
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(MissingFileError) as e:
+        load_graph("edgelist:g.txt")
+    assert str(e.value) == (f"edge list 'g.txt' not found (also looked in the data home {home}); it is at "
+                            "snap/g.txt in the data home: write snap/g.txt")
+    assert load_graph("edgelist:snap/g.txt").num_nodes == 2
+    with pytest.raises(MissingFileError) as e:
+        load_graph("planetoid:Cora")
+    assert "kimiyoung" in str(e.value) and "write" not in str(e.value)  # nowhere: how to get it
+
+
 def test_a_planetoid_file_naming_anything_but_arrays_is_refused_before_it_runs(tmp_path, cora_dir):
     """A Planetoid file is a pickle; graphdist's reader builds only what Cora, CiteSeer and PubMed
     hold: a file that would run a command says so in one line naming it, and nothing runs."""

@@ -139,3 +139,13 @@ def test_lightgcn_files_ids(tmp_path):
     per = got.groupby("user_id").size().to_dict()
     assert per == {0: 3, 1: 4, 2: 6, 3: 3, 4: 4}  # all 6 items less each user's training items
     assert not set(got[got.user_id == 0].item_id) & {0, 1, 2}
+
+
+def test_the_summary_says_when_users_have_fewer_than_k_items_left():
+    """Top 10 of 4 items for users who have seen 2: 2 rows each, and the line says why not 10."""
+    from graphdist.rec.recommend import summary_line
+    rep = {"top_k": 10, "users": 5, "out": "t10", "rows": 10, "time/rank_s": 0.01, "mem/peak_bytes": 2**28,
+           "world_size": 1}
+    assert summary_line(rep).startswith(
+        "recommend: top 10 for 5 users -> t10 (10 rows, fewer than 10 for users with fewer unseen items); ")
+    assert summary_line({**rep, "rows": 50}).startswith("recommend: top 10 for 5 users -> t10 (50 rows); ")

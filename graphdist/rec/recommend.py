@@ -348,6 +348,8 @@ def _write(cfg, tr, tp, uid, scores, valid, item_ids) -> dict:
 
 
 def summary_line(rep: dict) -> str:
-    return (f"recommend: top {rep['top_k']} for {rep['users']:,} users -> {rep['out']} ({rep['rows']:,} rows); "
+    short = rep["rows"] < rep["top_k"] * rep["users"]  # a user with fewer than K items left to recommend
+    rows = f"{rep['rows']:,} rows" + (f", fewer than {rep['top_k']} for users with fewer unseen items" if short else "")
+    return (f"recommend: top {rep['top_k']} for {rep['users']:,} users -> {rep['out']} ({rows}); "
             f"ranking {rep['time/rank_s']:.2f} s, peak mem {rep['mem/peak_bytes'] / 2**20:.0f} MiB/rank, "
             f"world size {rep['world_size']}")

@@ -238,3 +238,23 @@ def test_signal_stops_with_one_line_and_resumes(tmp_path):
                              "--report", str(rep)]], 2)
     assert rc == 0, text[-3000:]
     assert len(json.loads(rep.read_text())["losses"]) == done + 2
+
+
+def test_evaluation_runs_without_autograd_and_leaves_the_traffic_count_alone():
+    """The ranking pass builds no autograd graph (its activations would be kept for a backward
+    that never comes) and its halo traffic is not counted as training traffic."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from graphdist.rec.trainer import _evaluate
+    seen = []
+
+    def model(adj, halo):
+        seen.append(torch.is_grad_enabled())
+        halo.stats.bytes += 100
+        return "final rows"
+
+    halo = SimpleNamespace(stats=SimpleNamespace(bytes=7, rows=3))
+    assert _evaluate(model, None, halo, lambda out: {"got": out}) == {"got": "final rows"}
+    assert seen == [False] and (halo.stats.bytes, halo.stats.rows) == (7, 3)

@@ -240,7 +240,6 @@ class _RecTask(Task):
             self.history[k] = []
 
 
-@torch.no_grad()
 def _say_if_untested(rd, k: int, rank: int) -> None:
     """One line (rank 0) before training when no rank holds a test interaction: recall and ndcg
     cannot be measured then (nan in the report). A small log meets it first: each user's test
@@ -252,6 +251,7 @@ def _say_if_untested(rd, k: int, rank: int) -> None:
                              "test= (or split=FILE naming test interactions)")
 
 
+@torch.no_grad()
 def _evaluate(model, adj, halo, evaluator) -> dict:
     saved = halo.stats.bytes, halo.stats.rows  # evaluation traffic is not training traffic
     out = evaluator(model(adj, halo))

@@ -237,6 +237,18 @@ def _resume(ckpt: Checkpointer | None, lc: LoopConfig, task: Task) -> tuple[int,
     return int(meta["step"]), None
 
 
+def _say_if_replacing(ckpt: Checkpointer, lc: LoopConfig) -> None:
+    """A fresh run (no ``--resume``) in a ``--checkpoint-dir`` that holds an earlier run's
+    checkpoint replaces it as it saves (a forgotten ``--resume`` after a crash): one line first,
+    while nothing of it is gone yet."""
+    snap = ckpt.latest()
+    if snap is not None:
+        first = min(lc.checkpoint_every or lc.total, lc.total)
+        get_logger().warning(f"warning: {lc.checkpoint_dir} holds an earlier run's checkpoint ({snap.name}); this run "
+                             f"starts afresh and its first checkpoint (after {lc.unit} {first}) replaces it: to "
+                             "continue that run instead, stop now and add --resume")
+
+
 def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], bool], ...] = ()) -> LoopResult:
     """Run ``task`` up to ``lc.total`` units (see the module docstring). ``callbacks``:
     ``cb(unit, history) -> bool`` on every rank after each unit; True stops there (checkpointed
@@ -247,6 +259,8 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
         where = f"from the latest checkpoint in {lc.checkpoint_dir}" if lc.resume else "from the start (no checkpoint)"
         get_logger().warning(f"restart {group_restarts()} of the worker group ({failures.restart_cause()}); "
                              f"continuing {where}")
+    if not lc.resume and ckpt is not None and group_restarts() == 0 and comm.world()[0] == 0:
+        _say_if_replacing(ckpt, lc)
     start, was = _resume(ckpt, lc, task) if lc.resume else (0, None)
     meta_base = {**lc.identity, **lc.recorded, "settings": run_settings(lc.settings, lc.free) if lc.settings is not None else None}
 

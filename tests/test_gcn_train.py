@@ -88,6 +88,22 @@ def test_resume_reproduces_unbroken_run(tmp_path):
     assert (tmp_path / "cut" / "latest").read_text().strip() == "step_00000010"
 
 
+def test_a_fresh_run_in_a_used_checkpoint_dir_says_it_will_replace_it(tmp_path, capsys):
+    """A forgotten --resume after a crash: the run starts afresh, and first says that its first
+    checkpoint replaces the earlier run's (naming it), while that checkpoint is still there;
+    with --resume (or in an empty folder) nothing is said."""
+    ck = str(tmp_path / "ck")
+    args = ["train-gcn", SPEC, "--epochs", "3", "--checkpoint-dir", ck, "--checkpoint-every", "2", "--no-progress"]
+    assert main(args) == 0
+    assert "earlier run" not in capsys.readouterr().err
+    assert main(args) == 0
+    assert (f"warning: {ck} holds an earlier run's checkpoint (step_00000003); this run starts afresh and its first "
+            "checkpoint (after epoch 2) replaces it: to continue that run instead, stop now and add --resume"
+            ) in capsys.readouterr().err
+    assert main(args[:3] + ["5"] + args[4:] + ["--resume"]) == 0
+    assert "earlier run" not in capsys.readouterr().err
+
+
 def test_world_size_must_equal_parts(capsys):
     assert main(["train-gcn", SPEC, "--parts", "2", "--nproc", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

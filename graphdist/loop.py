@@ -241,7 +241,10 @@ def _say_if_replacing(ckpt: Checkpointer, lc: LoopConfig) -> None:
     """A fresh run (no ``--resume``) in a ``--checkpoint-dir`` that holds an earlier run's
     checkpoint replaces it as it saves (a forgotten ``--resume`` after a crash): one line first,
     while nothing of it is gone yet."""
-    snap = ckpt.latest()
+    try:
+        snap = ckpt.latest()
+    except ArtifactError:  # `latest` names no complete snapshot: nothing to continue, nothing to say
+        return
     if snap is not None:
         first = min(lc.checkpoint_every or lc.total, lc.total)
         get_logger().warning(f"warning: {lc.checkpoint_dir} holds an earlier run's checkpoint ({snap.name}); this run "

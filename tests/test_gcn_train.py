@@ -102,6 +102,9 @@ def test_a_fresh_run_in_a_used_checkpoint_dir_says_it_will_replace_it(tmp_path, 
             ) in capsys.readouterr().err
     assert main(args[:3] + ["5"] + args[4:] + ["--resume"]) == 0
     assert "earlier run" not in capsys.readouterr().err
+    (tmp_path / "ck" / "latest").write_text("step_00000099\n")  # names nothing: a fresh run still starts
+    assert main(args) == 0
+    assert "earlier run" not in capsys.readouterr().err
 
 
 def test_world_size_must_equal_parts(capsys):

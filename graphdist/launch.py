@@ -135,6 +135,8 @@ def launch(nproc: int, fn, cfg, *, nodes: Nodes | None = None, monitor_interval:
     from torch.distributed.elastic.rendezvous.api import RendezvousError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
+    from graphdist.memory import check_workers_start
+    check_workers_start(nproc)
     nodes = nodes or Nodes()
     net, rdzv_configs = None, {}
     if nodes.max_nodes == 1:

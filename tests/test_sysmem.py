@@ -115,3 +115,20 @@ def test_train_rec_stops_with_one_line_when_a_rank_exceeds_its_process_limit(tmp
     # the same limit holds the default batch
     ok = subprocess.run(args, capture_output=True, text=True, env=env, timeout=300, preexec_fn=limit, cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr[-2000:]
+
+
+def test_more_local_workers_than_the_host_can_start_are_refused_before_any_starts(monkeypatch, capsys, tmp_path):
+    """--parts 400 without --nproc asks for 400 local workers; each holds PROCESS_BYTES before any
+    data, so a host without 400 times that available refuses in one line with the numbers, before
+    the launcher starts anything (it used to start them all and run out of memory)."""
+    import partitioners.sysmem
+    from graphdist.cli import main
+    from graphdist.memory import PROCESS_BYTES
+    monkeypatch.setattr(partitioners.sysmem, "mem_available", lambda: 3 * PROCESS_BYTES)
+    report = tmp_path / "r.json"
+    assert main(["train-gcn", "sbm:nodes=300", "--parts", "4", "--epochs", "1", "--report", str(report)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["graphdist: error: 4 local workers need 1.3 GiB before any data (4 x 340.0 MiB: Python, torch and "
+                   "graphdist in each), but this host has 1020.0 MiB available: start fewer per node (--nproc, or "
+                   "--parts without it), or spread them over nodes (--nnodes)"], err
+    assert not report.exists()

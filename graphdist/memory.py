@@ -3,8 +3,8 @@
 this machine and under its own limits; the machine's memory; glibc's mmap threshold
 (``--malloc-mmap-mb``). Read by the three checks before a run: ``graphdist partition``
 (:mod:`graphdist.partition.budget`), ``train-gcn`` and ``graphdist plan``
-(:mod:`graphdist.gnn.plan`) and ``train-rec`` (:mod:`graphdist.rec.memory`), and by the reports'
-``mem/`` keys.
+(:mod:`graphdist.gnn.plan`) and ``train-rec`` (:mod:`graphdist.rec.memory`), by the launcher
+before it starts local workers (:func:`check_workers_start`), and by the reports' ``mem/`` keys.
 """
 from __future__ import annotations
 

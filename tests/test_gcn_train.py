@@ -364,3 +364,24 @@ def test_parts_that_contradict_the_artifact_are_refused(tmp_path, capsys):
     assert main(["train-gcn", "--partition", str(d), "--parts", "3"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--parts 3 does not match the artifact" in err[0], err
+
+
+def _more_parts_than_nodes_job(rank, ws):
+    from graphdist.errors import ConfigError
+    from graphdist.gnn.trainer import GCNConfig
+    from graphdist.partition import setup
+    from graphdist.procgroup import init_distributed
+    init_distributed("cpu")
+    try:
+        setup.load_local(GCNConfig(spec="sbm:nodes=2,classes=2,avg_degree=1,features=2", parts=ws), rank, ws)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
+def test_more_parts_than_nodes_is_refused_by_every_rank_alike():
+    """k = 3 ranks partitioning a 2-node graph in process: every rank refuses with the one line a
+    process gives (`graphdist partition` too), so rank 0 prints it once; the check was rank 0's
+    partitioner alone, whose peers then failed waiting for its assignment ("collective failed")."""
+    said = run_ranks(_more_parts_than_nodes_job, 3, timeout=120)
+    assert said == ["--parts 3 must be between 1 and the number of nodes N=2"] * 3, said

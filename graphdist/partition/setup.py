@@ -42,6 +42,8 @@ def load_local(cfg, rank: int, world_size: int, graph=None) -> tuple[LocalGraph,
         from graphdist.data import load_graph
         graph = load_graph(cfg.spec)
     comm.check_same(graph.fingerprint, f"graph fingerprint of {cfg.spec}")
+    from graphdist.partition.assignment import check_parts
+    check_parts(k, graph.num_nodes)  # on every rank, so all say it alike (not rank 0 alone, its peers left waiting)
     # rank 0 partitions and sends the assignment: every rank trains on one layout even where the
     # partitioner is not deterministic (several threads)
     a = (partition_in_process(graph, k, cfg.method, cfg.seed) if rank == 0

@@ -125,6 +125,14 @@ def test_users_file_and_refusals(rec_run, tmp_path, capsys):
                    "one of train-gcn (GCN / GraphSAGE / PyG model)"]
     assert main(["export", "--checkpoint-dir", ck, "--out", str(tmp_path / "e")]) == 2
     assert "give its SPEC or --partition DIR" in capsys.readouterr().err
+    # the same log split otherwise is another training graph: the line says which options choose it
+    other = spec.replace("test=0.25", "test=0.5")
+    assert main(["recommend", other, "--checkpoint-dir", ck, "--top-k", "3", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"but {other} has fingerprint " in err[0] and err[0].endswith(
+        " (another graph); give the data the training had, its options included: a rating log's test=, split=, "
+        "seed= and min_rating= choose the training interactions"), err
+    assert not (tmp_path / "o").exists()
 
 
 def test_lightgcn_files_ids(tmp_path):

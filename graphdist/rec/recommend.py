@@ -187,7 +187,8 @@ def load_part(cfg, tr, ctx, where: str) -> LoadedPart:
     rcfg = rec_config(tr.settings, spec=cfg.spec, partition=cfg.partition, parts=cfg.parts, method=cfg.method,
                       seed=cfg.seed, device=cfg.device)
     source, lg, _ = load_local(rcfg, ctx.rank, ctx.world_size)
-    tr.check_fingerprint(lg.fingerprint, where)
+    tr.check_fingerprint(lg.fingerprint, where, "give the data the training had, its options included: a rating "
+                         "log's test=, split=, seed= and min_rating= choose the training interactions")
     rd = rank_data(source, lg) if isinstance(source, Ratings) else source.rank_data(lg)
     owned = np.sort(rd.owned.numpy())
     U = rd.num_users

@@ -56,14 +56,14 @@ def summary(name: str, rep: dict) -> str:
     """One line per run: its length, final loss and the best value of each metric; a value that is
     nan (no validation or test rows to measure it on) is left out, and a metric with no other value
     says so (``max`` over a list holding nan depends on where the nan stands)."""
-    shown = []
+    parts = []
     for k, (_, vals) in metrics(rep).items():
         real = [v for v in vals if v == v]
         if real:
-            shown.append(f"best {k} {max(real):.4f}")
+            parts.append(f"best {k} {max(real):.4f}")
         elif vals:
-            shown.append(f"{k} not measured")
-    shown = ", ".join(shown)
+            parts.append(f"{k} not measured")
+    shown = ", ".join(parts)
     return f"{name}: {len(rep['losses'])} {'steps' if 'auc' in rep else 'epochs'}, final loss {rep['losses'][-1]:.4f}" \
         + (f", {shown}" if shown else "")
 

@@ -6,7 +6,8 @@ One line = 40 tab-separated fields, no header::
     0/1      integers, may be negative,   8-hex-digit strings, e.g. 68fd1e64
              empty = missing (0)          empty = missing (0)
 
-PATH is a file or a directory of ``day_*`` files (read in name order). The first read parses the
+PATH is a file or a directory of ``day_*`` files (read in day order: ``day_2`` before ``day_10``),
+each plain text or gzip / bzip2 / xz compressed (:func:`open_text`). The first read parses the
 text ``CHUNK_LINES`` lines at a time (never the whole file as Python objects) into a cache
 directory in graphdist's cache home (``$XDG_CACHE_HOME/graphdist/criteo/<name>-<digest>``, or
 ``--cache-dir DIR``: ``DIR/<name>.graphdist-cache``), never beside the data::
@@ -32,32 +33,103 @@ files in order): r itself unless lines were skipped.
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
+import lzma
 import os
 import shutil
+import zlib
 
 import numpy as np
 
 from embeddings.data import NUM_DENSE, NUM_SPARSE, ClickData
 from graphdist.errors import DataFormatError, MissingFileError
+from graphdist.progress import progress
 
 CHUNK_LINES = 200_000
+SHOW_BYTES = 64 << 20
+"""Source files larger than this (in all, on disk) show the cache build's progress on rank 0 (a
+bar on a terminal, a line each tenth in a log): the 45M-line Kaggle file parses for minutes."""
 FORMAT_VERSION = 1
 NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE
 
 
+_PACKED = (".gz", ".bz2", ".xz")
+"""Compressed day files read as they are (gzip, bzip2, xz: the Terabyte release ships ``day_N.gz``)."""
+
+
+def _day_key(name: str):
+    """Day order: ``day_2`` before ``day_10`` (name order would hold out day_9, not day_23, as the
+    last lines); names without a day number after those, in name order."""
+    stem = name.split(".", 1)[0]
+    num = stem[len("day_"):]
+    return (0, int(num), name) if num.isdigit() else (1, 0, name)
+
+
 def source_files(path: str) -> list[str]:
+    """The text files of ``criteo:PATH``: the file, or a directory's ``day_*`` files (plain or
+    compressed, not torchrec's ``.npy``) in day order."""
     if os.path.isdir(path):
         files = sorted(glob.glob(os.path.join(path, "day_*")))
-        files = [f for f in files if not f.endswith((".npy", ".gz")) and os.path.isfile(f)]
+        files = [f for f in files if not f.endswith(".npy") and os.path.isfile(f)]
         if not files:
             raise MissingFileError(f"{path}: directory has no day_* files")
-        return files
+        days: dict[str, str] = {}
+        for f in files:
+            name = os.path.basename(f)
+            stem = name[:-len(name.rsplit(".", 1)[1]) - 1] if name.endswith(_PACKED) else name
+            if stem in days:
+                raise DataFormatError(path, f"holds {os.path.basename(days[stem])} and {name}, the same day twice "
+                                            "(a decompression left half done?): keep one of them")
+            days[stem] = f
+        return sorted(files, key=lambda f: _day_key(os.path.basename(f)))
     if not os.path.exists(path):
         raise MissingFileError(f"{path}: no such Criteo file (download the Kaggle/Terabyte TSV; "
                                "see datasets/criteo_kaggle/README.md)")
     return [path]
+
+
+@contextlib.contextmanager
+def open_text(path: str):
+    """``(text, raw)``: ``path`` as a binary stream of its text lines, decompressed when it is gzip,
+    bzip2 or xz (by its first bytes, whatever its name), and the file under it (``raw.tell()``:
+    how far into the file on disk). An archive or another compression is refused in one line
+    that says what to do."""
+    name = os.path.basename(path)
+    with open(path, "rb") as raw:
+        head = raw.peek(6)[:6]
+        if head[:2] == b"\x1f\x8b":
+            import gzip
+            fh = gzip.GzipFile(fileobj=raw, mode="rb")
+        elif head[:3] == b"BZh":
+            import bz2
+            fh = bz2.BZ2File(raw)
+        elif head == b"\xfd7zXZ\x00":
+            import lzma
+            fh = lzma.LZMAFile(raw)
+        elif head[:4] == b"PK\x03\x04":
+            raise DataFormatError(path, f"is a zip archive, not a Criteo TSV: extract it (unzip {name}) and give "
+                                        "the file inside")
+        elif head[:4] == b"\x28\xb5\x2f\xfd":
+            raise DataFormatError(path, f"is zstd-compressed: decompress it (zstd -d {name}), or give it gzip-, "
+                                        "bz2- or xz-compressed")
+        else:
+            fh = raw
+        with fh:
+            try:
+                first = fh.peek(512)[:512]
+            except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
+                raise _damaged(path, e) from None
+            if len(first) >= 262 and first[257:262] == b"ustar":
+                raise DataFormatError(path, f"is a tar archive, not a Criteo TSV: extract it (tar -xf {name}) and "
+                                            "give the TSV file inside (the Kaggle archive's is train.txt)")
+            yield fh, raw
+
+
+def _damaged(path: str, e: Exception) -> DataFormatError:
+    return DataFormatError(path, f"cannot be decompressed to its end ({e}): a download cut short? "
+                                 "(gzip -t, bzip2 -t or xz -t checks it)")
 
 
 def _signature(files: list[str]) -> list:
@@ -78,18 +150,31 @@ def cache_path(path: str, cache_dir: str | None) -> str:
     return str(cache_home() / "criteo" / f"{name}-{digest}")
 
 
-def _count_lines(files: list[str]) -> int:
+def _count_lines(files: list[str], show: bool) -> int:
+    """Lines over the files (the first read of each to its end: a compressed file cut short or
+    damaged is refused here, naming it, before anything is parsed); progress in MB of the files
+    on disk when ``show``."""
     n = 0
+    size = sum(os.path.getsize(f) for f in files)
+    bar = progress(-(-size >> 20), desc="criteo cache: counting lines", unit="MB", enabled=show)
+    done = 0
     for f in files:
-        with open(f, "rb") as fh:
+        with open_text(f) as (fh, raw):
             last = b"\n"
-            while True:
-                block = fh.read(1 << 24)
-                if not block:
-                    break
-                n += block.count(b"\n")
-                last = block[-1:]
+            try:
+                while True:
+                    block = fh.read(1 << 24)
+                    if not block:
+                        break
+                    n += block.count(b"\n")
+                    last = block[-1:]
+                    bar.update(((done + raw.tell()) >> 20) - bar.n)
+            except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
+                raise _damaged(f, e) from None
             n += last != b"\n"  # final line without newline
+        done += os.path.getsize(f)
+        bar.update(-(-done >> 20) - bar.n)
+    bar.close()
     return n
 
 
@@ -191,7 +276,9 @@ def parse_lines_fast(lines: list[bytes]):
 def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
     """Parse the TSV file(s) chunk by chunk into ``out`` (written to a temp dir, then renamed)."""
     files = source_files(path)
-    total = _count_lines(files)
+    show = sum(os.path.getsize(f) for f in files) > SHOW_BYTES and os.environ.get("RANK", "0") == "0"
+    total = _count_lines(files, show)
+    bar = progress(total, desc="criteo cache", unit="lines", enabled=show)
     tmp = f"{out}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
@@ -202,7 +289,7 @@ def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
         rows = bad = seen = 0
         skipped: list[int] = []
         for fpath in files:
-            with open(fpath, "rb") as fh:
+            with open_text(fpath) as (fh, _):
                 line_no = 1
                 while True:
                     lines = fh.readlines(CHUNK_LINES * 200)  # ~ CHUNK_LINES lines of ~200 bytes
@@ -222,6 +309,8 @@ def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
                     y[rows:rows + len(cy)] = cy
                     rows += len(cy)
                     bad += b
+                    bar.update(len(lines))
+        bar.close()
         for a in (d, s, y):
             a.flush()
         del d, s, y

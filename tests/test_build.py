@@ -46,6 +46,9 @@ def graph_dir(tmp_path_factory):
     np.save(d / "y.npy", rng.integers(0, 3, n))
     for k in (2, 3, 4):
         np.save(d / f"a{k}.npy", rng.integers(0, k, n))
+    ids = load_graph(f"edgelist:{path}").node_ids  # labels keyed by the file's ids, in reverse, a tenth left out
+    (d / "y.csv").write_text("node\tlabel\n" + "".join(f"{i}\t{c}\n" for i, c in zip(list(ids)[::-1], rng.integers(0, 3, n))
+                                                       if c or i % 10))
     return d
 
 
@@ -55,6 +58,7 @@ VARIANTS = [  # (name, spec options)
     ("one-feature-loops", "features={d}/x1.npy,self_loops=true"),
     ("bare", ""),
     ("split", "features={d}/x.npy,labels={d}/y.npy,train=0.3,val=0.2,seed=4"),
+    ("labels-by-id", "features=degree,labels={d}/y.csv,train=0.3,val=0.2,seed=4"),
 ]
 
 
@@ -156,6 +160,11 @@ def test_requests_a_shard_build_cannot_serve(graph_dir, tmp_path, capsys):
     msg = _fails(["partition", _spec(d, "features=random:8"), "--assignment", str(d / "a2.npy"),
                   "--nproc", "2", "--out", out], capsys)
     assert msg.startswith("graphdist: error: features=random:8") and "features=degree" in msg
+    msg = _fails(["partition", _spec(d, "features={d}/y.csv"), "--assignment", str(d / "a2.npy"),
+                  "--nproc", "2", "--out", out], capsys)
+    assert msg == (f"graphdist: error: features={d}/y.csv: the k-worker build (--nproc) reads features from a .npy "
+                   "(memory-mapped, each rank its own rows), not a table keyed by id, which every rank would read "
+                   "whole: build without --nproc, or give the features as a .npy in the order of the sorted ids")
     assert "--nproc must be >= 1" in _fails(["partition", _spec(d, ""), "--assignment", str(d / "a2.npy"),
                                              "--nproc", "0", "--out", out], capsys)
     assert not Path(out).exists()

@@ -88,7 +88,7 @@ def test_training_without_node_data_names_the_option(tmp_path):
     g = load_graph(f"edgelist:{p},features=degree,labels={tmp_path / 'y.npy'}")
     lg = build_layout(g, torch.zeros(g.num_nodes, dtype=torch.int64), 0, 1)
     with pytest.raises(ConfigError, match=r"has labels but no train/val/test split .* add ,train=0.1,val=0.1 to an "
-                                          r"edgelist spec with labels=FILE.npy .* an npz with train_mask"):
+                                          r"edgelist spec with labels=FILE .* an npz with train_mask"):
         fit(GCNConfig(spec="x", epochs=1, progress=False), lg, {}, DistContext(0, 1, 0, "none", torch.device("cpu")))
 
 
@@ -107,7 +107,7 @@ def test_an_edge_list_with_its_own_labels_gets_a_split_of_the_labelled_nodes(tmp
     assert ((tr | va | te) == (y >= 0)).all()
     assert (load_graph(spec).train_mask == g.train_mask).all()
     assert not (load_graph(spec + ",seed=1").train_mask == g.train_mask).all()
-    with pytest.raises(SpecError, match=r"train=0.5,val=0 split the labels of a labels=FILE.npy"):
+    with pytest.raises(SpecError, match=r"train=0.5,val=0 split the labels of a labels=FILE; give one \(a .npy, or a table of node id and label\)"):
         load_graph(f"edgelist:{p},features=degree,labels=random:3,train=0.5")
 
 

@@ -36,27 +36,38 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
     (``alice``, a URL) or an integer beyond 2^62, every id as the string written, in ascending
     UTF-8 order (:func:`graphdist.data.tokens.text_ids`; the first line as column names:
     :func:`graphdist.data.tokens.first_line`). Undirected (both directions stored) unless
-    ``directed``. ``features``/``labels``: ``.npy`` files, or generated node data
+    ``directed``. ``features``/``labels``: ``.npy`` files (rows in the ids' order), tables keyed
+    by the ids (:mod:`graphdist.data.node_tables`: any other file), or generated node data
     (:func:`node_data`); with a labels file, ``train``/``val`` > 0 draw a random split of the
     labelled nodes (:func:`graphdist.data.synthetic.label_splits`, from ``seed``)."""
     if (train > 0 or val > 0) and not (labels and not _generated(labels)):
         from graphdist.errors import SpecError
-        raise SpecError(f"train={train:g},val={val:g} split the labels of a labels=FILE.npy; give one "
+        raise SpecError(f"train={train:g},val={val:g} split the labels of a labels=FILE; give one (a .npy, or a table of node id and label) "
                         f"(labels=random:C draws its own 10/10/80 split)")
     ids, src, dst = _edge_ids(path)
     n = ids.size
     kw = {}
     if features and not _generated(features):
         from graphdist.specs import resolve_path
-        x = load_npy(resolve_path(features, what="features file"))
-        if x.ndim not in (1, 2) or x.shape[0] != n:
-            raise DataFormatError(features, f"has {x.shape[0] if x.ndim else 0} rows but {path.name} has {n} distinct nodes")
+        fpath = resolve_path(features, what="features file")
+        if fpath.suffix == ".npy":
+            x = load_npy(fpath)
+            if x.ndim not in (1, 2) or x.shape[0] != n:
+                raise DataFormatError(features, f"has {x.shape[0] if x.ndim else 0} rows but {path.name} has {n} distinct nodes")
+        else:
+            from graphdist.data.node_tables import features_by_id
+            x = features_by_id(fpath, ids, path.name)
         kw["x"] = torch.from_numpy(np.asarray(x, dtype=np.float32))
     if labels and not _generated(labels):
         from graphdist.specs import resolve_path
-        y = load_npy(resolve_path(labels, what="labels file")).reshape(-1)
-        if y.shape[0] != n:
-            raise DataFormatError(labels, f"has {y.shape[0]} labels but {path.name} has {n} distinct nodes")
+        lpath = resolve_path(labels, what="labels file")
+        if lpath.suffix == ".npy":
+            y = load_npy(lpath).reshape(-1)
+            if y.shape[0] != n:
+                raise DataFormatError(labels, f"has {y.shape[0]} labels but {path.name} has {n} distinct nodes")
+        else:
+            from graphdist.data.node_tables import labels_by_id
+            y = labels_by_id(lpath, ids, path.name)
         kw["y"] = torch.from_numpy(y.astype(np.int64))
         if train > 0:
             from graphdist.data.synthetic import label_splits

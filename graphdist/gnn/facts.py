@@ -23,7 +23,7 @@ def check_node_data(lg) -> None:
     """A GCN needs features, labels and a train mask (one line saying how to add them otherwise)."""
     if lg.x is not None and lg.y is not None and lg.train_mask is None:
         raise ConfigError("the graph has labels but no train/val/test split to train a GCN on: add ,train=0.1,val=0.1 "
-                          "to an edgelist spec with labels=FILE.npy (a random split of the labelled nodes), or "
+                          "to an edgelist spec with labels=FILE (a random split of the labelled nodes), or "
                           "give an npz with train_mask, val_mask and test_mask arrays (docs/datasets.md)")
     if lg.x is None or lg.y is None or lg.train_mask is None:
         raise ConfigError("the graph needs features x, labels y and a train mask to train a GCN; for a "

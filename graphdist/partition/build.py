@@ -69,6 +69,11 @@ def check_build_request(cfg) -> None:
         if str(spec.options[key]).startswith("random:"):
             raise ConfigError(f"{key}={spec.options[key]} draws one random stream over all nodes, which ranks "
                               f"cannot split; give {key}=FILE.npy" + (" or features=degree" if key == "features" else ""))
+    f = str(spec.options["features"])
+    if f and f != "degree" and not f.endswith(".npy"):
+        raise ConfigError(f"features={f}: the k-worker build (--nproc) reads features from a .npy (memory-mapped, "
+                          "each rank its own rows), not a table keyed by id, which every rank would read whole: "
+                          "build without --nproc, or give the features as a .npy in the order of the sorted ids")
 
 
 def build_worker(cfg) -> dict:
@@ -109,6 +114,7 @@ def build_artifact(cfg) -> dict:
     opts = spec.options
     from graphdist.partition.edges import read_edges
     src, dst, n, ids = read_edges(spec.path, rank, k)
+    labels = _labels(opts, ids, n, spec.path)  # [N]: memory-mapped from a .npy, or from a table by id
     a, k_given = read_assignment(cfg.assignment, n, cfg.parts)
     if k_given != k:
         raise ConfigError(f"--assignment {cfg.assignment} has k={k_given} parts but {k} workers build it "
@@ -122,8 +128,8 @@ def build_artifact(cfg) -> dict:
         own_ids = np.char.decode(own_ids, "utf-8").astype(str)
     del ids
     indeg, loops, outdeg = _degrees(owned, indptr, cols, n, need_out=opts["features"] == "degree")
-    x, y, num_classes, masks = _node_data(opts, owned, n, indeg, outdeg, spec.path)
-    fp = _fingerprint(n, a, owned, indptr, cols, indeg, opts, outdeg, masks)
+    x, y, num_classes, masks = _node_data(opts, owned, n, indeg, outdeg, spec.path, labels)
+    fp = _fingerprint(n, a, owned, indptr, cols, indeg, opts, outdeg, masks, labels)
     _log(rank, f"build: rows shuffled, fingerprint {fp} ({time.perf_counter() - t0:.1f} s)")
     from graphdist.partition.rank_layout import local_part
     lg, stats = local_part(rank, k, n, a, owned, indptr, cols, indeg - loops, x, y, num_classes, fp,
@@ -172,9 +178,27 @@ def _degrees(owned, indptr, cols, n: int, *, need_out: bool):
     return v[0], v[1], (v[2] if need_out else None)
 
 
-def _node_data(opts, owned, n: int, indeg, outdeg, path):
+def _labels(opts, ids, n: int, path):
+    """The whole graph's labels ``[N]`` (None without ``labels=``): a ``.npy`` memory-mapped, or
+    a table keyed by the ids (:mod:`graphdist.data.node_tables`: N int64, like the id table every
+    rank holds; features keyed by id, N x F on every rank, are refused before the build starts)."""
+    from graphdist.data.files import load_npy
+    from graphdist.specs import resolve_path
+    if not opts["labels"]:
+        return None
+    lpath = resolve_path(opts["labels"], what="labels file")
+    if lpath.suffix != ".npy":
+        from graphdist.data.node_tables import labels_by_id
+        return labels_by_id(lpath, ids, path.name)
+    ym = load_npy(lpath, mmap=True).reshape(-1)
+    if ym.shape[0] != n:
+        raise DataFormatError(opts["labels"], f"has {ym.shape[0]} labels but {path.name} has {n} distinct nodes")
+    return ym
+
+
+def _node_data(opts, owned, n: int, indeg, outdeg, path, ym):
     """``(x [n_own, F] float32 | None, y [n_own] int64 | None, classes, the whole graph's
-    train/val/test masks [N] or None)`` as the loader makes them."""
+    train/val/test masks [N] or None)`` as the loader makes them (``ym``: :func:`_labels`)."""
     from graphdist.data.files import degree_features, load_npy
     from graphdist.specs import resolve_path
     x = y = masks = None
@@ -186,10 +210,7 @@ def _node_data(opts, owned, n: int, indeg, outdeg, path):
         if x.dim() == 1:
             x = x[:, None]
     classes = 0
-    if opts["labels"]:
-        ym = load_npy(resolve_path(opts["labels"], what="labels file"), mmap=True).reshape(-1)
-        if ym.shape[0] != n:
-            raise DataFormatError(opts["labels"], f"has {ym.shape[0]} labels but {path.name} has {n} distinct nodes")
+    if ym is not None:
         y = torch.from_numpy(ym[owned].astype(np.int64))
         classes = int(ym.max()) + 1 if ym.size else 0
         if opts["train"] > 0:  # the loader's draw, over the whole graph's labels
@@ -206,7 +227,7 @@ def _npy_rows(p: Path, n: int, path: Path, what: str):
     return m
 
 
-def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg, masks) -> str:
+def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg, masks, ym) -> str:
     """:attr:`Graph.fingerprint` of the whole graph, hashed on rank 0 from the rows every rank
     streams to it in blocks of :data:`BLOCK_EDGES` (every rank takes part; all get the print)."""
     from graphdist.data.files import degree_features, load_npy
@@ -244,8 +265,8 @@ def _fingerprint(n: int, a, owned, indptr, cols, indeg, opts, outdeg, masks) -> 
                 v = degree_features(indeg, outdeg).numpy()
             elif name == "x" and opts["features"]:
                 v = load_npy(resolve_path(opts["features"], what="features file"), mmap=True)
-            elif name == "y" and opts["labels"]:
-                v = load_npy(resolve_path(opts["labels"], what="labels file"), mmap=True).reshape(-1)
+            elif name == "y" and ym is not None:
+                v = ym
             elif name.endswith("_mask") and masks:
                 v = masks[("train_mask", "val_mask", "test_mask").index(name)]
             shape = None if v is None else ((n, 1) if (name == "x" and v.ndim == 1) else tuple(v.shape))

@@ -8,7 +8,7 @@
                                             their numbers; criteo-synth: the row)
                              prob  float32  sigmoid of the model's logit
                              label int8     the click, 0 / 1
-    OUT/manifest.json        the export, the input, the metrics (graphdist.outputs)
+    OUT/_manifest.json        the export, the input, the metrics (graphdist.outputs)
 
 The input goes through the loader training used (:func:`embeddings.data.load_click_data`: the
 Criteo binary cache, ``log(1 + max(x, 0))`` of the dense values) and the batches training
@@ -45,7 +45,7 @@ class ScoreConfig:
     spec: str = field(default="", metadata={"positional": True, "metavar": "SPEC"})
     """click data: criteo:PATH (TSV file or directory of day_* files) or criteo-synth:k=v,..."""
     out: str = field(default="", metadata={"required": True, "metavar": "DIR"})
-    """output folder: part-00000.parquet (line, prob, label) and manifest.json"""
+    """output folder: part-00000.parquet (line, prob, label) and _manifest.json"""
     json: str | None = field(default=None, metadata={"metavar": "FILE"})
     """also write the metrics (auc, logloss, ne), rows and throughput to FILE"""
     overwrite: bool = False

@@ -3,16 +3,17 @@
     OUT/
       part-00000.parquet ...   one file per rank: the rows that rank computed (its own nodes,
                                its own users), written by that rank alone
-      manifest.json            written last, by rank 0: command, checkpoint, graph fingerprint,
+      _manifest.json           written last, by rank 0: command, checkpoint, graph fingerprint,
                                model, columns (name -> type), rows (total and per file)
 
-The whole folder is one table for pandas (``pd.read_parquet(sorted(glob("OUT/*.parquet")))``),
-polars (``pl.read_parquet("OUT/*.parquet")``), ``pyarrow.dataset.dataset(sorted(glob(...)))``
-and DuckDB (``SELECT ... FROM 'OUT/*.parquet'``); ids are int64 or strings
+The whole folder is one table for pandas (``pd.read_parquet("OUT")``), pyarrow
+(``pyarrow.dataset.dataset("OUT")``: both leave out names starting with ``_``, the manifest's as
+Spark's ``_SUCCESS``), polars (``pl.read_parquet("OUT/*.parquet")``) and DuckDB
+(``SELECT ... FROM 'OUT/*.parquet'``); ids are int64 or strings
 (:mod:`graphdist.ids`), vectors fixed-size lists of float32 (:func:`vectors`).
 
 Writing is atomic for the whole folder: every rank writes its file into a hidden sibling
-``.OUT.tmp-*`` (each file fsynced), rank 0 writes ``manifest.json`` last and renames the folder
+``.OUT.tmp-*`` (each file fsynced), rank 0 writes ``_manifest.json`` last and renames the folder
 into place (an existing ``OUT`` is moved aside first, with ``--overwrite``, and removed after the
 swap). A crash leaves the old ``OUT`` or none, never one that reads as complete. The API, for
 every command that writes such a folder (``infer``, ``recommend``, ``score``)::
@@ -43,7 +44,7 @@ __all__ = ["check_out", "PartsWriter", "part_name", "vectors", "id_array", "read
            "MANIFEST",
            "FORMAT_VERSION", "ROWS_PER_GROUP", "WRITER_BYTES"]
 
-MANIFEST = "manifest.json"
+MANIFEST = "_manifest.json"
 FORMAT_VERSION = 1
 """The manifest's ``format_version``."""
 ROWS_PER_GROUP = 1 << 16
@@ -165,7 +166,7 @@ class PartsWriter:
 
     def close(self, manifest: dict) -> dict:
         """Collective: every rank has written its file (a rank without rows writes an empty
-        one); rank 0 writes ``manifest.json`` (``manifest`` plus the columns, rows and files)
+        one); rank 0 writes ``_manifest.json`` (``manifest`` plus the columns, rows and files)
         and swaps the folder into place. Returns the manifest on every rank."""
         from graphdist import comm
         if self.info is None:
@@ -256,7 +257,7 @@ def _world(group) -> tuple[int, int]:
 
 
 def read_manifest(out) -> dict:
-    """``OUT/manifest.json`` of a complete output folder."""
+    """``OUT/_manifest.json`` of a complete output folder."""
     p = Path(out) / MANIFEST
     try:
         return json.loads(p.read_text())

@@ -124,7 +124,7 @@ def test_w4_row_wise_and_2d_g2_checkpoints_unshard_and_score_the_training_auc(ru
         truth = [int(x.split("\t")[0]) for x in (run / "good.tsv").read_text().splitlines()]
         assert labels.tolist() == truth
         assert np.abs(probs - _reference_probs(run, ck)).max() < 1e-6
-        man = json.loads((tmp_path / name / "manifest.json").read_text())
+        man = json.loads((tmp_path / name / "_manifest.json").read_text())
         assert man["command"] == "score" and man["rows"] == 600 and man["metrics"]["auc"] == scored["auc"]
         assert man["columns"] == {"line": "int64", "prob": "float32", "label": "int8"}
         spec = json.loads((run / f"ex-{name}" / "model.json").read_text())

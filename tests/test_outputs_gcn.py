@@ -88,7 +88,7 @@ def test_infer_k2_equals_one_process_and_reads_back_in_duckdb(cora_run):
     r = table(cora_run / "k2r4")  # the halo rows in 4 all-to-alls of a slice each: the same outputs
     assert json.loads((cora_run / "k2r4.json").read_text())["comm/halo_rounds"] == 4
     assert np.abs(r["logits"] - b["logits"]).max() < 1e-5 and np.abs(r["embedding"] - b["embedding"]).max() < 1e-5
-    man = json.loads((cora_run / "k2" / "manifest.json").read_text())
+    man = json.loads((cora_run / "k2" / "_manifest.json").read_text())
     assert man["rows"] == 2708 and [p["file"] for p in man["parts"]] == ["part-00000.parquet", "part-00001.parquet"]
     assert man["columns"] == {"node_id": "int64", "pred": "int64", "logits": "list<float32>[7]",
                               "embedding": "list<float32>[16]"}

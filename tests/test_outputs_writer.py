@@ -25,8 +25,8 @@ def test_one_table_for_every_reader(tmp_path):
     with PartsWriter(out) as w:
         info = w.write(_table(ids, rows))
         man = w.close({"command": "test", "fingerprint": "abc"})
-    assert info["rows"] == 3 and sorted(p.name for p in out.iterdir()) == ["manifest.json", "part-00000.parquet"]
-    assert json.loads((out / "manifest.json").read_text()) == man
+    assert info["rows"] == 3 and sorted(p.name for p in out.iterdir()) == ["_manifest.json", "part-00000.parquet"]
+    assert json.loads((out / "_manifest.json").read_text()) == man
     assert man["columns"] == {"node_id": "string", "embedding": "list<float32>[2]"} and man["rows"] == 3
     files = sorted(glob.glob(f"{out}/*.parquet"))
     import duckdb
@@ -40,6 +40,10 @@ def test_one_table_for_every_reader(tmp_path):
     import pyarrow.dataset as ds
     t = ds.dataset(files, format="parquet").to_table()
     assert t.schema.field("embedding").type == pa.list_(pa.float32(), 2) and t.num_rows == 3
+    # the folder itself, as Spark's and Hive's are read: the manifest's leading _ keeps it out
+    import pyarrow.parquet as pq
+    assert pd.read_parquet(out).node_id.tolist() == ids.tolist()
+    assert pq.read_table(out).num_rows == 3 and ds.dataset(out, format="parquet").to_table().num_rows == 3
 
 
 def test_checks_before_any_work(tmp_path):
@@ -66,7 +70,7 @@ def test_overwrite_swaps_whole_folder_and_abort_leaves_none(tmp_path):
     with PartsWriter(out, overwrite=True) as w:
         w.write(_table(np.array([1, 2]), [[0.0], [1.0]]))
         w.close({"command": "test"})
-    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "part-00000.parquet"]
+    assert sorted(p.name for p in out.iterdir()) == ["_manifest.json", "part-00000.parquet"]
     with pytest.raises(RuntimeError):
         with PartsWriter(tmp_path / "never") as w:
             w.write(_table(np.array([1]), [[0.0]]))

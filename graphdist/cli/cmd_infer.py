@@ -23,6 +23,6 @@ def register(sub) -> None:
                        help="predictions and node embeddings of a trained GCN/SAGE/PyG model, as Parquet",
                        description="Full-graph inference from a train-gcn checkpoint on any number of ranks: each "
                                    "rank writes its own nodes (node_id, pred, logits, embedding) to OUT/part-RRRRR."
-                                   "parquet, plus OUT/manifest.json.")
+                                   "parquet, plus OUT/_manifest.json.")
     config.add_arguments(p, InferConfig)
     p.set_defaults(func=_handler)

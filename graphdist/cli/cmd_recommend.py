@@ -24,6 +24,6 @@ def register(sub) -> None:
                        description="Top-K items per user from a train-rec checkpoint, training items excluded, "
                                    "ranked as evaluation ranks them (ties by lowest item id), in the ratings file's "
                                    "own ids: OUT/part-RRRRR.parquet (user_id, rank, item_id, score) and "
-                                   "OUT/manifest.json.")
+                                   "OUT/_manifest.json.")
     config.add_arguments(p, RecommendConfig)
     p.set_defaults(func=_handler)

@@ -54,7 +54,7 @@ class InferConfig:
     checkpoint_dir: str = field(default="", metadata={"required": True, "metavar": "DIR"})
     """the train-gcn run's --checkpoint-dir (its latest snapshot; settings and weights come from it)"""
     out: str = field(default="", metadata={"required": True, "metavar": "DIR"})
-    """output folder: one part-RRRRR.parquet per rank and manifest.json"""
+    """output folder: one part-RRRRR.parquet per rank and _manifest.json"""
     halo_rounds: int = 0
     """move each layer's halo rows in R all-to-alls of a slice each, so a rank holds one slice's
     buffers (0: the fewest of 1, 2, 4, ... 64 whose predicted peak fits every machine and process

@@ -51,7 +51,7 @@ class RecommendConfig:
     top_k: int = field(default=0, metadata={"required": True, "metavar": "K"})
     """items per user"""
     out: str = field(default="", metadata={"required": True, "metavar": "DIR"})
-    """output folder: one part-RRRRR.parquet per rank and manifest.json"""
+    """output folder: one part-RRRRR.parquet per rank and _manifest.json"""
     users: str | None = field(default=None, metadata={"metavar": "FILE"})
     """recommend for these users only: one user id per line, as in the ratings file (default: every user)"""
     overwrite: bool = False

@@ -46,6 +46,8 @@ def parse_args():
     p.add_argument("--halo", default="plain", choices=["plain", "mvc"])
     p.add_argument("--bits", type=int, default=32, choices=[32, 16, 8, 4, 2])
     p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--out", default=None, help="write the last epoch's predictions here (Parquet, keyed by the "
+                                               "input's node ids, as graphdist infer writes them)")
     return p.parse_args()
 
 
@@ -80,6 +82,8 @@ def main():
         modes = ", ".join(f"{n} {v['halo']}" for n, v in gd.summary(model).items())
         print(f"test accuracy {test_at_best:.4f} at the best validation accuracy {best_val:.4f}; "
               f"{part.world_size} rank(s); halo: {modes}", flush=True)
+    if args.out:
+        gd.write_predictions(part, out, args.out)  # graphdist: every rank its own nodes' rows
 
 
 if __name__ == "__main__":

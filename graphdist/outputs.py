@@ -61,7 +61,7 @@ def part_name(rank: int) -> str:
     return f"part-{rank:05d}.parquet"
 
 
-def check_out(out, overwrite: bool, flag: str = "--out") -> None:
+def check_out(out, overwrite: bool, flag: str = "--out", overwrite_flag: str = "--overwrite") -> None:
     """Refuse, before any work, an output folder that will not do: a file, a non-empty folder
     without ``--overwrite``, or one that cannot be written (a probe file in its nearest existing
     ancestor; nothing is created). One :class:`~graphdist.errors.ConfigError` line naming ``flag`` and the path."""
@@ -69,7 +69,7 @@ def check_out(out, overwrite: bool, flag: str = "--out") -> None:
     if p.exists() and not p.is_dir():
         raise ConfigError(f"{flag} {out}: exists and is not a directory")
     if p.is_dir() and any(p.iterdir()) and not overwrite:
-        raise ConfigError(f"{flag} {out}: exists and is not empty; add --overwrite to replace it, or choose another")
+        raise ConfigError(f"{flag} {out}: exists and is not empty; add {overwrite_flag} to replace it, or choose another")
     parent = p.absolute().parent
     a = parent
     while not a.exists() and a != a.parent:

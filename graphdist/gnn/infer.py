@@ -340,27 +340,38 @@ def forward(net, layer: int, labels=None) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _write(cfg, tr, gcfg, ids, logits, emb, layer: int) -> dict:
     """This rank's rows into the output folder (collective); returns the manifest."""
+    model = {"model": gcfg.model, "layers": gcfg.layers, "hidden": gcfg.hidden, "classes": int(logits.shape[1]),
+             "embedding_layer": layer}
+    return write_node_rows(cfg.out, cfg.overwrite, ids, logits, emb, {"command": "infer", **tr.describe(),
+                                                                      "model": model})
+
+
+def write_node_rows(out, overwrite: bool, ids, logits: torch.Tensor, emb: torch.Tensor | None, meta: dict) -> dict:
+    """``node_id, pred, logits[, embedding]`` of this rank's rows (``ids``: the input's ids of
+    its owned nodes, :mod:`graphdist.ids`) into the output folder ``out``, in slices of
+    :data:`~graphdist.outputs.ROWS_PER_GROUP` rows (collective); returns the manifest (``meta``
+    plus the columns and rows)."""
     import pyarrow as pa
 
     from graphdist.ids import id_type
     from graphdist.outputs import ROWS_PER_GROUP, PartsWriter, id_array, vectors
     pred = logits.argmax(1).cpu().numpy()
-    schema = pa.schema([("node_id", pa.string() if id_type(ids) == "string" else pa.int64()), ("pred", pa.int64()),
-                        ("logits", pa.list_(pa.float32(), int(logits.shape[1]))),
-                        ("embedding", pa.list_(pa.float32(), int(emb.shape[1])))])
-    lg_cpu, em_cpu = logits.cpu(), emb.cpu()
+    cols = [("node_id", pa.string() if id_type(ids) == "string" else pa.int64()), ("pred", pa.int64()),
+            ("logits", pa.list_(pa.float32(), int(logits.shape[1])))]
+    if emb is not None:
+        cols.append(("embedding", pa.list_(pa.float32(), int(emb.shape[1]))))
+    schema = pa.schema(cols)
+    lg_cpu, em_cpu = logits.detach().cpu(), None if emb is None else emb.detach().cpu()
 
     def batches():
         for lo in range(0, len(ids), ROWS_PER_GROUP):
             hi = min(len(ids), lo + ROWS_PER_GROUP)
-            yield pa.record_batch([id_array(ids[lo:hi]), pa.array(pred[lo:hi], pa.int64()),
-                                   vectors(lg_cpu[lo:hi]), vectors(em_cpu[lo:hi])], schema=schema)
+            row = [id_array(ids[lo:hi]), pa.array(pred[lo:hi], pa.int64()), vectors(lg_cpu[lo:hi])]
+            yield pa.record_batch(row + ([] if em_cpu is None else [vectors(em_cpu[lo:hi])]), schema=schema)
 
-    model = {"model": gcfg.model, "layers": gcfg.layers, "hidden": gcfg.hidden, "classes": int(logits.shape[1]),
-             "embedding_layer": layer}
-    with PartsWriter(cfg.out, cfg.overwrite) as w:
+    with PartsWriter(out, overwrite) as w:
         w.write_batches(schema, batches())
-        return w.close({"command": "infer", **tr.describe(), "model": model})
+        return w.close(meta)
 
 
 def summary_line(rep: dict) -> str:

@@ -13,6 +13,7 @@
         gd.sync_grads(model)                          # gradients summed over the ranks
         opt.step()
     acc = gd.accuracy(model(part.x, part.edge_index), part.y, part.test_mask)
+    gd.write_predictions(part, model(part.x, part.edge_index), "pred")  # Parquet, keyed by your ids
 
 Run it with ``torchrun --nproc-per-node K script.py``. A rank holds every in-edge of the nodes
 it owns, so every layer whose output at a node depends only on that node's row and its
@@ -21,7 +22,8 @@ in-neighbours' rows sees exactly what it sees on the whole graph once the halo r
 propagation (:mod:`graphdist.gnn.pyg.hops`). Layers that read further in one propagation
 (global attention, graph-level norms) are refused (:mod:`graphdist.gnn.pyg.rules`).
 
-    part.py    Part (owned rows, local edge_index, exchanger), load_part
+    part.py    Part (owned rows, local edge_index, exchanger, the input's ids), load_part
+    outputs.py write_predictions: node_id, pred, logits as infer writes them
     rules.py   which layers are local and how each is called; register_local
     wrap.py    distribute, DistConv, GlobalBatchNorm1d
     report.py  summary, halo_layers (mode and why per layer), traffic, set_step, rel_error
@@ -36,6 +38,7 @@ propagation (:mod:`graphdist.gnn.pyg.hops`). Layers that read further in one pro
 """
 from graphdist.gnn.models import keyed_dropout
 from graphdist.gnn.pyg.models import KeyedDropout
+from graphdist.gnn.pyg.outputs import write_predictions
 from graphdist.gnn.pyg.part import Part, load_part
 from graphdist.gnn.pyg.rules import RULES, LayerRule, register_local
 from graphdist.gnn.pyg.train import accuracy, all_sum, cross_entropy, main, nll_loss, sync_grads
@@ -49,4 +52,4 @@ from graphdist.keyed import key32
 __all__ = ["Part", "load_part", "distribute", "DistConv", "GlobalBatchNorm1d", "register_local", "RULES",
            "LayerRule", "sync_grads", "cross_entropy", "nll_loss", "accuracy", "all_sum", "summary", "traffic", "set_step",
            "halo_rows", "halo_layers", "keyed_dropout", "KeyedDropout", "key32", "main", "seed", "check_weights",
-           "random_split", "normalize_features"]
+           "random_split", "normalize_features", "write_predictions"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch_geometric.nn.conv.gcn_conv import gcn_norm as _pyg_gcn_norm  # (wrapped layers see another gcn_norm)
 
@@ -74,6 +75,10 @@ class Part:
     edge_attr: torch.Tensor | None = None
     """``[E_local, D]`` edge attributes in ``edge_index`` order. Not yet carried by partition
     artifacts (None); a caller may set it from :meth:`global_edge_index`."""
+    input_ids: np.ndarray | None = None
+    """``[n_own]`` the input's own id of each owned row (an edge list's ids: int64, or the strings
+    written; :mod:`graphdist.ids`), set by :func:`load_part`; None where the index is the id. The
+    keys of :func:`~graphdist.gnn.pyg.write_predictions`."""
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -270,7 +275,16 @@ def load_part(source, *, method: str = "metis", seed: int = 0, device: str = "au
     elif Path(str(source)).is_dir():
         src = PartSource(partition=str(source))
     else:
+        from graphdist.data import load_graph
         src = PartSource(spec=str(source), method=method, seed=seed)
+        graph = load_graph(src.spec)  # what load_local would load, kept for the input's ids
     lg, info = load_local(src, ctx.rank, ctx.world_size, graph)
     check_layout(lg, "plain")
-    return Part.from_local_graph(lg, ctx.device, info)
+    part = Part.from_local_graph(lg, ctx.device, {**info, "input": src.partition or src.spec})
+    if graph is not None and graph.node_ids is not None:
+        from graphdist.ids import take
+        part.input_ids = take(graph.node_ids, lg.owned)
+    elif graph is None:
+        from graphdist.partition.artifact import read_part_ids
+        part.input_ids = read_part_ids(src.partition, ctx.rank)
+    return part

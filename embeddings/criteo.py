@@ -106,7 +106,6 @@ def open_text(path: str):
             import bz2
             fh = bz2.BZ2File(raw)
         elif head == b"\xfd7zXZ\x00":
-            import lzma
             fh = lzma.LZMAFile(raw)
         elif head[:4] == b"PK\x03\x04":
             raise DataFormatError(path, f"is a zip archive, not a Criteo TSV: extract it (unzip {name}) and give "
@@ -120,6 +119,8 @@ def open_text(path: str):
             try:
                 first = fh.peek(512)[:512]
             except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
+                if fh is raw:
+                    raise
                 raise _damaged(path, e) from None
             if len(first) >= 262 and first[257:262] == b"ustar":
                 raise DataFormatError(path, f"is a tar archive, not a Criteo TSV: extract it (tar -xf {name}) and "
@@ -170,6 +171,8 @@ def _count_lines(files: list[str], show: bool) -> int:
                     last = block[-1:]
                     bar.update(((done + raw.tell()) >> 20) - bar.n)
             except (EOFError, OSError, zlib.error, lzma.LZMAError) as e:
+                if fh is raw:  # a plain file's read error is the disk's, not a decompression's
+                    raise
                 raise _damaged(f, e) from None
             n += last != b"\n"  # final line without newline
         done += os.path.getsize(f)

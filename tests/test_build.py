@@ -204,9 +204,11 @@ def test_word_ids_build_the_one_process_artifact_and_errors_reach_every_rank(gra
         lines[len(lines) - 20 + 3 * i] = f"{w}\t{lines[len(lines) - 20 + 3 * i].split()[0]}"
     f = tmp_path / "words.txt"
     f.write_text("\n".join(lines), encoding="utf-8")
-    n = load_graph(f"edgelist:{f}").num_nodes
+    g = load_graph(f"edgelist:{f}")
+    n = g.num_nodes
     np.save(tmp_path / "a.npy", np.random.default_rng(5).integers(0, 3, n))
-    spec, a, one = f"edgelist:{f},features=degree", str(tmp_path / "a.npy"), tmp_path / "one"
+    (tmp_path / "y.tsv").write_text("".join(f"{i}\t{j % 3}\n" for j, i in enumerate(g.node_ids[::-1].tolist())))
+    spec, a, one = f"edgelist:{f},features=degree,labels={tmp_path / 'y.tsv'}", str(tmp_path / "a.npy"), tmp_path / "one"
     assert main(["partition", spec, "--assignment", a, "--out", str(one)]) == 0
     # the same words, after a first shard with column names and a number that is no integer id
     mixed = tmp_path / "mixed.txt"

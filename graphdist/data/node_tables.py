@@ -11,9 +11,9 @@ Separators, ``#`` comments, blank lines, CRLF and ``.gz`` as in :mod:`graphdist.
 first line of column names is skipped (a line whose values are not numbers). Ids are matched to
 the edge list's ids as written (integers as integers: ``007`` is 7 where the edge list's ids are
 numbers). Labels are integer classes (``-1``: none); a node without a row has no label. Every node
-needs a row of features, with at least as many values as the first row (F, the width). Any id that is no node of the
-graph, a node given twice, a value that is no number: one line naming the file, the line and
-the id.
+needs a row of features, with at least as many values as the first row (F, the width; values
+past F are not read). Any id that is no node of the graph, a node given twice, a value that is
+no number: one line naming the file, the line and the id.
 """
 from __future__ import annotations
 
@@ -116,6 +116,8 @@ def _nodes(path: Path, col: np.ndarray, tab, ids: np.ndarray, graph: str) -> np.
     n = len(ids)
     if ids.dtype.kind in "iu":  # numbers, as the edge list's reader reads them (007 is 7)
         want, ok = _ints(col)
+    elif ids.dtype.kind == "S":  # the k-worker build's ids: the bytes written
+        want, ok = col, np.ones(col.size, dtype=bool)
     else:
         want, ok = tokens.as_text(col, tab, "node"), np.ones(col.size, dtype=bool)
     pos = np.searchsorted(ids, want) if n else np.zeros(col.size, dtype=np.int64)

@@ -334,19 +334,42 @@ def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
 
 
 def ensure_cache(path: str, skip_bad_lines: bool = False, cache_dir: str | None = None) -> str:
-    """The cache directory for ``path``, built (or rebuilt when the source changed) if needed."""
+    """The cache directory for ``path``, built (or rebuilt when the source changed) if needed:
+    by one process at a time (an exclusive lock on ``<cache>.lock``, on whatever file system holds
+    the cache), so the ranks of a job, or two jobs, build it once and the others then map it."""
     files = source_files(path)
     out = cache_path(path, cache_dir)
-    meta_p = os.path.join(out, "meta.json")
-    if os.path.exists(meta_p):
-        with open(meta_p) as fh:
-            meta = json.load(fh)
-        if (meta.get("format_version") == FORMAT_VERSION and meta.get("source") == _signature(files)
-                and (skip_bad_lines or meta.get("bad_lines", 0) == 0)
-                and (meta.get("bad_lines", 0) == 0 or os.path.exists(os.path.join(out, "skipped.npy")))):
-            return out
-    build_cache(path, out, skip_bad_lines)
+    if _valid(out, files, skip_bad_lines):
+        return out
+    import fcntl
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out + ".lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # another process builds it: wait for it here, then find it built
+            from graphdist.log import get_logger
+            get_logger().info(f"criteo cache: another process is building the cache of {path} in {out}; "
+                              "waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if not _valid(out, files, skip_bad_lines):
+                build_cache(path, out, skip_bad_lines)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
     return out
+
+
+def _valid(out: str, files: list[str], skip_bad_lines: bool) -> bool:
+    """Whether ``out`` holds a complete cache of ``files`` as they are now (and one that kept the
+    bad lines' numbers, where it skipped any, only when they may be skipped)."""
+    meta_p = os.path.join(out, "meta.json")
+    if not os.path.exists(meta_p):
+        return False
+    with open(meta_p) as fh:
+        meta = json.load(fh)
+    return (meta.get("format_version") == FORMAT_VERSION and meta.get("source") == _signature(files)
+            and (skip_bad_lines or meta.get("bad_lines", 0) == 0)
+            and (meta.get("bad_lines", 0) == 0 or os.path.exists(os.path.join(out, "skipped.npy"))))
 
 
 def load_criteo(path: str, skip_bad_lines: bool = False, cache_dir: str | None = None,

@@ -197,11 +197,15 @@ def evaluate(dmp, data: ClickData, cfg: DLRMTrainConfig, device: torch.device) -
 
 
 def _prepare(cfg: DLRMTrainConfig, rank: int):
-    """The splits; rank 0 builds the Criteo cache once, the others then map it."""
-    if rank == 0 and any(s and s.startswith("criteo:") for s in (cfg.spec, cfg.eval_data)):
-        load_splits(cfg)
-    comm.barrier()
-    return load_splits(cfg)
+    """The splits. A Criteo cache not built yet is built once per file system, by the first rank
+    to take its lock (:func:`embeddings.criteo.ensure_cache`; the others wait on the lock, then
+    map it); every rank then waits for all without the collective timeout
+    (:func:`graphdist.comm.wait_for_all`): under torchrun the build of the Kaggle file takes
+    minutes, and ranks done first would otherwise time out in the next collective."""
+    splits = load_splits(cfg)
+    if any(s and s.startswith("criteo:") for s in (cfg.spec, cfg.eval_data)):
+        comm.wait_for_all("dlrm/data")
+    return splits
 
 
 def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=(), step_callbacks=()) -> dict:

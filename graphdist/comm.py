@@ -1,7 +1,8 @@
 """The one module that calls torch.distributed collectives.
 
 Metric and control collectives (:func:`all_reduce_sum`, :func:`all_reduce_max`,
-:func:`all_gather_rows`, :func:`barrier`, ...) take tensors on any device and run them on the
+:func:`all_gather_rows`, :func:`barrier`, ...; :func:`wait_for_all`, a barrier through the job's
+store that the collective timeout does not bound) take tensors on any device and run them on the
 process group's device (NCCL needs CUDA tensors, gloo CPU ones), returning results on the
 caller's device. They are no-ops without a process group or at world size 1.
 
@@ -250,6 +251,29 @@ def all_gather_bytes(data: bytes, group=None) -> list[bytes]:
 def barrier(group=None) -> None:
     if world(group)[1] > 1:
         dist.barrier(group)
+
+
+WAIT_LIMIT_S = 7 * 24 * 3600.0
+"""How long :func:`wait_for_all` waits at most: a week, i.e. as long as the slowest rank's work."""
+
+
+def wait_for_all(tag: str) -> None:
+    """A barrier through the job's store that the collective timeout (``--timeout``, 300 s) does
+    not bound: for a wait as long as the slowest rank's own work (a Criteo cache built by the first
+    rank of each file system, minutes for the 45M-line Kaggle file), where a dead peer ends the
+    job through its launcher rather than a timeout here. ``tag``: once per round of the worker
+    group. Without a process group, or at world size 1, it returns at once."""
+    import datetime
+
+    from graphdist import restarts
+    n = world()[1]
+    store = restarts.job_store()
+    if n == 1 or store is None:
+        return
+    done = restarts.round_key("wait", tag, "done")
+    if int(store.add(restarts.round_key("wait", tag, "count"), 1)) == n:
+        store.set(done, "1")
+    store.wait([done], datetime.timedelta(seconds=WAIT_LIMIT_S))
 
 
 def check_same(value, what: str, group=None) -> None:

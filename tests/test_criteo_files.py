@@ -133,3 +133,36 @@ def test_a_large_source_shows_the_cache_build_in_a_log(tmp_path, monkeypatch, ca
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("criteo cache: counting lines: MB 1/1 (100%)"), err
     assert [x.split(",")[0] for x in err[1:]] == [f"criteo cache: lines {4 * i}/40 ({10 * i}%)" for i in range(1, 11)]
+
+
+_BUILDER = """
+import sys, time
+import embeddings.criteo as criteo
+real = criteo.build_cache
+def slow(*a, **k):  # a build that takes long enough for the others to arrive while it runs
+    with open(sys.argv[2], "a") as f:
+        f.write("built\\n")
+    time.sleep(1.5)
+    return real(*a, **k)
+criteo.build_cache = slow
+print(len(criteo.load_criteo(sys.argv[1], cache_dir=sys.argv[3])))
+"""
+
+
+def test_processes_started_together_build_the_cache_once(tmp_path):
+    """The ranks of a job under torchrun (or two jobs) reading one uncached file: the first to take
+    the cache's lock builds it, the others wait and map it (before: each built its own)."""
+    import os
+    import subprocess
+    import sys
+    from tests.conftest import REPO
+    p = tmp_path / "day_0"
+    p.write_bytes(b"".join(line(i % 2, i) for i in range(300)))
+    log = tmp_path / "builds.txt"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [subprocess.Popen([sys.executable, "-c", _BUILDER, str(p), str(log), str(tmp_path / "c")], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [pr.communicate(timeout=120) for pr in procs]
+    assert [pr.returncode for pr in procs] == [0, 0, 0], outs
+    assert [o[0].strip() for o in outs] == ["300"] * 3
+    assert log.read_text() == "built\n"

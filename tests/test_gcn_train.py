@@ -359,6 +359,36 @@ def test_every_rank_trains_on_rank_0s_partition():
     assert n == 300 and torch.equal(torch.sort(torch.cat(owned)).values, torch.arange(300))
 
 
+def _slow_partition_job(rank, ws, store_path):
+    """A process group whose collectives time out after 3 s, and a rank 0 whose partitioner takes
+    5 (METIS on a large graph takes minutes against the default 300 s)."""
+    import datetime
+    import time
+    from unittest import mock
+
+    import torch.distributed as dist
+
+    from graphdist.gnn.config import GCNConfig
+    from graphdist.partition import setup
+    dist.destroy_process_group()
+    dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=ws,
+                            timeout=datetime.timedelta(seconds=3))
+    real = setup.partition_in_process
+
+    def slow(graph, k, method, seed):
+        time.sleep(5)
+        return real(graph, k, method, seed)
+
+    with mock.patch.object(setup, "partition_in_process", slow):
+        lg, _ = setup.load_local(GCNConfig(spec=SPEC, parts=ws), rank, ws)
+    return lg.owned.clone()
+
+
+def test_ranks_wait_for_rank_0s_partition_longer_than_the_collective_timeout(tmp_path):
+    owned = run_ranks(_slow_partition_job, 2, args=(str(tmp_path / "store"),), timeout=120)
+    assert torch.equal(torch.sort(torch.cat(owned)).values, torch.arange(300))
+
+
 def test_parts_that_contradict_the_artifact_are_refused(tmp_path, capsys):
     d = _write_artifact(tmp_path / "p")
     assert main(["train-gcn", "--partition", str(d), "--parts", "3"]) == 2

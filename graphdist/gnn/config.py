@@ -130,7 +130,8 @@ class GCNConfig(RunConfig):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto (CUDA when available), cpu or cuda; one GPU per local rank"""
     timeout_s: float = field(default=300.0, metadata={"flag": "--timeout"})
-    """collective timeout in seconds: a silent peer makes the others fail after this long"""
+    """collective timeout in seconds: a silent peer makes the others fail after this long (rank 0
+    partitioning a spec in-process is waited for without it)"""
     malloc_mmap_mb: int = 4
     """CPU: tensors above N MiB get their own mmap, so freed memory returns to the OS at once
     (measured at 1M nodes, k=4: per-rank peak 0.37x of one process with 4, 0.44-0.46x with

@@ -79,7 +79,8 @@ class InferConfig:
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """auto (CUDA when available), cpu or cuda; one GPU per local rank"""
     timeout_s: float = field(default=300.0, metadata={"flag": "--timeout"})
-    """collective timeout in seconds: a silent peer makes the others fail after this long"""
+    """collective timeout in seconds: a silent peer makes the others fail after this long (rank 0
+    partitioning a spec in-process is waited for without it)"""
     malloc_mmap_mb: int = 4
     """CPU: tensors above N MiB get their own mmap, so freed memory returns to the OS at once"""
     summary: bool = field(default=True, metadata={"cli": False})

@@ -45,13 +45,15 @@ def load_local(cfg, rank: int, world_size: int, graph=None) -> tuple[LocalGraph,
     from graphdist.partition.assignment import check_parts
     check_parts(k, graph.num_nodes)  # on every rank, so all say it alike (not rank 0 alone, its peers left waiting)
     # rank 0 partitions and sends the assignment: every rank trains on one layout even where the
-    # partitioner is not deterministic (several threads)
+    # partitioner is not deterministic (several threads). The others wait for it through the job's
+    # store, not in the broadcast: METIS on a large graph takes longer than the collective timeout.
     a = (partition_in_process(graph, k, cfg.method, cfg.seed) if rank == 0
          else torch.zeros(graph.num_nodes, dtype=torch.int64))
+    quality = _quality(graph, a, k) if k > 1 and rank == 0 else {}
+    comm.wait_for_all("partition/in-process")
     comm.broadcast(a, 0)
     lg = build_layout(graph, a, rank, k)
-    info = {"method": cfg.method if k > 1 else "none", "parts": k, "source": "in-process",
-            "quality": _quality(graph, a, k) if k > 1 and rank == 0 else {}}
+    info = {"method": cfg.method if k > 1 else "none", "parts": k, "source": "in-process", "quality": quality}
     return lg, info
 
 

@@ -78,7 +78,8 @@ class RecConfig(RunConfig):
     """CPU: tensors above N MiB get their own mmap, so freed memory returns to the OS at once (the
     per-step temporaries otherwise fragment glibc's heap); 0 = glibc default"""
     timeout_s: float = field(default=300.0, metadata={"flag": "--timeout"})
-    """collective timeout in seconds: a silent peer makes the others fail after this long"""
+    """collective timeout in seconds: a silent peer makes the others fail after this long (rank 0
+    partitioning a spec in-process is waited for without it)"""
     summary: bool = field(default=True, metadata={"cli": False})
     """print the one-line result summary on rank 0"""
 

@@ -161,8 +161,8 @@ def test_processes_started_together_build_the_cache_once(tmp_path):
     log = tmp_path / "builds.txt"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [subprocess.Popen([sys.executable, "-c", _BUILDER, str(p), str(log), str(tmp_path / "c")], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(3)]
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [pr.communicate(timeout=120) for pr in procs]
-    assert [pr.returncode for pr in procs] == [0, 0, 0], outs
-    assert [o[0].strip() for o in outs] == ["300"] * 3
+    assert [pr.returncode for pr in procs] == [0, 0], outs
+    assert [o[0].strip() for o in outs] == ["300"] * 2
     assert log.read_text() == "built\n"

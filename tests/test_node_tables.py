@@ -78,3 +78,19 @@ def test_features_must_cover_every_node(words, tmp_path):
     f.write_text("alice 1 x\nbob 3 1\ncarol 1 1\ndave 0 0\n")
     with pytest.raises(DataFormatError, match=r"x.csv:1: feature 'x' is not a number"):
         load_graph(f"edgelist:{words},features={f},labels=random:2")
+
+
+def test_a_missing_feature_value_is_refused_not_trained_to_a_nan_loss(words, tmp_path):
+    f = tmp_path / "x.csv"
+    f.write_text("alice 1 2\nbob 3 nan\ncarol 1 1\ndave 0 0\n")
+    with pytest.raises(DataFormatError) as e:
+        load_graph(f"edgelist:{words},features={f},labels=random:2")
+    assert str(e.value) == (f"{f}:2: feature nan of node 'bob' is not a finite number: fill missing values before "
+                            "training (a nan trains to a nan loss)")
+    x = np.ones((4, 2), dtype=np.float32)
+    x[3, 1] = np.inf
+    np.save(tmp_path / "x.npy", x)
+    with pytest.raises(DataFormatError) as e:
+        load_graph(f"edgelist:{words},features={tmp_path / 'x.npy'},labels=random:2")
+    assert str(e.value) == (f"{tmp_path / 'x.npy'}: row 3 (node 'dave') holds a nan or an infinity: fill missing "
+                            "values before training (a nan trains to a nan loss)")

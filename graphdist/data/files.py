@@ -54,6 +54,7 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
             x = load_npy(fpath)
             if x.ndim not in (1, 2) or x.shape[0] != n:
                 raise DataFormatError(features, f"has {x.shape[0] if x.ndim else 0} rows but {path.name} has {n} distinct nodes")
+            _finite(x, features, ids)
         else:
             from graphdist.data.node_tables import features_by_id
             x = features_by_id(fpath, ids, path.name)
@@ -78,6 +79,16 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
     g = Graph.from_edges(src, dst, n, symmetrize=not directed, self_loops=self_loops, meta=meta,
                          node_ids=ids, **kw)
     return node_data(g, features if _generated(features) else "", labels if _generated(labels) else "")
+
+
+def _finite(x: np.ndarray, name: str, ids: np.ndarray) -> None:
+    """Refuse a features array with a nan or an infinity, naming its row's node."""
+    ok = np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1) if x.size else np.ones(0, dtype=bool)
+    if not ok.all():
+        i = int(np.argmin(ok))
+        raise DataFormatError(name, f"row {i} (node {ids[i].item() if hasattr(ids[i], 'item') else ids[i]!r}) "
+                                    "holds a nan or an infinity: fill missing values before training (a nan "
+                                    "trains to a nan loss)")
 
 
 def _edge_ids(path: Path):

@@ -49,6 +49,13 @@ def features_by_id(path: Path, ids: np.ndarray, graph: str) -> np.ndarray:
     cols, tab = _rows(path, width)
     x = np.stack([_numbers(c, tab, np.float32, "feature", "a number") for c in cols[1:]], axis=1) \
         if cols[0].size else np.zeros((0, width - 1), np.float32)
+    bad = ~np.isfinite(x).all(axis=1)
+    if bad.any():
+        i = int(np.argmax(bad))
+        v = x[i][~np.isfinite(x[i])][0]
+        raise DataFormatError(path, f"feature {v} of node {cols[0][i].decode(errors='replace')!r} is not a finite "
+                                    "number: fill missing values before training (a nan trains to a nan loss)",
+                              tab.line_of(i))
     pos = _nodes(path, cols[0], tab, ids, graph)
     if pos.size < len(ids):
         have = np.zeros(len(ids), dtype=bool)

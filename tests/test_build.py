@@ -191,6 +191,17 @@ def test_errors_found_by_one_rank_are_reported_by_all(graph_dir, tmp_path, capfd
     with pytest.raises(RankFailure, match="has 7 part ids but the graph has"):
         run_ranks(_build_all, 2, (d, [(_spec(d, ""), str(short), str(tmp_path / "o"))]), timeout=120)
     assert not (tmp_path / "o").exists()
+    x = np.load(d / "x.npy")
+    row = int(np.flatnonzero(np.load(d / "a3.npy") == 2)[3])
+    x[row, 1] = np.nan
+    np.save(tmp_path / "xnan.npy", x)
+    spec = _spec(d, f"features={tmp_path / 'xnan.npy'},labels={{d}}/y.npy")
+    one = _fails(["partition", spec, "--out", str(tmp_path / "o1"), "--parts", "3"], capfd)
+    assert main(["partition", spec, "--assignment", str(d / "a3.npy"), "--nproc", "3", "--out", str(tmp_path / "o")]) == 2
+    err = capfd.readouterr().err.strip().splitlines()
+    assert all(ln.startswith("[rank 0] build: ") for ln in err[:-1]), err  # (the build's own log lines)
+    many = err[-1]
+    assert one == many and f"xnan.npy: row {row} (node " in one and "holds a nan or an infinity" in one, (one, many)
 
 
 def test_word_ids_build_the_one_process_artifact_and_errors_reach_every_rank(graph_dir, tmp_path, capfd):

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 
 from graphdist import comm, failures
-from graphdist.errors import ConfigError, DataFormatError
+from graphdist.errors import ConfigError, DataFormatError, GraphdistError
 
 __all__ = ["build_worker", "build_artifact", "check_build_request", "BLOCK_EDGES"]
 
@@ -128,7 +128,15 @@ def build_artifact(cfg) -> dict:
         own_ids = np.char.decode(own_ids, "utf-8").astype(str)
     del ids
     indeg, loops, outdeg = _degrees(owned, indptr, cols, n, need_out=opts["features"] == "degree")
-    x, y, num_classes, masks = _node_data(opts, owned, n, indeg, outdeg, spec.path, labels)
+    err = node = None
+    try:  # a bad row of this rank's nodes (a nan feature): said alike by every rank, not by one
+        node = _node_data(opts, owned, n, indeg, outdeg, spec.path, labels, own_ids)
+    except GraphdistError as e:
+        err = str(e)
+    first = next((e for e in comm.all_gather_json(err) if e), None)
+    if first is not None:
+        raise GraphdistError(first)
+    x, y, num_classes, masks = node
     fp = _fingerprint(n, a, owned, indptr, cols, indeg, opts, outdeg, masks, labels)
     _log(rank, f"build: rows shuffled, fingerprint {fp} ({time.perf_counter() - t0:.1f} s)")
     from graphdist.partition.rank_layout import local_part
@@ -196,7 +204,7 @@ def _labels(opts, ids, n: int, path):
     return ym
 
 
-def _node_data(opts, owned, n: int, indeg, outdeg, path, ym):
+def _node_data(opts, owned, n: int, indeg, outdeg, path, ym, own_ids):
     """``(x [n_own, F] float32 | None, y [n_own] int64 | None, classes, the whole graph's
     train/val/test masks [N] or None)`` as the loader makes them (``ym``: :func:`_labels`)."""
     from graphdist.data.files import degree_features, load_npy
@@ -207,6 +215,12 @@ def _node_data(opts, owned, n: int, indeg, outdeg, path, ym):
     elif opts["features"]:
         xm = _npy_rows(resolve_path(opts["features"], what="features file"), n, path, "rows")
         x = torch.from_numpy(np.asarray(xm[owned], dtype=np.float32))
+        ok = torch.isfinite(x.reshape(x.shape[0], -1)).all(1)
+        if not bool(ok.all()):  # the loader's line, for this rank's first such row
+            i = int(torch.argmin(ok.to(torch.int8)))
+            node = own_ids[i].item() if hasattr(own_ids[i], "item") else own_ids[i]
+            raise DataFormatError(opts["features"], f"row {int(owned[i])} (node {node!r}) holds a nan or an infinity: "
+                                                    "fill missing values before training (a nan trains to a nan loss)")
         if x.dim() == 1:
             x = x[:, None]
     classes = 0

@@ -94,3 +94,15 @@ def test_a_missing_feature_value_is_refused_not_trained_to_a_nan_loss(words, tmp
         load_graph(f"edgelist:{words},features={tmp_path / 'x.npy'},labels=random:2")
     assert str(e.value) == (f"{tmp_path / 'x.npy'}: row 3 (node 'dave') holds a nan or an infinity: fill missing "
                             "values before training (a nan trains to a nan loss)")
+
+
+def test_an_npz_with_a_nan_feature_is_refused(tmp_path):
+    x = np.zeros((3, 2), dtype=np.float32)
+    x[1, 0] = np.nan
+    p = tmp_path / "g.npz"
+    np.savez(p, edge_index=np.array([[0, 1], [1, 2]]), x=x, y=np.array([0, 1, 0]),
+             node_ids=np.array(["a", "b", "c"]))
+    with pytest.raises(DataFormatError) as e:
+        load_graph(f"npz:{p}")
+    assert str(e.value) == (f"{p} (x): row 1 (node 'b') holds a nan or an infinity: fill missing values before "
+                            "training (a nan trains to a nan loss)")

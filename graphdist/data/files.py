@@ -254,6 +254,8 @@ def load_npz(path: Path, *, symmetrize: bool = False, self_loops: bool = True, f
         if np.unique(ids).size != n:
             raise DataFormatError(path, "node_ids has repeated ids")
         kw["node_ids"] = ids.astype(np.int64) if ids.dtype.kind in "iu" else ids.astype(str)
+    if "x" in kw and kw["x"].dtype.kind == "f":
+        _finite(kw["x"], f"{path} (x)", kw.get("node_ids", np.arange(n)))
     g = Graph.from_edges(src, dst, n, symmetrize=symmetrize, self_loops=self_loops,
                          meta={"directed": not symmetrize}, **kw)
     return node_data(g, features, labels)

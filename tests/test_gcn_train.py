@@ -389,6 +389,29 @@ def test_ranks_wait_for_rank_0s_partition_longer_than_the_collective_timeout(tmp
     assert torch.equal(torch.sort(torch.cat(owned)).values, torch.arange(300))
 
 
+def _said_partition_job(rank, ws):
+    import contextlib
+    import io
+    from unittest import mock
+
+    from graphdist.gnn.config import GCNConfig
+    from graphdist.partition import setup
+    err = io.StringIO()
+    with mock.patch.object(setup, "SAY_EDGES", 0), contextlib.redirect_stderr(err):
+        setup.load_local(GCNConfig(spec=SPEC, parts=ws), rank, ws)
+    return err.getvalue().splitlines()
+
+
+def test_a_large_graph_says_it_is_being_partitioned_on_rank_0():
+    """(At SAY_EDGES, 10M edges, METIS takes seconds to minutes; here any graph.)"""
+    from graphdist.data import load_graph
+    g = load_graph(SPEC)
+    said0, said1 = run_ranks(_said_partition_job, 2, timeout=120)
+    assert said0[0] == (f"[rank 0] partitioning 300 nodes and {g.num_edges:,} edges into 2 parts with auto (the other "
+                        "ranks wait; `graphdist partition` does it once for every run)")
+    assert said0[1].startswith("[rank 0] partitioned in ") and said0[1].endswith(" s") and said1 == []
+
+
 def test_parts_that_contradict_the_artifact_are_refused(tmp_path, capsys):
     d = _write_artifact(tmp_path / "p")
     assert main(["train-gcn", "--partition", str(d), "--parts", "3"]) == 2

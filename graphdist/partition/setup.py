@@ -12,6 +12,10 @@ from graphdist import comm
 from graphdist.errors import ArtifactError, ConfigError
 from graphdist.partition.layout import LocalGraph, build_layout
 
+SAY_EDGES = 10_000_000
+"""Graphs with at least this many edges say on rank 0 that they are being partitioned in process,
+and how long it took: METIS takes minutes at products size (122M edges), in silence before."""
+
 
 def _quality(graph, assignment, k: int) -> dict:
     from partitioners.quality import quality
@@ -47,9 +51,19 @@ def load_local(cfg, rank: int, world_size: int, graph=None) -> tuple[LocalGraph,
     # rank 0 partitions and sends the assignment: every rank trains on one layout even where the
     # partitioner is not deterministic (several threads). The others wait for it through the job's
     # store, not in the broadcast: METIS on a large graph takes longer than the collective timeout.
+    say = k > 1 and rank == 0 and graph.num_edges >= SAY_EDGES
+    if say:
+        import time
+
+        from graphdist.log import get_logger
+        t0 = time.perf_counter()
+        get_logger().info(f"partitioning {graph.num_nodes:,} nodes and {graph.num_edges:,} edges into {k} parts with "
+                          f"{cfg.method} (the other ranks wait; `graphdist partition` does it once for every run)")
     a = (partition_in_process(graph, k, cfg.method, cfg.seed) if rank == 0
          else torch.zeros(graph.num_nodes, dtype=torch.int64))
     quality = _quality(graph, a, k) if k > 1 and rank == 0 else {}
+    if say:
+        get_logger().info(f"partitioned in {time.perf_counter() - t0:.1f} s")
     comm.wait_for_all("partition/in-process")
     comm.broadcast(a, 0)
     lg = build_layout(graph, a, rank, k)

@@ -255,14 +255,17 @@ def barrier(group=None) -> None:
 
 WAIT_LIMIT_S = 7 * 24 * 3600.0
 """How long :func:`wait_for_all` waits at most: a week, i.e. as long as the slowest rank's work."""
+_WAITS: dict[str, int] = {}
+"""How many times this process has waited under each tag: the n-th wait of a tag has keys of its
+own (every rank waits in the same order), so a tag may be used again."""
 
 
 def wait_for_all(tag: str) -> None:
     """A barrier through the job's store that the collective timeout (``--timeout``, 300 s) does
     not bound: for a wait as long as the slowest rank's own work (a Criteo cache built by the first
     rank of each file system, minutes for the 45M-line Kaggle file), where a dead peer ends the
-    job through its launcher rather than a timeout here. ``tag``: once per round of the worker
-    group. Without a process group, or at world size 1, it returns at once."""
+    job through its launcher rather than a timeout here. ``tag``: what is waited for (a tag used
+    again is a new wait). Without a process group, or at world size 1, it returns at once."""
     import datetime
 
     from graphdist import restarts
@@ -270,8 +273,9 @@ def wait_for_all(tag: str) -> None:
     store = restarts.job_store()
     if n == 1 or store is None:
         return
-    done = restarts.round_key("wait", tag, "done")
-    if int(store.add(restarts.round_key("wait", tag, "count"), 1)) == n:
+    _WAITS[tag] = _WAITS.get(tag, 0) + 1
+    done = restarts.round_key("wait", tag, _WAITS[tag], "done")
+    if int(store.add(restarts.round_key("wait", tag, _WAITS[tag], "count"), 1)) == n:
         store.set(done, "1")
     store.wait([done], datetime.timedelta(seconds=WAIT_LIMIT_S))
 

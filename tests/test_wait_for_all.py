@@ -19,10 +19,16 @@ def _job(rank, ws, flag):
         with open(flag, "w") as f:
             f.write("again")
     comm.wait_for_all("test/again")  # a second wait of the same round: its own keys
-    return seen, open(flag).read()
+    again = open(flag).read()
+    if rank == 1:  # the same tag again is a wait again (load_part called twice in one job)
+        time.sleep(2)
+        with open(flag, "w") as f:
+            f.write("third")
+    comm.wait_for_all("test/work")
+    return seen, again, open(flag).read()
 
 
 def test_no_rank_leaves_the_wait_before_the_last_arrives(tmp_path):
-    (seen0, after0), (seen1, after1) = run_ranks(_job, 2, args=(str(tmp_path / "flag"),), timeout=120)
+    (seen0, after0, third0), (seen1, after1, third1) = run_ranks(_job, 2, args=(str(tmp_path / "flag"),), timeout=120)
     assert seen0 == "done" and seen1 is None
-    assert after0 == after1 == "again"
+    assert after0 == after1 == "again" and third0 == third1 == "third"

@@ -360,23 +360,27 @@ def test_every_rank_trains_on_rank_0s_partition():
 
 
 def _slow_partition_job(rank, ws, store_path):
-    """A process group whose collectives time out after 3 s, and a rank 0 whose partitioner takes
-    5 (METIS on a large graph takes minutes against the default 300 s)."""
+    """A process group whose collectives time out after 5 s, and a rank 0 whose partitioner takes
+    8 (METIS on a large graph takes minutes against the default 300 s). The graph is loaded once
+    and the ranks meet before the short timeout starts, so only the partitioner's wait is long."""
     import datetime
     import time
     from unittest import mock
 
     import torch.distributed as dist
 
+    from graphdist.data import load_graph
     from graphdist.gnn.config import GCNConfig
     from graphdist.partition import setup
+    load_graph(SPEC)  # (its imports, before the short timeout)
+    dist.barrier()
     dist.destroy_process_group()
     dist.init_process_group("gloo", init_method=f"file://{store_path}", rank=rank, world_size=ws,
-                            timeout=datetime.timedelta(seconds=3))
+                            timeout=datetime.timedelta(seconds=5))
     real = setup.partition_in_process
 
     def slow(graph, k, method, seed):
-        time.sleep(5)
+        time.sleep(8)
         return real(graph, k, method, seed)
 
     with mock.patch.object(setup, "partition_in_process", slow):

@@ -71,8 +71,7 @@ def source_files(path: str) -> list[str]:
     """The text files of ``criteo:PATH``: the file, or a directory's ``day_*`` files (plain or
     compressed, not torchrec's ``.npy``) in day order."""
     if os.path.isdir(path):
-        files = sorted(glob.glob(os.path.join(path, "day_*")))
-        files = [f for f in files if not f.endswith(".npy") and os.path.isfile(f)]
+        files = [f for f in glob.glob(os.path.join(path, "day_*")) if not f.endswith(".npy") and os.path.isfile(f)]
         if not files:
             raise MissingFileError(f"{path}: directory has no day_* files")
         days: dict[str, str] = {}

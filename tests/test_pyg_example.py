@@ -1,5 +1,6 @@
 """``examples/gat_cora.py`` as a user runs it: under ``torchrun --nproc-per-node 2`` (gloo) it prints
-the losses a plain one-process run prints (dropout off, so the runs must agree), and a bad data
+the losses a plain one-process run prints (dropout off, so the runs must agree) and writes the same
+predictions with ``--out``, and a bad data
 argument ends in one line with exit code 2."""
 from __future__ import annotations
 
@@ -23,12 +24,12 @@ def _losses(out: str) -> list[float]:
     return [float(v) for v in re.findall(r"loss (\d+\.\d+)", out)]
 
 
-def test_example_under_torchrun_matches_one_process():
+def test_example_under_torchrun_matches_one_process(tmp_path):
     script = str(REPO / "examples" / "gat_cora.py")
-    one = _run([sys.executable, script, SPEC, *ARGS])
+    one = _run([sys.executable, script, SPEC, *ARGS, "--out", str(tmp_path / "p1")])
     assert one.returncode == 0, one.stderr[-2000:]
     two = _run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                script, SPEC, *ARGS])
+                script, SPEC, *ARGS, "--out", str(tmp_path / "p2")])
     assert two.returncode == 0, two.stderr[-2000:]
     a, b = _losses(one.stdout), _losses(two.stdout)
     assert len(a) == 4 and len(b) == 4, (one.stdout, two.stdout)
@@ -36,6 +37,11 @@ def test_example_under_torchrun_matches_one_process():
     assert a[-1] < a[0]  # it learns
     assert "2 rank(s); halo: conv1 plain, conv2 plain" in two.stdout
     assert "1 rank(s)" in one.stdout
+    import numpy as np
+    import pandas as pd
+    p1, p2 = (pd.read_parquet(tmp_path / d).sort_values("node_id") for d in ("p1", "p2"))  # --out: its predictions
+    assert p1.node_id.tolist() == p2.node_id.tolist() == list(range(400))
+    assert np.allclose(np.stack(p1.logits), np.stack(p2.logits), atol=1e-4)
 
 
 def test_example_bad_data_is_one_line():

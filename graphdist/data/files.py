@@ -54,7 +54,7 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
             x = load_npy(fpath)
             if x.ndim not in (1, 2) or x.shape[0] != n:
                 raise DataFormatError(features, f"has {x.shape[0] if x.ndim else 0} rows but {path.name} has {n} distinct nodes")
-            _finite(x, features, ids)
+            check_finite(x, features, ids)
         else:
             from graphdist.data.node_tables import features_by_id
             x = features_by_id(fpath, ids, path.name)
@@ -81,12 +81,15 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
     return node_data(g, features if _generated(features) else "", labels if _generated(labels) else "")
 
 
-def _finite(x: np.ndarray, name: str, ids: np.ndarray) -> None:
-    """Refuse a features array with a nan or an infinity, naming its row's node."""
+def check_finite(x: np.ndarray, name: str, ids: np.ndarray, rows: np.ndarray | None = None) -> None:
+    """Refuse a features array with a nan or an infinity, naming its first such row and that row's
+    node (``ids[i]``); ``rows``: the graph's row number of each of ``x``'s rows (a rank's owned
+    rows in the k-worker build), else ``x`` is the whole graph's."""
     ok = np.isfinite(x.reshape(x.shape[0], -1)).all(axis=1) if x.size else np.ones(0, dtype=bool)
     if not ok.all():
         i = int(np.argmin(ok))
-        raise DataFormatError(name, f"row {i} (node {ids[i].item() if hasattr(ids[i], 'item') else ids[i]!r}) "
+        row = i if rows is None else int(rows[i])
+        raise DataFormatError(name, f"row {row} (node {ids[i].item() if hasattr(ids[i], 'item') else ids[i]!r}) "
                                     "holds a nan or an infinity: fill missing values before training (a nan "
                                     "trains to a nan loss)")
 
@@ -255,7 +258,7 @@ def load_npz(path: Path, *, symmetrize: bool = False, self_loops: bool = True, f
             raise DataFormatError(path, "node_ids has repeated ids")
         kw["node_ids"] = ids.astype(np.int64) if ids.dtype.kind in "iu" else ids.astype(str)
     if "x" in kw and kw["x"].dtype.kind == "f":
-        _finite(kw["x"], f"{path} (x)", kw.get("node_ids", np.arange(n)))
+        check_finite(kw["x"], f"{path} (x)", kw.get("node_ids", np.arange(n)))
     g = Graph.from_edges(src, dst, n, symmetrize=symmetrize, self_loops=self_loops,
                          meta={"directed": not symmetrize}, **kw)
     return node_data(g, features, labels)

@@ -207,7 +207,7 @@ def _labels(opts, ids, n: int, path):
 def _node_data(opts, owned, n: int, indeg, outdeg, path, ym, own_ids):
     """``(x [n_own, F] float32 | None, y [n_own] int64 | None, classes, the whole graph's
     train/val/test masks [N] or None)`` as the loader makes them (``ym``: :func:`_labels`)."""
-    from graphdist.data.files import degree_features, load_npy
+    from graphdist.data.files import check_finite, degree_features, load_npy
     from graphdist.specs import resolve_path
     x = y = masks = None
     if opts["features"] == "degree":
@@ -215,12 +215,7 @@ def _node_data(opts, owned, n: int, indeg, outdeg, path, ym, own_ids):
     elif opts["features"]:
         xm = _npy_rows(resolve_path(opts["features"], what="features file"), n, path, "rows")
         x = torch.from_numpy(np.asarray(xm[owned], dtype=np.float32))
-        ok = torch.isfinite(x.reshape(x.shape[0], -1)).all(1)
-        if not bool(ok.all()):  # the loader's line, for this rank's first such row
-            i = int(torch.argmin(ok.to(torch.int8)))
-            node = own_ids[i].item() if hasattr(own_ids[i], "item") else own_ids[i]
-            raise DataFormatError(opts["features"], f"row {int(owned[i])} (node {node!r}) holds a nan or an infinity: "
-                                                    "fill missing values before training (a nan trains to a nan loss)")
+        check_finite(x.numpy(), opts["features"], own_ids, rows=owned)  # the loader's line, for this rank's rows
         if x.dim() == 1:
             x = x[:, None]
     classes = 0

@@ -27,7 +27,6 @@ def write_predictions(part, logits: torch.Tensor, out, *, embedding: torch.Tenso
     ``part.x``) and, if given, of ``embedding`` (``[n_own, D]``) into the folder ``out``, keyed by
     the input's ids. A collective: every rank calls it. Returns the manifest. An ``out`` that
     exists and is not empty is refused unless ``overwrite`` (then replaced whole, atomically)."""
-    from graphdist import comm
     from graphdist.gnn.infer import write_node_rows
     from graphdist.ids import take
     from graphdist.outputs import check_out
@@ -38,7 +37,6 @@ def write_predictions(part, logits: torch.Tensor, out, *, embedding: torch.Tenso
             raise ConfigError(f"gd.write_predictions: {name} must be one row per owned node, [{n}, D] on rank "
                               f"{part.rank}, got {got} (pass the model's output on part.x, not part.gather(...))")
     check_out(out, overwrite, "gd.write_predictions: out", "overwrite=True")
-    comm.barrier()  # every rank checked before rank 0 makes the folder
     ids = part.input_ids if part.input_ids is not None else take(None, part.node_ids)
     meta = {"command": "write_predictions", "input": part.info.get("input"), "world_size": part.world_size,
             "fingerprint": part.graph.fingerprint}

@@ -49,6 +49,10 @@ def graph_dir(tmp_path_factory):
     ids = load_graph(f"edgelist:{path}").node_ids  # labels keyed by the file's ids, in reverse, a tenth left out
     (d / "y.csv").write_text("node\tlabel\n" + "".join(f"{i}\t{c}\n" for i, c in zip(list(ids)[::-1], rng.integers(0, 3, n))
                                                        if c or i % 10))
+    kinds = np.array(["Rule Learning", "Theory", "Neural Networks"])  # class names, read whole
+    (d / "yn.csv").write_text("node,label\n" + "".join(f"{i},{kinds[c]}\n" for i, c in zip(list(ids)[::-1], rng.integers(0, 3, n))
+                                                      if c or i % 10))
+    np.save(d / "yn.npy", kinds[rng.integers(0, 3, n)])
     return d
 
 
@@ -59,7 +63,10 @@ VARIANTS = [  # (name, spec options)
     ("bare", ""),
     ("split", "features={d}/x.npy,labels={d}/y.npy,train=0.3,val=0.2,seed=4"),
     ("labels-by-id", "features=degree,labels={d}/y.csv,train=0.3,val=0.2,seed=4"),
+    ("names-by-id", "features=degree,labels={d}/yn.csv,train=0.3,val=0.2,seed=4"),
+    ("names-npy", "features=degree,labels={d}/yn.npy"),
 ]
+NAMED = ["Neural Networks", "Rule Learning", "Theory"]
 
 
 def _spec(d: Path, opts: str) -> str:
@@ -102,6 +109,8 @@ def test_k_ranks_write_the_one_process_artifact(graph_dir, tmp_path, k):
     results = run_ranks(_build_all, k, (d, jobs), timeout=300)
     for (spec, a, out), one in zip(jobs, singles):
         _same_artifact(one, Path(out))
+    for (name, _), one in zip(VARIANTS, singles):  # the names travel with every part
+        assert [load_part(one, r).class_names for r in range(k)] == [NAMED if name.startswith("names") else None] * k
     meta, _ = read_artifact(singles[0])
     for r in results:  # every rank returns the summary
         assert [s["nodes"] for s in r] == [read_artifact(o)[0]["num_nodes"] for o in singles]

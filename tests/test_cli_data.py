@@ -76,3 +76,15 @@ def test_data_info_says_what_the_ids_are(tmp_path, capsys):
     assert main(["data", "info", "sbm:nodes=50", "--json"]) == 0
     s = json.loads(capsys.readouterr().out)
     assert s["node_ids"] == "index" and s["node_ids_range"] == "the index (0 .. N-1)"
+
+
+def test_data_info_names_the_classes(tmp_path, capsys):
+    """Labels written as names: the classes row names them in their order (four, then the last)."""
+    (tmp_path / "g.txt").write_text("".join(f"n{i} n{i + 1}\n" for i in range(8)))
+    for labels, want in ((["spam", "ham", "spam"], "2 named 'ham', 'spam'"),
+                         ([f"k{i}" for i in range(7)], "7 named 'k0', 'k1', 'k2', 'k3', ..., 'k6'"),
+                         (["0", "2"], "3")):
+        (tmp_path / "y.csv").write_text("".join(f"n{i},{c}\n" for i, c in enumerate(labels)))
+        assert main(["data", "info", f"edgelist:{tmp_path / 'g.txt'},features=degree,labels={tmp_path / 'y.csv'}"]) == 0
+        rows = {ln[:24].strip(): ln[24:].strip() for ln in capsys.readouterr().out.splitlines()}
+        assert rows["classes"] == want

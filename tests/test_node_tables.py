@@ -53,7 +53,7 @@ def test_features_by_id(words, tmp_path):
 @pytest.mark.parametrize("text,says", [
     ("alice,0\nbob,1\nzed,1\n", ":3: 1 of its 3 ids are not nodes of g.txt: 'zed'"),
     ("alice,0\nbob,1\nalice,1\n", ":3: node 'alice' has two rows (lines 1 and 3)"),
-    ("alice,0\nbob,cat\n", ":2: label 'cat' is not an integer class (0, 1, ...; -1: none)"),
+    ("alice,0\nbob,nan\n", ":2: label 'nan' is not an integer class (0, 1, ...; -1: none)"),
     ("alice,0\nbob,1.5\n", ":2: label '1.5' is not an integer class (0, 1, ...; -1: none)"),
     ("alice,0\nbob,-2\n", ":2: label -2 is not a class (0, 1, ...; -1: none)"),
     ("alice,0\nbob\n", ":2: expected at least 2 fields, got 1: 'bob'"),
@@ -106,3 +106,67 @@ def test_an_npz_with_a_nan_feature_is_refused(tmp_path):
         load_graph(f"npz:{p}")
     assert str(e.value) == (f"{p} (x): row 1 (node 'b') holds a nan or an infinity: fill missing values before "
                             "training (a nan trains to a nan loss)")
+
+
+# ------------------------------------------------------------------ labels that are class names
+def _named(g):
+    return {i: (None if c < 0 else str(g.class_names[c])) for i, c in zip(_ids(g), g.y.tolist())}
+
+
+def test_class_names_are_read_whole_and_numbered_in_sorted_order(words, tmp_path):
+    """Names with a space or a quoted comma, a header, a node left out, any row order: each node
+    gets its name back through ``class_names[y]``, the classes numbered as ``sorted()`` does."""
+    lab = tmp_path / "kinds.csv"
+    lab.write_text('node,kind\n# carol: none\ndave,Theory\nalice,"Rule Learning, applied"\r\nbob,Neural Networks\n')
+    g = load_graph(f"edgelist:{words},features=degree,labels={lab},train=0.5,val=0")
+    assert g.class_names.tolist() == sorted(["Theory", "Rule Learning, applied", "Neural Networks"])
+    assert _named(g) == {"alice": "Rule Learning, applied", "bob": "Neural Networks", "carol": None, "dave": "Theory"}
+    assert g.num_classes == 3 and g.summary()["class_names"] == g.class_names.tolist()
+
+
+def test_a_name_on_the_first_line_is_data_and_a_number_among_names_is_a_name(words, tmp_path):
+    lab = tmp_path / "l.tsv"
+    lab.write_text("alice\tspam\nbob\t3\n")  # no column names: alice is a node
+    g = load_graph(f"edgelist:{words},features=degree,labels={lab}")
+    assert _named(g) == {"alice": "spam", "bob": "3", "carol": None, "dave": None}
+    lab.write_text("alice spam\n")  # one row of data, spaces between the fields
+    assert _named(load_graph(f"edgelist:{words},features=degree,labels={lab}"))["alice"] == "spam"
+
+
+def test_integer_labels_keep_their_numbers_and_no_names(words, tmp_path):
+    lab = tmp_path / "l.csv"
+    lab.write_text("node,label\nalice,2\nbob,0\n")
+    g = load_graph(f"edgelist:{words},features=degree,labels={lab}")
+    assert g.class_names is None and dict(zip(_ids(g), g.y.tolist()))["alice"] == 2
+
+
+@pytest.mark.parametrize("text,says", [
+    ("alice Rule Learning\nbob Theory\n", ":1: 3 fields separated by spaces: a class name is the second field, and "
+                                          "one with a space in it needs commas or tabs between the fields "
+                                          "('node,Rule Learning')"),
+    ("alice,spam\nzed,ham\n", ":2: 1 of its 2 ids are not nodes of g.txt: 'zed'"),
+    ("alice,spam\nbob,ham\nalice,ham\n", ":3: node 'alice' has two rows (lines 1 and 3)"),
+    ("alice,spam\nbob\n", ":2: expected at least 2 fields, got 1: 'bob'"),
+])
+def test_bad_name_tables_are_refused_naming_the_line(words, tmp_path, text, says):
+    lab = tmp_path / "l.csv"
+    lab.write_text(text)
+    with pytest.raises(DataFormatError) as e:
+        load_graph(f"edgelist:{words},features=degree,labels={lab}")
+    assert str(e.value) == f"{lab}{says}"
+
+
+def test_names_in_a_npy_and_an_npz_and_fractions_refused(words, tmp_path):
+    ids = ["alice", "bob", "carol", "dave"]  # the loader's order (sorted)
+    np.save(tmp_path / "y.npy", np.array(["b", "a", "b", "c"]))
+    g = load_graph(f"edgelist:{words},features=degree,labels={tmp_path / 'y.npy'}")
+    assert g.class_names.tolist() == ["a", "b", "c"] and g.y.tolist() == [1, 0, 1, 2] and _ids(g) == ids
+    p = tmp_path / "g.npz"
+    np.savez(p, edge_index=np.array([[0, 1], [1, 2]]), x=np.eye(3, dtype=np.float32), y=np.array([b"z", b"y", b"z"]))
+    g = load_graph(f"npz:{p}")
+    assert g.class_names.tolist() == ["y", "z"] and g.y.tolist() == [1, 0, 1]
+    np.save(tmp_path / "y.npy", np.array([0.0, 1.5, 1.0, 0.0]))
+    with pytest.raises(DataFormatError) as e:
+        load_graph(f"edgelist:{words},features=degree,labels={tmp_path / 'y.npy'}")
+    assert str(e.value) == (f"{tmp_path / 'y.npy'}: label 1.5 of row 1 is not an integer class (0, 1, ...; -1: none) "
+                            "or a class name")

@@ -214,6 +214,35 @@ def test_edge_list_ids_survive_artifact_and_k2(tmp_path, kind):
     assert np.abs(a["logits"] - b["logits"]).max() < 1e-5
 
 
+def test_class_names_come_back_as_pred_and_equal_the_numbered_run(tmp_path):
+    """Labels written as class names: infer's ``pred`` is the predicted class's name, the manifest
+    and the export name the logits' columns, and the run equals one whose labels are the classes'
+    places in ``sorted(names)`` written as integers (the same logits, to the bit)."""
+    from graphdist.cli import main
+    names = ["Rule Learning", "Theory", "Neural Networks"]
+    rng = np.random.default_rng(5)
+    g = tmp_path / "g.txt"
+    g.write_text("".join(f"n{a} n{b}\n" for a, b in rng.integers(0, 40, (120, 2)) if a != b))
+    cls = {f"n{i}": int(c) for i, c in enumerate(rng.integers(0, 3, 40))}
+    (tmp_path / "named.csv").write_text("node,kind\n" + "".join(f"{i},{names[c]}\n" for i, c in cls.items()))
+    order = sorted(names)
+    (tmp_path / "ints.csv").write_text("".join(f"{i},{order.index(names[c])}\n" for i, c in cls.items()))
+    runs = []
+    for kind in ("named", "ints"):
+        spec, ck = f"edgelist:{g},features=degree,labels={tmp_path / kind}.csv,train=0.5,val=0.2", str(tmp_path / f"ck-{kind}")
+        runs += [["train-gcn", spec, "--parts", "2", "--epochs", "3", "--checkpoint-dir", ck, "--no-progress"],
+                 ["infer", spec, "--checkpoint-dir", ck, "--out", str(tmp_path / f"out-{kind}")]]
+    _ok(run_cli(runs, world_size=2))
+    a, b = table(tmp_path / "out-named"), table(tmp_path / "out-ints")
+    assert a["node_id"].tolist() == b["node_id"].tolist()
+    np.testing.assert_array_equal(a["logits"], b["logits"])
+    assert a["pred"].tolist() == [order[i] for i in b["pred"]] == [order[i] for i in a["logits"].argmax(1)]
+    assert json.loads((tmp_path / "out-named" / "_manifest.json").read_text())["class_names"] == order
+    assert "class_names" not in json.loads((tmp_path / "out-ints" / "_manifest.json").read_text())
+    assert main(["export", "--checkpoint-dir", str(tmp_path / "ck-named"), "--out", str(tmp_path / "exp")]) == 0
+    assert json.loads((tmp_path / "exp" / "model.json").read_text())["class_names"] == order
+
+
 def test_npz_node_ids(tmp_path):
     from graphdist.data import load_graph
     f = tmp_path / "g.npz"

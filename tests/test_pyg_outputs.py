@@ -1,6 +1,7 @@
 """``gd.write_predictions``: a PyG script's output on k ranks as the Parquet folder ``infer`` writes,
-keyed by the input's own ids (word ids of an edge list here), from a spec and from an artifact;
-checked row by row against the features table the rows were made from."""
+keyed by the input's own ids (word ids of an edge list here), its ``pred`` the class names the
+labels were written as, from a spec and from an artifact; checked row by row against the
+features table the rows were made from."""
 from __future__ import annotations
 
 import numpy as np
@@ -10,6 +11,7 @@ from graphdist.testing import run_ranks
 
 pd = pytest.importorskip("pandas")
 
+KINDS = ["insect", "mammal", "bird"]
 WORDS = ["ant", "bee", "cat", "dog", "eel", "fox", "gnu", "hen", "ibis", "jay", "kiwi", "lark"]
 
 
@@ -19,7 +21,7 @@ def _files(d):
     (d / "g.txt").write_text("".join(f"{a} {b}\n" for a, b in edges))
     feats = {w: rng.standard_normal(3).round(3).tolist() for w in WORDS}
     (d / "x.csv").write_text("node,a,b,c\n" + "".join(f"{w},{','.join(map(str, v))}\n" for w, v in reversed(feats.items())))
-    (d / "y.csv").write_text("".join(f"{w},{i % 3}\n" for i, w in enumerate(WORDS)))
+    (d / "y.csv").write_text("".join(f"{w},{KINDS[i % 3]}\n" for i, w in enumerate(WORDS)))  # labels as names
     return f"edgelist:{d / 'g.txt'},features={d / 'x.csv'},labels={d / 'y.csv'},train=0.5,val=0.25", feats
 
 
@@ -32,7 +34,7 @@ def _job(rank, ws, source, out):
         gd.write_predictions(part, part.x, out)
     except Exception as e:  # noqa: BLE001 - the refusal's text is the result
         bad = str(e)
-    return man["rows"], bad, man["input"], man["world_size"]
+    return man["rows"], bad, man["input"], man["world_size"], man["class_names"], part.class_names
 
 
 @pytest.mark.parametrize("from_artifact", [False, True])
@@ -45,7 +47,7 @@ def test_predictions_are_keyed_by_the_inputs_ids(tmp_path, from_artifact):
         partition_to_artifact(PartitionConfig(spec=spec, parts=2, method="metis", out=source))
     out = tmp_path / "pred"
     res = run_ranks(_job, 2, args=(source, str(out)), timeout=240)
-    assert [r[0] for r in res] == [12, 12] and res[0][2:] == (source, 2)
+    assert [r[0] for r in res] == [12, 12] and res[0][2:] == (source, 2, sorted(KINDS), sorted(KINDS))
     assert res[0][1] == (f"gd.write_predictions: out {out}: exists and is not empty; add overwrite=True to replace "
                          "it, or choose another")
     df = pd.read_parquet(out)
@@ -54,7 +56,7 @@ def test_predictions_are_keyed_by_the_inputs_ids(tmp_path, from_artifact):
         want = np.array(feats[row.node_id], dtype=np.float32)
         np.testing.assert_array_equal(np.asarray(row.logits), want)
         np.testing.assert_array_equal(np.asarray(row.embedding), want[:2] * 2)
-        assert row.pred == int(np.argmax(want))
+        assert row.pred == sorted(KINDS)[int(np.argmax(want))]  # the class's name
 
 
 def _wrong_rows(rank, ws, spec):

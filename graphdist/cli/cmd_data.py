@@ -58,7 +58,7 @@ def dataset_info(spec: str, skip_bad_lines: bool = False,
             ("in-degree min/mean/max", f"{s['degree_min']} / {s['degree_mean']:.2f} / {s['degree_max']}"),
             ("self-loops", f"{s['self_loops']:,}"),
             ("features", f"{s['features']}"),
-            ("classes", f"{s['classes']}"),
+            ("classes", f"{s['classes']}" + _names(s["class_names"])),
             ("split train/val/test", " / ".join("-" if s[k] is None else f"{s[k]:,}" for k in ("train", "val", "test"))),
             ("node ids", s["node_ids_range"]),
             ("fingerprint", s["fingerprint"]),
@@ -115,3 +115,12 @@ def register(sub) -> None:
                            epilog=kinds_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     config.add_arguments(info, DataInfoConfig)
     info.set_defaults(func=_info)
+
+
+def _names(names) -> str:
+    """`` named 'a', 'b', ..., 'z'`` (at most four, then the last) where the labels are names."""
+    if not names:
+        return ""
+    cut = [n if len(n) <= 24 else n[:21] + "..." for n in names]
+    shown = [repr(n) for n in cut] if len(cut) <= 5 else [*map(repr, cut[:4]), "...", repr(cut[-1])]
+    return " named " + ", ".join(shown)

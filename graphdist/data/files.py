@@ -63,12 +63,13 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
         from graphdist.specs import resolve_path
         lpath = resolve_path(labels, what="labels file")
         if lpath.suffix == ".npy":
-            y = load_npy(lpath).reshape(-1)
+            from graphdist.data.node_tables import class_index
+            y, kw["class_names"] = class_index(load_npy(lpath), labels)
             if y.shape[0] != n:
                 raise DataFormatError(labels, f"has {y.shape[0]} labels but {path.name} has {n} distinct nodes")
         else:
             from graphdist.data.node_tables import labels_by_id
-            y = labels_by_id(lpath, ids, path.name)
+            y, kw["class_names"] = labels_by_id(lpath, ids, path.name)
         kw["y"] = torch.from_numpy(y.astype(np.int64))
         if train > 0:
             from graphdist.data.synthetic import label_splits
@@ -163,7 +164,7 @@ def node_data(g: Graph, features: str = "", labels: str = "", seed: int = 0) -> 
         raise SpecError(f"features={features!r}: expected a .npy file, degree or random:F")
     if labels.startswith("random:"):
         c = _count(labels, "labels=random:C")
-        g.y = torch.from_numpy(rng.integers(0, c, g.num_nodes))
+        g.y, g.class_names = torch.from_numpy(rng.integers(0, c, g.num_nodes)), None
         if g.train_mask is None:
             from graphdist.data.synthetic import random_splits
             g.train_mask, g.val_mask, g.test_mask = random_splits(rng, g.num_nodes, 0.1, 0.1)
@@ -243,7 +244,8 @@ def load_npz(path: Path, *, symmetrize: bool = False, self_loops: bool = True, f
         if v.shape[0] != n:
             raise DataFormatError(path, f"{k} has {v.shape[0]} rows but the graph has {n} nodes")
     if "y" in kw:
-        kw["y"] = kw["y"].reshape(n, -1)[:, 0].astype(np.int64)
+        from graphdist.data.node_tables import class_index
+        kw["y"], kw["class_names"] = class_index(kw["y"].reshape(n, -1)[:, 0], f"{path}: y")
     if "node_ids" in arrs:
         ids = np.asarray(arrs["node_ids"]).reshape(-1)
         if ids.shape[0] != n or ids.dtype.kind not in "iuUS":

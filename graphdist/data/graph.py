@@ -109,6 +109,10 @@ class Graph:
     (a tensor), or a numpy ``str`` array where the ids are words; None where the node index is the
     id (:mod:`graphdist.ids`). Not part of the fingerprint: outputs are keyed by it, the graph is
     the same."""
+    class_names: np.ndarray | None = None
+    """``[C]`` numpy ``str``: the name of each class where the input's labels are names (``y`` is
+    the place of a node's name here, names in ascending order); None where labels are integers.
+    Not part of the fingerprint, like the ids: the outputs' ``pred`` is written as these names."""
 
     def __post_init__(self):
         self.indptr = _as_long(self.indptr)
@@ -129,6 +133,11 @@ class Graph:
             if kind == "S":  # bytes: UTF-8 text
                 self.node_ids = np.char.decode(self.node_ids, "utf-8")
             self.node_ids = self.node_ids.astype(str) if kind in "US" else _as_long(self.node_ids)
+        if self.class_names is not None:
+            self.class_names = np.asarray(self.class_names).astype(str).reshape(-1)
+            if self.class_names.size < self.num_classes:
+                raise DataFormatError(self.name or "graph", f"{self.class_names.size} class names for "
+                                                            f"{self.num_classes} classes")
         for k in ("train_mask", "val_mask", "test_mask"):
             m = getattr(self, k)
             if m is not None:
@@ -265,6 +274,7 @@ class Graph:
             out[k.replace("_mask", "")] = None if m is None else int(m.sum())
         from graphdist.ids import describe, id_type
         out["node_ids"], out["node_ids_range"] = id_type(self.node_ids), describe(self.node_ids)
+        out["class_names"] = None if self.class_names is None else self.class_names.tolist()
         out["fingerprint"] = self.fingerprint
         return out
 

@@ -10,10 +10,16 @@
 Separators, ``#`` comments, blank lines, CRLF and ``.gz`` as in :mod:`graphdist.data.table`; a
 first line of column names is skipped (a line whose values are not numbers). Ids are matched to
 the edge list's ids as written (integers as integers: ``007`` is 7 where the edge list's ids are
-numbers). Labels are integer classes (``-1``: none); a node without a row has no label. Every node
-needs a row of features, with at least as many values as the first row (F, the width; values
-past F are not read). Any id that is no node of the graph, a node given twice, a value that is
-no number: one line naming the file, the line and the id.
+numbers). A node without a row has no label. Every node needs a row of features, with at least
+as many values as the first row (F, the width; values past F are not read). Any id that is no
+node of the graph, a node given twice, a value that is no number: one line naming the file, the
+line and the id.
+
+Labels are integer classes (``-1``: none), or class names: where any label is not a number
+(past a first line of column names; a first line whose id is a node is data), every label is a
+name as written (``spam``, ``Rule Learning``, ``3``), read whole as the second field of a comma-,
+tab- or ``;``-separated row (CSV quoting), the classes numbered in ascending order of their names
+(Python's ``sorted()``) and the names kept for the outputs (:attr:`Graph.class_names`).
 """
 from __future__ import annotations
 
@@ -25,21 +31,102 @@ from graphdist.data import table as tb
 from graphdist.data import tokens
 from graphdist.errors import DataFormatError
 
-__all__ = ["labels_by_id", "features_by_id"]
+__all__ = ["labels_by_id", "features_by_id", "class_index"]
 
 
-def labels_by_id(path: Path, ids: np.ndarray, graph: str) -> np.ndarray:
-    """``y`` int64 ``[len(ids)]`` from the table ``node_id label`` at ``path``: each node's
-    label, -1 for a node the file leaves out. ``ids``: the graph's ids, ascending (int64 or str);
-    ``graph``: its file's name, for the messages."""
-    cols, tab = _rows(path, 2)
+def labels_by_id(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(y int64 [len(ids)], class names str [C] or None)`` from the table ``node_id label`` at
+    ``path``: each node's class, -1 for a node the file leaves out; the names where the labels are
+    names (the class of a node is its name's place among them), None where they are integers.
+    ``ids``: the graph's ids, ascending (int64 or str); ``graph``: its file's name, for the
+    messages."""
+    cols, tab = tokens.read_fields(path, 2, header=False)
+    if cols[0].size and (not _all_numbers(cols[1][1:]) or
+                         (not _all_numbers(cols[1][:1]) and _is_node(cols[0][:1], tab, ids))):
+        return _named(path, ids, graph)  # a name past the first line, or on a first line of data
+    cols, tab = _rows(path, 2, (cols, tab))
     vals = _numbers(cols[1], tab, np.int64, "label", "an integer class (0, 1, ...; -1: none)")
     if vals.size and int(vals.min()) < -1:
         i = int(np.argmin(vals))
         raise DataFormatError(path, f"label {int(vals[i])} is not a class (0, 1, ...; -1: none)", tab.line_of(i))
     y = np.full(len(ids), -1, dtype=np.int64)
     y[_nodes(path, cols[0], tab, ids, graph)] = vals
-    return y
+    return y, None
+
+
+def _named(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray, np.ndarray]:
+    """Labels that are class names, each read whole (:func:`_name_rows`); the first line left out
+    where its id is no node (column names)."""
+    col, names, tab = _name_rows(path)
+    if col.size and not _is_node(col[:1], tab, ids):
+        col, names, tab.lines = col[1:], names[1:], tab.lines[1:]
+    if col.size == 0:
+        raise DataFormatError(path, "no rows found")
+    classes, y_rows = np.unique(np.asarray(names, dtype=str), return_inverse=True)
+    y = np.full(len(ids), -1, dtype=np.int64)
+    y[_nodes(path, col, tab, ids, graph)] = y_rows.reshape(-1)
+    return y, classes
+
+
+class _Lines:
+    """Where each row came from, for the messages (as a table's ``tab``)."""
+
+    def __init__(self, path: Path, lines: list[int]):
+        self.path, self.lines = path, lines
+
+    def line_of(self, i: int) -> int:
+        return self.lines[i]
+
+
+def _name_rows(path: Path) -> tuple[np.ndarray, list[str], _Lines]:
+    """``(ids as bytes, label names, lines)`` of a table whose labels are names: the separator is
+    the first data line's tab, comma or ``;`` (fields read as CSV: ``"Neural, Networks"``), else
+    spaces, where a row of more than two fields cannot say where its name ends and is refused
+    (``Rule Learning`` is one name only between commas or tabs)."""
+    import csv
+    raw = b"".join(tb.blocks(path))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataFormatError(path, "is not UTF-8 text", raw.count(b"\n", 0, e.start) + 1) from None
+    rows = [(i, ln.rstrip("\r")) for i, ln in enumerate(text.split("\n"), 1)
+            if ln.strip() and not ln.lstrip().startswith(("#", "%"))]
+    sep = next((c for c in "\t,;" if rows and c in rows[0][1]), None)
+    fields = csv.reader((ln for _, ln in rows), delimiter=sep) if sep else (ln.split() for _, ln in rows)
+    got_ids, got_names = [], []
+    for (i, ln), f in zip(rows, fields):
+        if len(f) < 2:
+            raise DataFormatError(path, f"expected at least 2 fields, got {len(f)}: {ln.strip()!r}", i)
+        if sep is None and len(f) > 2:
+            raise DataFormatError(path, f"{len(f)} fields separated by spaces: a class name is the second field, "
+                                        "and one with a space in it needs commas or tabs between the fields "
+                                        "('node,Rule Learning')", i)
+        got_ids.append(f[0].strip().encode())
+        got_names.append(f[1].strip())
+    col = np.array(got_ids, dtype=bytes) if got_ids else np.zeros(0, dtype="S1")
+    return col, got_names, _Lines(path, [i for i, _ in rows])
+
+
+def class_index(values: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """``(y int64, names or None)`` of a label array read whole (a ``.npy``, an npz's ``y``):
+    integers as they are; strings as class names, numbered in ascending order (as
+    :func:`labels_by_id` numbers a table's). Anything else refused naming ``what``."""
+    a = np.asarray(values).reshape(-1)
+    if a.dtype.kind in "US":
+        if a.dtype.kind == "S":
+            try:
+                a = np.char.decode(a, "utf-8")
+            except UnicodeDecodeError:
+                raise DataFormatError(what, "labels are bytes that are not UTF-8 text") from None
+        names, y = np.unique(a.astype(str), return_inverse=True)
+        return y.reshape(-1).astype(np.int64), names
+    if a.dtype.kind == "f" and a.size and not (np.isfinite(a) & (a == np.floor(a))).all():
+        i = int(np.flatnonzero(~(np.isfinite(a) & (a == np.floor(a))))[0])
+        raise DataFormatError(what, f"label {a[i].item()!r} of row {i} is not an integer class (0, 1, ...; -1: none) "
+                                    "or a class name")
+    if a.dtype.kind not in "iuf" and a.size:
+        raise DataFormatError(what, f"labels must be integers or class names, got dtype {a.dtype}")
+    return a.astype(np.int64), None
 
 
 def features_by_id(path: Path, ids: np.ndarray, graph: str) -> np.ndarray:
@@ -86,10 +173,10 @@ def _names(values: list[bytes]) -> bool:
     return bool(values) and not any(map(tb.is_number, values))
 
 
-def _rows(path: Path, ncols: int):
+def _rows(path: Path, ncols: int, read=None):
     """The first ``ncols`` fields of every row (a row with fewer refused naming its line), a
-    first line of column names left out."""
-    cols, tab = tokens.read_fields(path, ncols, header=False)
+    first line of column names left out (``read``: the fields already read)."""
+    cols, tab = read or tokens.read_fields(path, ncols, header=False)
     if cols[0].size and _names([bytes(c[0]) for c in cols[1:]]):
         cols, tab = tokens.drop_first(cols, tab)
     if cols[0].size == 0:
@@ -116,6 +203,27 @@ def _numbers(col: np.ndarray, tab, dtype, what: str, form: str) -> np.ndarray:
             raise DataFormatError(tab.path, f"{what} {t.decode(errors='replace')!r} is not {form}",
                                   tab.line_of(i)) from None
         raise
+
+
+def _all_numbers(col: np.ndarray) -> bool:
+    """Whether every token reads as a number (integer classes; a fraction is refused later)."""
+    try:
+        col.astype(np.float64)
+        return True
+    except ValueError:
+        return False
+
+
+def _is_node(col: np.ndarray, tab, ids: np.ndarray) -> bool:
+    """Whether the one token ``col`` is an id of the graph."""
+    if ids.dtype.kind in "iu":
+        want, ok = _ints(col)
+        return bool(ok.all()) and bool(np.isin(want, ids).all())
+    try:
+        want = col if ids.dtype.kind == "S" else np.char.decode(col, "utf-8").astype(str)
+    except UnicodeDecodeError:
+        return False
+    return bool(np.isin(want, ids).all())
 
 
 def _nodes(path: Path, col: np.ndarray, tab, ids: np.ndarray, graph: str) -> np.ndarray:

@@ -3,7 +3,8 @@ model that runs without graphdist.
 
     DIR/model.py    build() -> torch.nn.Module (eval mode, weights loaded): PyG layers only
     DIR/model.pt    its state_dict (torch.save)
-    DIR/model.json  the settings build() reads: layer widths, model, preprocessing
+    DIR/model.json  the settings build() reads: layer widths, model, preprocessing; and
+                    ``class_names``, the logits' columns, where the training's labels were names
 
 ``build()(x, edge_index)`` on the dataset's raw features and edges (both directions, as PyG's
 loaders give them) returns the logits ``graphdist infer`` writes. The training's preprocessing
@@ -47,6 +48,8 @@ def export_gcn(tr, cfg) -> dict:
     spec.update(trainer="gcn", checkpoint=str(tr.snap), step=tr.step, fingerprint=tr.fingerprint,
                 preprocessing={"row_normalize": bool(s.get("row_normalize")), "merge_repeated_edges": True,
                                "self_loops": "one per node (GCN norm)" if s["model"] == "gcn" else "as given"})
+    if tr.meta.get("class_names"):  # the input's labels were names: the logits' columns, in order
+        spec["class_names"] = list(tr.meta["class_names"])
     write_model_dir(cfg.out, cfg.overwrite, state, spec, source)
     return {"out": str(cfg.out), "files": ["model.py", "model.pt", "model.json"], "model": s["model"],
             "tensors": len(state), "parameters": int(sum(v.numel() for v in state.values()))}

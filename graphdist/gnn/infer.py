@@ -175,13 +175,14 @@ def infer(cfg: InferConfig) -> dict:
                              "as one-process PyG code that predicts on any such graph")
         tr.load({"model": net.model.state_dict()})
         labels = _known_labels(gcfg, lg, ctx.device)
+        names = lg.class_names
         del lg  # the adjacency and the exchanger hold what the forward pass needs (as in training)
     layer = _layer(cfg, gcfg, net)
     with Timer(ctx.device) as t_fwd:
         logits, emb = forward(net, layer, labels)
     del net  # the features and the adjacency go before the rows are written
     with Timer() as t_write:
-        man = _write(cfg, tr, gcfg, ids, logits, emb, layer)
+        man = _write(cfg, tr, gcfg, ids, logits, emb, layer, names)
     peaks = comm.all_gather_json(peak_memory_bytes(ctx.device))
     return {"out": cfg.out, "rows": man["rows"], "bytes": sum(p["bytes"] for p in man["parts"]),
             "rows_per_rank": [p["rows"] for p in man["parts"]], "classes": int(logits.shape[1]),
@@ -339,25 +340,33 @@ def forward(net, layer: int, labels=None) -> tuple[torch.Tensor, torch.Tensor]:
     return logits, emb
 
 
-def _write(cfg, tr, gcfg, ids, logits, emb, layer: int) -> dict:
+def _write(cfg, tr, gcfg, ids, logits, emb, layer: int, names) -> dict:
     """This rank's rows into the output folder (collective); returns the manifest."""
     model = {"model": gcfg.model, "layers": gcfg.layers, "hidden": gcfg.hidden, "classes": int(logits.shape[1]),
              "embedding_layer": layer}
     return write_node_rows(cfg.out, cfg.overwrite, ids, logits, emb, {"command": "infer", **tr.describe(),
-                                                                      "model": model})
+                                                                      "model": model}, names)
 
 
-def write_node_rows(out, overwrite: bool, ids, logits: torch.Tensor, emb: torch.Tensor | None, meta: dict) -> dict:
+def write_node_rows(out, overwrite: bool, ids, logits: torch.Tensor, emb: torch.Tensor | None, meta: dict,
+                    class_names=None) -> dict:
     """``node_id, pred, logits[, embedding]`` of this rank's rows (``ids``: the input's ids of
     its owned nodes, :mod:`graphdist.ids`) into the output folder ``out``, in slices of
     :data:`~graphdist.outputs.ROWS_PER_GROUP` rows (collective); returns the manifest (``meta``
-    plus the columns and rows)."""
+    plus the columns and rows). With ``class_names`` (the input's labels were names) ``pred`` is
+    the predicted class's name and the manifest's ``class_names`` names the logits' columns."""
     import pyarrow as pa
 
     from graphdist.ids import id_type
     from graphdist.outputs import ROWS_PER_GROUP, PartsWriter, id_array, vectors
     pred = logits.argmax(1).cpu().numpy()
-    cols = [("node_id", pa.string() if id_type(ids) == "string" else pa.int64()), ("pred", pa.int64()),
+    if class_names is not None:
+        if len(class_names) != logits.shape[1]:
+            raise ConfigError(f"{len(class_names)} class names for logits of {int(logits.shape[1])} classes")
+        pred = np.asarray(class_names, dtype=str)[pred]
+        meta = {**meta, "class_names": list(class_names)}
+    cols = [("node_id", pa.string() if id_type(ids) == "string" else pa.int64()),
+            ("pred", pa.int64() if class_names is None else pa.string()),
             ("logits", pa.list_(pa.float32(), int(logits.shape[1])))]
     if emb is not None:
         cols.append(("embedding", pa.list_(pa.float32(), int(emb.shape[1]))))
@@ -367,7 +376,7 @@ def write_node_rows(out, overwrite: bool, ids, logits: torch.Tensor, emb: torch.
     def batches():
         for lo in range(0, len(ids), ROWS_PER_GROUP):
             hi = min(len(ids), lo + ROWS_PER_GROUP)
-            row = [id_array(ids[lo:hi]), pa.array(pred[lo:hi], pa.int64()), vectors(lg_cpu[lo:hi])]
+            row = [id_array(ids[lo:hi]), pa.array(pred[lo:hi], cols[1][1]), vectors(lg_cpu[lo:hi])]
             yield pa.record_batch(row + ([] if em_cpu is None else [vectors(em_cpu[lo:hi])]), schema=schema)
 
     with PartsWriter(out, overwrite) as w:

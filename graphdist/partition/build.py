@@ -114,7 +114,7 @@ def build_artifact(cfg) -> dict:
     opts = spec.options
     from graphdist.partition.edges import read_edges
     src, dst, n, ids = read_edges(spec.path, rank, k)
-    labels = _labels(opts, ids, n, spec.path)  # [N]: memory-mapped from a .npy, or from a table by id
+    labels, names = _labels(opts, ids, n, spec.path)  # [N]: memory-mapped from a .npy, or from a table by id
     a, k_given = read_assignment(cfg.assignment, n, cfg.parts)
     if k_given != k:
         raise ConfigError(f"--assignment {cfg.assignment} has k={k_given} parts but {k} workers build it "
@@ -141,7 +141,8 @@ def build_artifact(cfg) -> dict:
     _log(rank, f"build: rows shuffled, fingerprint {fp} ({time.perf_counter() - t0:.1f} s)")
     from graphdist.partition.rank_layout import local_part
     lg, stats = local_part(rank, k, n, a, owned, indptr, cols, indeg - loops, x, y, num_classes, fp,
-                           masks=[m[owned] for m in masks] if masks else None)
+                           masks=[m[owned] for m in masks] if masks else None,
+                           class_names=None if names is None else names.tolist())
     del indptr, cols, x, y
     quality = _quality(a, k, n, indeg, stats)
     return _write(cfg, lg, stats, quality, a, n, fp, spec, time.perf_counter() - t0, own_ids)
@@ -187,21 +188,26 @@ def _degrees(owned, indptr, cols, n: int, *, need_out: bool):
 
 
 def _labels(opts, ids, n: int, path):
-    """The whole graph's labels ``[N]`` (None without ``labels=``): a ``.npy`` memory-mapped, or
-    a table keyed by the ids (:mod:`graphdist.data.node_tables`: N int64, like the id table every
-    rank holds; features keyed by id, N x F on every rank, are refused before the build starts)."""
+    """``(the whole graph's labels [N], class names or None)`` (None, None without ``labels=``): a
+    ``.npy`` memory-mapped (read whole where it holds class names), or a table keyed by the ids
+    (:mod:`graphdist.data.node_tables`: N int64, like the id table every rank holds; features
+    keyed by id, N x F on every rank, are refused before the build starts). Every rank reads the
+    whole labels, so every rank numbers the classes alike."""
     from graphdist.data.files import load_npy
     from graphdist.specs import resolve_path
     if not opts["labels"]:
-        return None
+        return None, None
     lpath = resolve_path(opts["labels"], what="labels file")
     if lpath.suffix != ".npy":
         from graphdist.data.node_tables import labels_by_id
         return labels_by_id(lpath, ids, path.name)
-    ym = load_npy(lpath, mmap=True).reshape(-1)
+    ym, names = load_npy(lpath, mmap=True).reshape(-1), None
     if ym.shape[0] != n:
         raise DataFormatError(opts["labels"], f"has {ym.shape[0]} labels but {path.name} has {n} distinct nodes")
-    return ym
+    if ym.dtype.kind in "USf":  # names, or numbers that must be integers: as the loader reads them
+        from graphdist.data.node_tables import class_index
+        ym, names = class_index(ym, opts["labels"])
+    return ym, names
 
 
 def _node_data(opts, owned, n: int, indeg, outdeg, path, ym, own_ids):

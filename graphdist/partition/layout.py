@@ -118,11 +118,16 @@ def build_layout(graph, assignment, rank: int, k: int, *, shared: SharedArrays |
         col_deg=torch.cat([sh.deg[owned], sh.deg[halo]]),
         x=sub(graph.x), y=sub(graph.y), train_mask=sub(graph.train_mask),
         val_mask=sub(graph.val_mask), test_mask=sub(graph.test_mask),
-        num_classes=graph.num_classes, fingerprint=_fp(graph),
+        num_classes=graph.num_classes, fingerprint=_fp(graph), class_names=_names(graph),
         halo_raw=sh.h_raw[hs:he].clone(), send_raw=sh.s_raw[ss:se].clone(),
         pre_rows=sh.local_of[sh.pr_node[rs:re_]], pre_recv_counts=count(sh.pr_from[rs:re_]),
         pre_ptr=sh.t_ptr[ps:pe + 1] - t0, pre_src=sh.local_of[sh.t_src[t0:t1]],
         pre_dst=sh.ps_node[ps:pe].clone(), pre_send_counts=count(sh.ps_part[ps:pe]))
+
+
+def _names(graph) -> list[str] | None:
+    names = getattr(graph, "class_names", None)
+    return None if names is None else [str(v) for v in names]
 
 
 def _local_csr(graph, owned: torch.Tensor, halo: torch.Tensor, n: int):

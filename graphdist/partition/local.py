@@ -98,6 +98,9 @@ class LocalGraph:
     """Global number of classes (max label + 1 over the whole graph)."""
     fingerprint: str = ""
     """Fingerprint of the graph this part was cut from."""
+    class_names: list[str] | None = None
+    """The name of each class where the input's labels are names (:attr:`Graph.class_names`),
+    the same on every part; None where labels are integers."""
     halo_raw: torch.Tensor | None = None
     """mvc: ``[n_halo]`` bool, the halo column arrives raw (else its edges arrive summed)."""
     send_raw: torch.Tensor | None = None

@@ -33,7 +33,8 @@ def _t(x, dtype=np.int64) -> torch.Tensor:
 
 
 def local_part(rank: int, k: int, n: int, a: np.ndarray, owned: np.ndarray, indptr: np.ndarray,
-               cols: np.ndarray, deg: np.ndarray, x, y, num_classes: int, fingerprint: str, masks=None):
+               cols: np.ndarray, deg: np.ndarray, x, y, num_classes: int, fingerprint: str, masks=None,
+               class_names: list[str] | None = None):
     """``(LocalGraph of part rank, [per-part counts of every rank])``: ``owned`` ascending global
     ids, ``indptr``/``cols`` their in-rows in global ids (sorted, no repeats), ``deg`` the global
     in-degree without self-loops of every node; ``masks`` the owned rows' train/val/test masks, or
@@ -97,7 +98,7 @@ def local_part(rank: int, k: int, n: int, a: np.ndarray, owned: np.ndarray, indp
         halo=_t(halo), recv_counts=count(hp), send_idx=_t(send_idx), send_counts=list(ask_from),
         col_deg=torch.cat([_t(deg[owned]), _t(deg[halo])]), x=x, y=y,
         **dict(zip(("train_mask", "val_mask", "test_mask"), [_t(m, bool) for m in masks] if masks else [None] * 3)),
-        num_classes=num_classes, fingerprint=fingerprint,
+        num_classes=num_classes, fingerprint=fingerprint, class_names=class_names,
         halo_raw=_t(raw_u[h_order], bool),
         send_raw=_t(got_ask[:, 1] != 0, bool),
         pre_rows=_t(np.searchsorted(owned, pre_v)), pre_recv_counts=count(pre_p),

@@ -9,7 +9,8 @@ keyed by the input's own ids, and a manifest.
       _manifest.json           written last by rank 0: the input, the world size, the columns, the rows
 
 ``node_id`` is the input's id (an edge list's numbers or words, :attr:`Part.input_ids`), ``pred``
-the argmax of the logits. The folder is written atomically (:mod:`graphdist.outputs`):
+the argmax of the logits: its class, or its class's name where the labels were names
+(:attr:`Part.class_names`, also in the manifest, in the logits' order). The folder is written atomically (:mod:`graphdist.outputs`):
 pandas reads it as ``pd.read_parquet("runs/gat/pred")``.
 """
 from __future__ import annotations
@@ -40,4 +41,4 @@ def write_predictions(part, logits: torch.Tensor, out, *, embedding: torch.Tenso
     ids = part.input_ids if part.input_ids is not None else take(None, part.node_ids)
     meta = {"command": "write_predictions", "input": part.info.get("input"), "world_size": part.world_size,
             "fingerprint": part.graph.fingerprint}
-    return write_node_rows(out, overwrite, ids, logits, embedding, meta)
+    return write_node_rows(out, overwrite, ids, logits, embedding, meta, part.class_names)

@@ -133,6 +133,12 @@ class Part:
         """Classes of the whole graph (max label + 1)."""
         return int(self.graph.num_classes)
 
+    @property
+    def class_names(self) -> list[str] | None:
+        """The name of each class (in the logits' order) where the input's labels are names
+        (``labels=L.csv`` of ``spam`` / ``ham``); None where they are integers."""
+        return self.graph.class_names
+
     # ------------------------------------------------------------------ PyG Data idioms
     def to(self, device) -> "Part":
         """``data.to(device)`` of a PyG script: the part itself when it lives on ``device``

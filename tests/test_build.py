@@ -273,3 +273,34 @@ def test_k_ranks_refuse_what_one_process_refuses_with_the_same_line(graph_dir, t
         many = _fails(["partition", f"edgelist:{f}", "--assignment", a, "--nproc", "3", "--out", str(tmp_path / "o")],
                       capfd)
         assert one == many and f"{f}:" in one, (name, one, many)
+
+
+def test_a_parquet_edge_list_builds_the_one_process_artifact(graph_dir, tmp_path):
+    """The edge list and its labels as Parquet, in row groups the 3 workers share unevenly (one
+    reads none): integer ids, and the same ids as a string column where only the last row group
+    holds words (every rank then reads strings), with labels as class names."""
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    src, dst = load_graph(f"edgelist:{graph_dir / 'g.txt'},directed=true").edge_index.numpy()
+    ids = np.asarray(load_graph(f"edgelist:{graph_dir / 'g.txt'}").node_ids)
+    s, t = ids[src], ids[dst]
+    pq.write_table(pa.table({"s": s, "t": t}), tmp_path / "ints.parquet", row_group_size=len(s) // 2 + 1)
+    words = s.astype(str).astype(object)
+    words[-3:] = ["alice", "z\u00fcri", "bob"]
+    pq.write_table(pa.table({"s": words.astype(str), "t": t.astype(str)}), tmp_path / "words.parquet",
+                   row_group_size=len(s) // 5 + 1)
+    nodes = np.unique(np.concatenate([words.astype(str), t.astype(str)]))
+    pq.write_table(pa.table({"node": nodes, "kind": np.array(NAMED)[np.arange(nodes.size) % 3]}), tmp_path / "y.parquet")
+    jobs = []
+    for name, opts in (("ints", "features=degree"), ("words", f"features=degree,labels={tmp_path / 'y.parquet'}")):
+        spec = f"edgelist:{tmp_path / name}.parquet,{opts}"
+        n = load_graph(spec).num_nodes
+        np.save(tmp_path / f"a-{name}.npy", np.random.default_rng(7).integers(0, 3, n))
+        a = str(tmp_path / f"a-{name}.npy")
+        assert main(["partition", spec, "--assignment", a, "--out", str(tmp_path / f"one-{name}")]) == 0
+        jobs.append((spec, a, str(tmp_path / f"many-{name}")))
+    run_ranks(_build_all, 3, (graph_dir, jobs), timeout=300)
+    for name in ("ints", "words"):
+        _same_artifact(tmp_path / f"one-{name}", tmp_path / f"many-{name}")
+    assert read_artifact(tmp_path / "one-ints")[0]["ids"]["type"] == "int64"
+    assert read_artifact(tmp_path / "one-words")[0]["ids"]["type"] == "string"
+    assert load_part(tmp_path / "many-words", 2).class_names == NAMED

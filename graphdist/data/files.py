@@ -31,7 +31,8 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
                   self_loops: bool = False, train: float = 0.0, val: float = 0.0, seed: int = 0) -> Graph:
     """Edge list ``src dst`` per line (``#``/``%`` comments, tab/space/comma, CRLF, a first line
     of column names; a third column such as a weight is ignored), read by
-    :func:`graphdist.data.table.read_table`. Ids are remapped to 0..N-1 in ascending order of the
+    :func:`graphdist.data.table.read_table`, or a Parquet file (its first two columns; its node
+    tables may be Parquet too: :mod:`graphdist.data.parquet`). Ids are remapped to 0..N-1 in ascending order of the
     original id (:attr:`Graph.node_ids` keeps them): integers, or, where any id is not a number
     (``alice``, a URL) or an integer beyond 2^62, every id as the string written, in ascending
     UTF-8 order (:func:`graphdist.data.tokens.text_ids`; the first line as column names:
@@ -44,7 +45,8 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
         from graphdist.errors import SpecError
         raise SpecError(f"train={train:g},val={val:g} split the labels of a labels=FILE; give one (a .npy, or a table of node id and label) "
                         f"(labels=random:C draws its own 10/10/80 split)")
-    ids, src, dst = _edge_ids(path)
+    from graphdist.data import parquet
+    ids, src, dst = parquet.edge_ids(path) if parquet.is_parquet(path) else _edge_ids(path)
     n = ids.size
     kw = {}
     if features and not _generated(features):
@@ -57,7 +59,7 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
             check_finite(x, features, ids)
         else:
             from graphdist.data.node_tables import features_by_id
-            x = features_by_id(fpath, ids, path.name)
+            x = (parquet.features_by_id if parquet.is_parquet(fpath) else features_by_id)(fpath, ids, path.name)
         kw["x"] = torch.from_numpy(np.asarray(x, dtype=np.float32))
     if labels and not _generated(labels):
         from graphdist.specs import resolve_path
@@ -69,7 +71,8 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
                 raise DataFormatError(labels, f"has {y.shape[0]} labels but {path.name} has {n} distinct nodes")
         else:
             from graphdist.data.node_tables import labels_by_id
-            y, kw["class_names"] = labels_by_id(lpath, ids, path.name)
+            y, kw["class_names"] = (parquet.labels_by_id if parquet.is_parquet(lpath) else labels_by_id)(
+                lpath, ids, path.name)
         kw["y"] = torch.from_numpy(y.astype(np.int64))
         if train > 0:
             from graphdist.data.synthetic import label_splits

@@ -8,7 +8,8 @@ Given the same assignment, the result is byte for byte the artifact one process 
 was written. Rank ``r`` of ``k``:
 
 1. reads its shard of the edge list: bytes ``[r S/k, (r+1) S/k)`` in whole lines
-   (:func:`graphdist.data.table.shard`); error messages name the file's own line numbers;
+   (:func:`graphdist.data.table.shard`; a Parquet file: its row groups ``[r G/k, (r+1) G/k)``);
+   error messages name the file's own line (or row) numbers;
 2. learns the node ids: the distinct ids of every shard, merged (ascending original id, as the
    one-process loader numbers them; word ids as the strings written, in UTF-8 order:
    :mod:`graphdist.partition.edges`);
@@ -53,7 +54,8 @@ on the others at 20M edges, `benchmarks/build_memory.py`)."""
 
 
 def check_build_request(cfg) -> None:
-    """What a k-rank build needs, checked before any worker starts: an uncompressed edge list and
+    """What a k-rank build needs, checked before any worker starts: an uncompressed edge list (text,
+    or Parquet: its row groups are the shards) and
     ``--assignment``, node data from files or the degrees."""
     from graphdist.specs import parse_spec
     if cfg.assignment is None:
@@ -199,8 +201,9 @@ def _labels(opts, ids, n: int, path):
         return None, None
     lpath = resolve_path(opts["labels"], what="labels file")
     if lpath.suffix != ".npy":
+        from graphdist.data import parquet
         from graphdist.data.node_tables import labels_by_id
-        return labels_by_id(lpath, ids, path.name)
+        return (parquet.labels_by_id if parquet.is_parquet(lpath) else labels_by_id)(lpath, ids, path.name)
     ym, names = load_npy(lpath, mmap=True).reshape(-1), None
     if ym.shape[0] != n:
         raise DataFormatError(opts["labels"], f"has {ym.shape[0]} labels but {path.name} has {n} distinct nodes")

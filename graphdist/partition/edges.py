@@ -29,7 +29,10 @@ __all__ = ["read_edges"]
 def read_edges(path: Path, rank: int, k: int):
     """This rank's edges ``(src, dst)`` renumbered to 0..N-1 by ascending original id, N, and the
     original ids ([N], ascending: node i's id; int64, or UTF-8 bytes where the ids are words)."""
+    from graphdist.data import parquet
     from graphdist.data.table import TextField, read_table, shard
+    if parquet.is_parquet(path):
+        return _parquet_edges(path, rank, k)
     start, end, lines = shard(path, rank, k)
     first = 1 + sum(comm.all_gather_json(int(lines))[:rank])
     tab, err, neg, why, wide, text = None, None, None, None, None, None
@@ -56,6 +59,35 @@ def read_edges(path: Path, rank: int, k: int):
     ids = torch.from_numpy(np.unique(arr))
     ids = np.unique(comm.all_gather_rows(ids).numpy())
     return _renumbered(ids, arr[:, 0], arr[:, 1])
+
+
+def _parquet_edges(path: Path, rank: int, k: int):
+    """:func:`read_edges` of a Parquet edge list: rank r reads its share of the row groups
+    (:func:`graphdist.data.parquet.edge_columns`); the ids are integers where every rank's read
+    as integers (:func:`graphdist.data.parquet.alike`), else every rank's are the strings written,
+    numbered as the word ids of a text file (their UTF-8 bytes, ascending)."""
+    from graphdist.data.parquet import alike, edge_columns
+    from graphdist.ids import encode, unique_bytes, width
+    src = dst = np.zeros(0, dtype=np.int64)
+    err = None
+    try:
+        src, dst = edge_columns(path, rank, k)
+    except GraphdistError as e:
+        err = str(e)
+    ints = alike([src, dst])
+    every = comm.all_gather_json((int(src.size), err, ints[0].dtype.kind == "U"))
+    _agree_first_error(every, path)
+    if not any(e[2] for e in every):
+        src, dst = ints
+        ids = np.unique(comm.all_gather_rows(torch.from_numpy(np.unique(np.concatenate([src, dst])))).numpy())
+        return _renumbered(ids, src, dst)
+    del ints
+    src, dst = (np.char.encode(c.astype(str), "utf-8") for c in (src, dst))
+    mine = np.char.decode(np.unique(np.concatenate([src, dst])), "utf-8") if src.size else np.zeros(0, dtype=str)
+    w = max(comm.all_gather_json(width(mine)))
+    rows = comm.all_gather_rows(encode(mine, w)).numpy()
+    ids = unique_bytes(np.ascontiguousarray(rows).view(f"S{w}").reshape(-1))[0]
+    return _renumbered(ids, src, dst)
 
 
 def _as_text(path: Path, byte_range: tuple[int, int], first: int):

@@ -155,14 +155,19 @@ def make_ratings(train: np.ndarray, test: np.ndarray, num_users: int, num_items:
 def _read_interactions(path: Path, min_rating: float, need_time: bool):
     """``(user ids, item ids, timestamps or None)`` of the kept lines of one rating log; ids as
     :func:`graphdist.data.tokens.id_column` keeps them (int64, or the strings written)."""
+    from graphdist.data import parquet
     from graphdist.data.tokens import id_column
     from graphdist.rec.log import numbers, read_log
-    fields, tab = read_log(path)
-    vals = [numbers(f, tab, what) for f, what in zip(fields[2:], ("rating", "timestamp"))]
-    u, i = id_column(fields[0], tab, "user"), id_column(fields[1], tab, "item")
-    if len(fields) == 2:
-        _header_hint(path, u, i)
-    del fields
+    if parquet.is_parquet(path):
+        u, i, vals = parquet.interactions(path)
+        tab = _Rows()
+    else:
+        fields, tab = read_log(path)
+        vals = [numbers(f, tab, what) for f, what in zip(fields[2:], ("rating", "timestamp"))]
+        u, i = id_column(fields[0], tab, "user"), id_column(fields[1], tab, "item")
+        if len(fields) == 2:
+            _header_hint(path, u, i)
+        del fields
     keep = None
     if min_rating > 0:
         if not vals:
@@ -178,6 +183,14 @@ def _read_interactions(path: Path, min_rating: float, need_time: bool):
     if keep is not None:
         u, i, t = u[keep], i[keep], (t[keep] if t is not None else None)
     return u, i, t
+
+
+class _Rows:
+    """A Parquet log's messages name no line (``tab.line_of``)."""
+
+    @staticmethod
+    def line_of(i: int) -> None:
+        return None
 
 
 def _header_hint(path: Path, u: np.ndarray, i: np.ndarray) -> None:

@@ -141,9 +141,9 @@ def test_integer_labels_keep_their_numbers_and_no_names(words, tmp_path):
 
 
 @pytest.mark.parametrize("text,says", [
-    ("alice Rule Learning\nbob Theory\n", ":1: 3 fields separated by spaces: a class name is the second field, and "
-                                          "one with a space in it needs commas or tabs between the fields "
-                                          "('node,Rule Learning')"),
+    ("alice Rule Learning\nbob Theory\n", ":1: more than 2 fields separated by spaces: a class name is the second "
+                                          "field, and one with a space in it needs commas or tabs between the "
+                                          "fields ('node,Rule Learning')"),
     ("alice,spam\nzed,ham\n", ":2: 1 of its 2 ids are not nodes of g.txt: 'zed'"),
     ("alice,spam\nbob,ham\nalice,ham\n", ":3: node 'alice' has two rows (lines 1 and 3)"),
     ("alice,spam\nbob\n", ":2: expected at least 2 fields, got 1: 'bob'"),
@@ -170,3 +170,19 @@ def test_names_in_a_npy_and_an_npz_and_fractions_refused(words, tmp_path):
         load_graph(f"edgelist:{words},features=degree,labels={tmp_path / 'y.npy'}")
     assert str(e.value) == (f"{tmp_path / 'y.npy'}: label 1.5 of row 1 is not an integer class (0, 1, ...; -1: none) "
                             "or a class name")
+
+
+def test_an_empty_label_is_no_label_as_pandas_writes_it(words, tmp_path):
+    """``df.to_csv()`` of a label column with missing values: integers as ``1.0``, a missing one
+    as an empty field; names likewise."""
+    lab = tmp_path / "l.csv"
+    lab.write_text("node,label\nalice,1.0\nbob,\ncarol,0.0\n")
+    g = load_graph(f"edgelist:{words},features=degree,labels={lab}")
+    assert g.class_names is None and dict(zip(_ids(g), g.y.tolist())) == {"alice": 1, "bob": -1, "carol": 0, "dave": -1}
+    lab.write_text("node,label\nalice,spam\nbob,\ncarol,ham\n")
+    assert _named(load_graph(f"edgelist:{words},features=degree,labels={lab}")) == \
+        {"alice": "spam", "bob": None, "carol": "ham", "dave": None}
+    lab.write_text("node,label\nalice,1\nbob,\ncarol,0.5\n")
+    with pytest.raises(DataFormatError) as e:
+        load_graph(f"edgelist:{words},features=degree,labels={lab}")
+    assert str(e.value) == f"{lab}:4: label '0.5' is not an integer class (0, 1, ...; -1: none)"

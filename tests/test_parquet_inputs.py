@@ -125,3 +125,12 @@ def test_a_cut_parquet_file_and_string_ids_for_integer_nodes_are_refused(tmp_pat
         load_graph(f"edgelist:{tmp_path / 'g.parquet'},labels={tmp_path / 'y.parquet'},features=degree")
     assert str(e.value) == (f"{tmp_path / 'y.parquet'}: column 'node' holds strings ('1', ...) but the nodes of "
                             "g.parquet are integers")
+
+
+def test_a_nan_label_is_no_label_as_pandas_writes_it(tmp_path):
+    """pandas keeps an integer label column with a missing value as float64 with nan."""
+    pd = pytest.importorskip("pandas")
+    pd.DataFrame({"s": [1, 2, 3], "t": [2, 3, 1]}).to_parquet(tmp_path / "g.parquet")
+    pd.DataFrame({"node": [1, 2, 3], "label": [1, None, 0]}).to_parquet(tmp_path / "y.parquet")
+    g = load_graph(f"edgelist:{tmp_path / 'g.parquet'},labels={tmp_path / 'y.parquet'},features=degree")
+    assert g.y.tolist() == [1, -1, 0] and g.class_names is None

@@ -10,7 +10,8 @@
 Separators, ``#`` comments, blank lines, CRLF and ``.gz`` as in :mod:`graphdist.data.table`; a
 first line of column names is skipped (a line whose values are not numbers). Ids are matched to
 the edge list's ids as written (integers as integers: ``007`` is 7 where the edge list's ids are
-numbers). A node without a row has no label. Every node needs a row of features, with at least
+numbers). A node without a row, or whose label is empty (``bob,``: pandas' missing value), has no
+label. Every node needs a row of features, with at least
 as many values as the first row (F, the width; values past F are not read). Any id that is no
 node of the graph, a node given twice, a value that is no number: one line naming the file, the
 line and the id.
@@ -36,35 +37,55 @@ __all__ = ["labels_by_id", "features_by_id", "class_index"]
 
 def labels_by_id(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray, np.ndarray | None]:
     """``(y int64 [len(ids)], class names str [C] or None)`` from the table ``node_id label`` at
-    ``path``: each node's class, -1 for a node the file leaves out; the names where the labels are
-    names (the class of a node is its name's place among them), None where they are integers.
-    ``ids``: the graph's ids, ascending (int64 or str); ``graph``: its file's name, for the
-    messages."""
-    cols, tab = tokens.read_fields(path, 2, header=False)
+    ``path``: each node's class, -1 for a node the file leaves out or whose label is empty; the
+    names where the labels are names (the class of a node is its name's place among them), None
+    where they are integers. ``ids``: the graph's ids, ascending (int64 or str); ``graph``: its
+    file's name, for the messages."""
+    try:
+        cols, tab = tokens.read_fields(path, 2, header=False)
+    except DataFormatError:  # a row without its label (pandas writes a missing one as `node,`)
+        return _by_line(path, ids, graph)
     if cols[0].size and (not _all_numbers(cols[1][1:]) or
                          (not _all_numbers(cols[1][:1]) and _is_node(cols[0][:1], tab, ids))):
-        return _named(path, ids, graph)  # a name past the first line, or on a first line of data
+        return _by_line(path, ids, graph)  # a name past the first line, or on a first line of data
     cols, tab = _rows(path, 2, (cols, tab))
-    vals = _numbers(cols[1], tab, np.int64, "label", "an integer class (0, 1, ...; -1: none)")
-    if vals.size and int(vals.min()) < -1:
-        i = int(np.argmin(vals))
-        raise DataFormatError(path, f"label {int(vals[i])} is not a class (0, 1, ...; -1: none)", tab.line_of(i))
     y = np.full(len(ids), -1, dtype=np.int64)
-    y[_nodes(path, cols[0], tab, ids, graph)] = vals
+    y[_nodes(path, cols[0], tab, ids, graph)] = _classes(cols[1], tab)
     return y, None
 
 
-def _named(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray, np.ndarray]:
-    """Labels that are class names, each read whole (:func:`_name_rows`); the first line left out
-    where its id is no node (column names)."""
-    col, names, tab = _name_rows(path)
+def _classes(col: np.ndarray, tab) -> np.ndarray:
+    """Integer labels (bytes tokens) as int64; a fraction or a label below -1 refused."""
+    vals = _numbers(col, tab, np.int64, "label", "an integer class (0, 1, ...; -1: none)")
+    if vals.size and int(vals.min()) < -1:
+        i = int(np.argmin(vals))
+        raise DataFormatError(tab.path, f"label {int(vals[i])} is not a class (0, 1, ...; -1: none)", tab.line_of(i))
+    return vals
+
+
+def _by_line(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Labels read line by line (:func:`_name_rows`): class names, each read whole, or integer
+    classes in a table where some row's label is empty (no label); the first line left out where
+    its id is no node (column names)."""
+    col, labels, tab, wide = _name_rows(path)
     if col.size and not _is_node(col[:1], tab, ids):
-        col, names, tab.lines = col[1:], names[1:], tab.lines[1:]
+        col, labels, tab.lines, wide = col[1:], labels[1:], tab.lines[1:], [w for w in wide if w != tab.lines[0]]
     if col.size == 0:
         raise DataFormatError(path, "no rows found")
-    classes, y_rows = np.unique(np.asarray(names, dtype=str), return_inverse=True)
+    labels = np.asarray(labels, dtype=str)
+    known = np.flatnonzero(labels != "")
+    pos = _nodes(path, col, tab, ids, graph)[known]
+    given = np.char.encode(labels[known], "utf-8") if known.size else np.zeros(0, dtype="S1")
     y = np.full(len(ids), -1, dtype=np.int64)
-    y[_nodes(path, col, tab, ids, graph)] = y_rows.reshape(-1)
+    if _all_numbers(given):
+        y[pos] = _classes(given, _Lines(path, [tab.lines[i] for i in known]))
+        return y, None
+    if wide:
+        raise DataFormatError(path, "more than 2 fields separated by spaces: a class name is the second field, "
+                                    "and one with a space in it needs commas or tabs between the fields "
+                                    "('node,Rule Learning')", wide[0])
+    classes, y_rows = np.unique(labels[known], return_inverse=True)
+    y[pos] = y_rows.reshape(-1)
     return y, classes
 
 
@@ -78,11 +99,11 @@ class _Lines:
         return self.lines[i]
 
 
-def _name_rows(path: Path) -> tuple[np.ndarray, list[str], _Lines]:
-    """``(ids as bytes, label names, lines)`` of a table whose labels are names: the separator is
-    the first data line's tab, comma or ``;`` (fields read as CSV: ``"Neural, Networks"``), else
-    spaces, where a row of more than two fields cannot say where its name ends and is refused
-    (``Rule Learning`` is one name only between commas or tabs)."""
+def _name_rows(path: Path) -> tuple[np.ndarray, list[str], _Lines, list[int]]:
+    """``(ids as bytes, labels as written ('' where empty), lines, lines of more than two fields
+    separated by spaces)``: the separator is the first data line's tab, comma or ``;`` (fields
+    read as CSV: ``"Neural, Networks"``), else spaces, where a row of more than two fields cannot
+    say where a name ends (``Rule Learning`` is one name only between commas or tabs)."""
     import csv
     raw = b"".join(tb.blocks(path))
     try:
@@ -93,18 +114,16 @@ def _name_rows(path: Path) -> tuple[np.ndarray, list[str], _Lines]:
             if ln.strip() and not ln.lstrip().startswith(("#", "%"))]
     sep = next((c for c in "\t,;" if rows and c in rows[0][1]), None)
     fields = csv.reader((ln for _, ln in rows), delimiter=sep) if sep else (ln.split() for _, ln in rows)
-    got_ids, got_names = [], []
+    got_ids, got, wide = [], [], []
     for (i, ln), f in zip(rows, fields):
         if len(f) < 2:
             raise DataFormatError(path, f"expected at least 2 fields, got {len(f)}: {ln.strip()!r}", i)
         if sep is None and len(f) > 2:
-            raise DataFormatError(path, f"{len(f)} fields separated by spaces: a class name is the second field, "
-                                        "and one with a space in it needs commas or tabs between the fields "
-                                        "('node,Rule Learning')", i)
+            wide.append(i)
         got_ids.append(f[0].strip().encode())
-        got_names.append(f[1].strip())
+        got.append(f[1].strip())
     col = np.array(got_ids, dtype=bytes) if got_ids else np.zeros(0, dtype="S1")
-    return col, got_names, _Lines(path, [i for i, _ in rows])
+    return col, got, _Lines(path, [i for i, _ in rows]), wide
 
 
 def class_index(values: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray | None]:

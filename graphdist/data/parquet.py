@@ -2,7 +2,7 @@
 read by column (pyarrow), where a text file would have to be written first.
 
     edgelist:edges.parquet          the first two columns: source, destination (more: ignored)
-    ,labels=labels.parquet          node, label: integer classes, or class names (strings); null: none
+    ,labels=labels.parquet          node, label: integer classes, or class names (strings); null, nan: none
     ,features=features.parquet      node, then F number columns, or one list column of F numbers
                                     (an ``infer`` output's ``embedding`` reads back as features)
     ratings:ratings.parquet         user, item[, rating[, timestamp]]: the first four columns
@@ -185,13 +185,15 @@ def _nodes(path: Path, col: np.ndarray, ids: np.ndarray, graph: str, name: str) 
 
 def labels_by_id(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray, np.ndarray | None]:
     """``(y int64 [len(ids)], class names or None)`` from the columns ``node, label``: -1 for a
-    node without a row or with a null label; integer labels are classes, strings class names
+    node without a row or with a null (or nan) label; integer labels are classes, strings class names
     (numbered in ascending order, as :func:`graphdist.data.node_tables.labels_by_id` numbers them)."""
     import pyarrow as pa
     names, cols = _columns(path, 2, "a labels table needs two columns: node and label")
     pos = _nodes(path, _ids(path, cols[0], names[0]), ids, graph, names[0])
     a, t = cols[1], cols[1].type
     known = ~a.is_null().to_numpy(zero_copy_only=False)
+    if pa.types.is_floating(t):  # pandas writes a missing label of an integer column as nan
+        known &= ~np.isnan(a.to_numpy(zero_copy_only=False))
     classes = None
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         v = np.asarray(a.to_numpy(zero_copy_only=False)[known], dtype=str)

@@ -158,9 +158,9 @@ def test_bad_name_tables_are_refused_naming_the_line(words, tmp_path, text, says
 
 def test_names_in_a_npy_and_an_npz_and_fractions_refused(words, tmp_path):
     ids = ["alice", "bob", "carol", "dave"]  # the loader's order (sorted)
-    np.save(tmp_path / "y.npy", np.array(["b", "a", "b", "c"]))
+    np.save(tmp_path / "y.npy", np.array(["b", "a", "", "c"]))  # carol: no label
     g = load_graph(f"edgelist:{words},features=degree,labels={tmp_path / 'y.npy'}")
-    assert g.class_names.tolist() == ["a", "b", "c"] and g.y.tolist() == [1, 0, 1, 2] and _ids(g) == ids
+    assert g.class_names.tolist() == ["a", "b", "c"] and g.y.tolist() == [1, 0, -1, 2] and _ids(g) == ids
     p = tmp_path / "g.npz"
     np.savez(p, edge_index=np.array([[0, 1], [1, 2]]), x=np.eye(3, dtype=np.float32), y=np.array([b"z", b"y", b"z"]))
     g = load_graph(f"npz:{p}")

@@ -129,7 +129,7 @@ def _name_rows(path: Path) -> tuple[np.ndarray, list[str], _Lines, list[int]]:
 def class_index(values: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray | None]:
     """``(y int64, names or None)`` of a label array read whole (a ``.npy``, an npz's ``y``):
     integers as they are; strings as class names, numbered in ascending order (as
-    :func:`labels_by_id` numbers a table's). Anything else refused naming ``what``."""
+    :func:`labels_by_id` numbers a table's; an empty string: no label). Anything else refused naming ``what``."""
     a = np.asarray(values).reshape(-1)
     if a.dtype.kind in "US":
         if a.dtype.kind == "S":
@@ -137,8 +137,12 @@ def class_index(values: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray |
                 a = np.char.decode(a, "utf-8")
             except UnicodeDecodeError:
                 raise DataFormatError(what, "labels are bytes that are not UTF-8 text") from None
-        names, y = np.unique(a.astype(str), return_inverse=True)
-        return y.reshape(-1).astype(np.int64), names
+        a = a.astype(str)
+        known = a != ""  # an empty name: no label, as an empty field of a table
+        names, inv = np.unique(a[known], return_inverse=True)
+        y = np.full(a.size, -1, dtype=np.int64)
+        y[known] = inv.reshape(-1)
+        return y, names
     if a.dtype.kind == "f" and a.size and not (np.isfinite(a) & (a == np.floor(a))).all():
         i = int(np.flatnonzero(~(np.isfinite(a) & (a == np.floor(a))))[0])
         raise DataFormatError(what, f"label {a[i].item()!r} of row {i} is not an integer class (0, 1, ...; -1: none) "

@@ -240,7 +240,11 @@ def test_class_names_come_back_as_pred_and_equal_the_numbered_run(tmp_path):
     assert json.loads((tmp_path / "out-named" / "_manifest.json").read_text())["class_names"] == order
     assert "class_names" not in json.loads((tmp_path / "out-ints" / "_manifest.json").read_text())
     assert main(["export", "--checkpoint-dir", str(tmp_path / "ck-named"), "--out", str(tmp_path / "exp")]) == 0
-    assert json.loads((tmp_path / "exp" / "model.json").read_text())["class_names"] == order
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("exported_named", tmp_path / "exp" / "model.py")
+    exported = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(exported)
+    assert exported.CLASS_NAMES == order
 
 
 def test_npz_node_ids(tmp_path):

@@ -113,6 +113,8 @@ MODEL_PY = '''"""A model trained by graphdist, as a plain one-process PyG module
     net = model.build()           # torch.nn.Module in eval mode, weights loaded
     logits = net(x, edge_index)   # the dataset's raw features [N, F] and edges [2, E], both
                                   # directions, as PyG's loaders give them
+    model.CLASS_NAMES             # the logits' columns by name where the training's labels were
+                                  # names (model.json "class_names"), else None
 
 The training's preprocessing happens inside (model.json "preprocessing"): the features' row
 normalisation where the training had it, repeated edges merged, and for GCN one self-loop per
@@ -127,6 +129,7 @@ from torch import nn
 from torch_geometric.utils import coalesce, remove_self_loops
 
 HERE = Path(__file__).resolve().parent
+CLASS_NAMES = json.loads((HERE / "model.json").read_text()).get("class_names")
 
 
 def _edges(edge_index, n, drop_loops):

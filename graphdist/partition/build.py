@@ -54,9 +54,9 @@ on the others at 20M edges, `benchmarks/build_memory.py`)."""
 
 
 def check_build_request(cfg) -> None:
-    """What a k-rank build needs, checked before any worker starts: an uncompressed edge list (text,
-    or Parquet: its row groups are the shards) and
-    ``--assignment``, node data from files or the degrees."""
+    """What a k-rank build needs, checked before any worker starts: an uncompressed edge list
+    (text, or Parquet: its row groups are the shards) and ``--assignment``, node data from files or
+    the degrees."""
     from graphdist.specs import parse_spec
     if cfg.assignment is None:
         raise ConfigError("--nproc builds the artifact from a given partition: add --assignment FILE "

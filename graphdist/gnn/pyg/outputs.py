@@ -10,8 +10,8 @@ keyed by the input's own ids, and a manifest.
 
 ``node_id`` is the input's id (an edge list's numbers or words, :attr:`Part.input_ids`), ``pred``
 the argmax of the logits: its class, or its class's name where the labels were names
-(:attr:`Part.class_names`, also in the manifest, in the logits' order). The folder is written atomically (:mod:`graphdist.outputs`):
-pandas reads it as ``pd.read_parquet("runs/gat/pred")``.
+(:attr:`Part.class_names`, also in the manifest, in the logits' order). The folder is written
+atomically (:mod:`graphdist.outputs`): pandas reads it as ``pd.read_parquet("runs/gat/pred")``.
 """
 from __future__ import annotations
 

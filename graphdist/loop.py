@@ -131,6 +131,9 @@ class LoopConfig:
     recorded: dict = field(default_factory=dict)
     """facts a snapshot records without requiring them on resume (the partition of a run whose
     state is replicated): what a resharded run reports it came from"""
+    about: dict = field(default_factory=dict)
+    """what a snapshot's readers need to know of the model and nothing on resume checks (a
+    classifier's class count and class names, for ``infer`` and ``export``)"""
     tensorboard: str | None = None
     """write the run's curves here as TensorBoard event files (rank 0): every per-unit series of
     the history (loss, accuracies, epoch time, traffic), the task's own scalars, and memory"""
@@ -265,7 +268,7 @@ def run_loop(task: Task, lc: LoopConfig, callbacks: tuple[Callable[[int, dict], 
     if not lc.resume and ckpt is not None and group_restarts() == 0 and comm.world()[0] == 0:
         _say_if_replacing(ckpt, lc)
     start, was = _resume(ckpt, lc, task) if lc.resume else (0, None)
-    meta_base = {**lc.identity, **lc.recorded, "settings": run_settings(lc.settings, lc.free) if lc.settings is not None else None}
+    meta_base = {**lc.identity, **lc.recorded, **lc.about, "settings": run_settings(lc.settings, lc.free) if lc.settings is not None else None}
 
     def save(t: int) -> None:
         task.before_save()

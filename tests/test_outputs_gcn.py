@@ -130,6 +130,36 @@ def test_exported_model_in_fresh_process_reproduces_infer_cora(cora_run, cora_di
     assert np.abs(got - table(cora_run / "k2")["logits"]).max() < 1e-5
 
 
+def test_other_graph_on_k2_equals_the_exported_model_on_a_graph_that_grew(cora_run, cora_dir, tmp_path):
+    """``infer --other-graph``: Cora with 60 new unlabelled nodes (their own features and edges to
+    old nodes), predicted on 2 ranks from the Cora checkpoint, equals the exported one-process PyG
+    model on the same grown graph; the classes are the training's 7 though the graph has no labels."""
+    import importlib.util
+
+    from torch_geometric.io import read_planetoid_data
+    data = read_planetoid_data(str(cora_dir / "raw"), "cora")
+    rng = np.random.default_rng(11)
+    n, new = data.num_nodes, 60
+    x = torch.cat([data.x, torch.from_numpy((rng.random((new, data.x.shape[1])) < 0.01).astype(np.float32))])
+    links = np.stack([np.arange(n, n + new).repeat(3), rng.integers(0, n + new, 3 * new)])
+    links = links[:, links[0] != links[1]]
+    ei = np.concatenate([data.edge_index.numpy(), links, links[::-1]], axis=1)
+    np.savez(tmp_path / "grown.npz", edge_index=ei, x=x.numpy(), num_nodes=n + new)
+    spec, ck = f"npz:{tmp_path / 'grown.npz'}", str(cora_run / "ck")
+    _ok(run_cli([["infer", spec, "--checkpoint-dir", ck, "--out", str(tmp_path / "k2"), "--other-graph"]],
+                world_size=2))
+    got = table(tmp_path / "k2")
+    assert got["node_id"].tolist() == list(range(n + new)) and got["logits"].shape == (n + new, 7)
+    man = json.loads((tmp_path / "k2" / "_manifest.json").read_text())
+    assert man["graph_fingerprint"] != man["fingerprint"]
+    spec_ = importlib.util.spec_from_file_location("exported_cora", cora_run / "exp" / "model.py")
+    exported = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(exported)
+    with torch.no_grad():
+        want = exported.build()(x, torch.from_numpy(ei)).numpy()
+    assert np.abs(got["logits"] - want).max() < 1e-5
+
+
 def test_exported_sage_with_batch_norm_reproduces_infer_citeseer(tmp_path):
     root = planetoid("CiteSeer")
     spec, ck = f"planetoid:{root}", str(tmp_path / "ck")
@@ -275,25 +305,27 @@ def test_refusals_name_both_sides(tmp_path_factory, tmp_path):
     run = Path(once_per_run(tmp_path_factory, "outputs-user", _user))
     ck = str(run / "ck")
     other = SBM.replace("seed=2", "seed=3")  # the same sizes, another graph
-    classes = SBM.replace("classes=3", "classes=4")
+    features = SBM.replace("features=6", "features=5")
     codes = run_cli([["infer", other, "--checkpoint-dir", ck, "--out", str(tmp_path / "a")],
-                     ["infer", classes, "--checkpoint-dir", ck, "--out", str(tmp_path / "b")]], world_size=1)
+                     ["infer", features, "--checkpoint-dir", ck, "--out", str(tmp_path / "b"), "--other-graph"]],
+                    world_size=1)
     assert codes[0][0] == 2 and "was trained on a graph with fingerprint" in _one_line(codes[0][1])
-    assert (f"(another graph); for another graph with 6 features, graphdist export --checkpoint-dir {ck} --out DIR "
-            "writes the model as one-process PyG code that predicts on any such graph") in _one_line(codes[0][1])
+    assert ("(another graph); to predict for another graph with the training's features (one that grew, the next "
+            "day's), add --other-graph") in _one_line(codes[0][1])
     assert codes[1][0] == 2
-    assert "holds model.conv2.lin_l.weight [3, 16], but 4 classes and 6 features give [4, 16]" in _one_line(codes[1][1])
+    assert "holds model.conv1.lin.weight [16, 6], but 3 classes and 5 features give [16, 5]" in _one_line(codes[1][1])
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
 
 
 def test_builtin_class_count_and_out_refusals(cora_run, tmp_path, capsys):
     from graphdist.cli import main
     ck = str(cora_run / "ck")
-    sbm = "sbm:nodes=200,classes=3,features=1433"
-    code = run_cli([["infer", sbm, "--checkpoint-dir", ck, "--out", str(tmp_path / "x")]], world_size=1)[0]
+    sbm = "sbm:nodes=200,classes=3,features=1432"
+    code = run_cli([["infer", sbm, "--checkpoint-dir", ck, "--out", str(tmp_path / "x"), "--other-graph"]],
+                   world_size=1)[0]
     assert code[0] == 2
-    assert "was trained for 7 classes and 1433 features, but sbm:nodes=200,classes=3,features=1433 has 3 classes " \
-           "and 1433 features" in _one_line(code[1])
+    assert "was trained for 7 classes and 1433 features, but sbm:nodes=200,classes=3,features=1432 has 7 classes " \
+           "and 1432 features" in _one_line(code[1])
     full = tmp_path / "full"
     full.mkdir()
     (full / "keep.txt").write_text("x")

@@ -14,14 +14,15 @@ activations freed when the next is computed. Its owned nodes
 go to its own Parquet file (:mod:`graphdist.outputs`)::
 
     node_id    int64 or string  the input's own id (edge list / npz id, Planetoid index)
-    pred       int64            argmax of logits
+    pred       int64 or string  argmax of logits (the class's name where the labels were names)
     logits     list<float32>[C]
     embedding  list<float32>[H] the output of message-passing layer L (1-based; default the
                                 last hidden layer, L = layers - 1; the output layer for a
                                 one-layer model), before its activation
 
 Refused in one line before the forward pass: a checkpoint of another trainer, of another number
-of classes or input features, or of another graph (fingerprint), each naming both sides; a part
+of classes or input features, or of another graph (fingerprint; ``--other-graph`` predicts for
+one with the same features, :mod:`graphdist.gnn.infer_checks`), each naming both sides; a part
 that would not fit its machine's memory or its rank's process limit, with the numbers
 (:mod:`graphdist.gnn.infer_memory`, checked once the part is loaded, before it is reordered and the model built).
 """
@@ -35,6 +36,7 @@ import numpy as np
 import torch
 
 from graphdist.errors import ConfigError
+from graphdist.gnn import infer_checks as checks
 from graphdist.launch import Nodes
 from partitioners import METHODS
 
@@ -64,6 +66,9 @@ class InferConfig:
     hidden layer, layers - 1; the output layer of a one-layer model)"""
     overwrite: bool = False
     """replace an existing, non-empty --out"""
+    other_graph: bool = False
+    """predict for a graph other than the training's, with the same features (one that grew, the
+    next day's): its fingerprint is not checked; the classes and their names are the training's"""
     parts: int | None = None
     """number of parts K when partitioning SPEC in-process (= number of workers; default: --nproc)"""
     method: Literal[METHODS] = "auto"
@@ -161,28 +166,29 @@ def infer(cfg: InferConfig) -> dict:
                       seed=cfg.seed, device=cfg.device)
     with Timer() as t_load:
         lg, ids = _load(gcfg, ctx.rank, ctx.world_size)
-        n_classes = int(comm.all_reduce_max(torch.tensor([lg.num_classes])).item())
         where = cfg.spec or cfg.partition
-        _check(tr, gcfg, lg, n_classes, where)
+        if not cfg.other_graph:
+            tr.check_fingerprint(lg.fingerprint, where, "to predict for another graph with the training's features "
+                                 "(one that grew, the next day's), add --other-graph")
+        n_classes = checks.classes(cfg.other_graph, tr, gcfg, lg)
+        names = checks.class_names(cfg.other_graph, tr, lg)
+        checks.check_model(tr, gcfg, lg, n_classes, where)
         rounds, fits = check_infer_fits(dataclasses.replace(gcfg, halo_rounds=cfg.halo_rounds), lg, n_classes,
                                         _emb_width(cfg, gcfg, n_classes), ctx.device)
         gcfg = dataclasses.replace(gcfg, halo_rounds=rounds)
         lg, ids = _reordered(lg, ids, gcfg, cfg.checkpoint_dir)
         net = _net(gcfg, lg, n_classes, ctx.device)
-        _check_shapes(tr, net.model, n_classes, int(lg.x.shape[1]))
-        tr.check_fingerprint(lg.fingerprint, where, f"for another graph with {int(lg.x.shape[1])} features, "
-                             f"graphdist export --checkpoint-dir {cfg.checkpoint_dir} --out DIR writes the model "
-                             "as one-process PyG code that predicts on any such graph")
+        checks.check_shapes(tr, net.model, n_classes, int(lg.x.shape[1]))
         tr.load({"model": net.model.state_dict()})
-        labels = _known_labels(gcfg, lg, ctx.device)
-        names = lg.class_names
+        labels = _known_labels(gcfg, lg, names, ctx.device)
+        graph_fp = lg.fingerprint
         del lg  # the adjacency and the exchanger hold what the forward pass needs (as in training)
     layer = _layer(cfg, gcfg, net)
     with Timer(ctx.device) as t_fwd:
         logits, emb = forward(net, layer, labels)
     del net  # the features and the adjacency go before the rows are written
     with Timer() as t_write:
-        man = _write(cfg, tr, gcfg, ids, logits, emb, layer, names)
+        man = _write(cfg, tr, gcfg, ids, logits, emb, layer, names, graph_fp)
     peaks = comm.all_gather_json(peak_memory_bytes(ctx.device))
     return {"out": cfg.out, "rows": man["rows"], "bytes": sum(p["bytes"] for p in man["parts"]),
             "rows_per_rank": [p["rows"] for p in man["parts"]], "classes": int(logits.shape[1]),
@@ -212,40 +218,6 @@ def _load(gcfg, rank: int, world: int):
     ids = take(graph.node_ids, lg.owned)
     del graph
     return lg, ids
-
-
-def _check(tr, gcfg, lg, n_classes: int, where: str) -> None:
-    """Refuse a checkpoint of another class count, feature count or graph (naming both)."""
-    from graphdist.gnn.config import BUILTIN_MODELS
-    if lg.x is None:
-        raise ConfigError(f"{where}: the graph has no node features x to infer from")
-    f_in = int(lg.x.shape[1])
-    if gcfg.model in BUILTIN_MODELS:
-        lay = tr.layout()
-        w0 = lay.get("model.convs.0.weight") or lay.get("model.convs.0.weight_l")
-        out = lay.get(f"model.convs.{gcfg.layers - 1}.bias")
-        if w0 is None or out is None:
-            raise ConfigError(f"--checkpoint-dir {tr.root}: holds no {gcfg.model} weights of {gcfg.layers} layers "
-                              "(not a checkpoint of this model)")
-        if (out[0], w0[1]) != (n_classes, f_in):
-            raise ConfigError(f"--checkpoint-dir {tr.root} was trained for {out[0]} classes and {w0[1]} features, "
-                              f"but {where} has {n_classes} classes and {f_in} features")
-
-
-def _check_shapes(tr, model, n_classes: int, f_in: int) -> None:
-    """Refuse a checkpoint whose weights do not fit the model built for this graph (a PyG model
-    for another class or feature count), naming the first tensor both ways."""
-    from graphdist.checkpoint import state_layout
-    have = tr.layout()
-    want = state_layout({"model": model.state_dict()})
-    missing = [k for k in want if k not in have]
-    if missing:
-        raise ConfigError(f"--checkpoint-dir {tr.root} holds no {missing[0]} (not a checkpoint of this model)")
-    bad = [k for k in want if have[k] != want[k]]
-    if bad:
-        k = bad[0]
-        raise ConfigError(f"--checkpoint-dir {tr.root} holds {k} {list(have[k])}, but {n_classes} classes and {f_in} "
-                          f"features give {list(want[k])} (a checkpoint of another class or feature count)")
 
 
 def _reordered(lg, ids, gcfg, kept: str):
@@ -308,11 +280,12 @@ def _num_layers(model) -> int:
     return len(_layers(model))
 
 
-def _known_labels(gcfg, lg, dev):
-    """What evaluation feeds a masked label embedding (``--label-rate``): every training label."""
+def _known_labels(gcfg, lg, names, dev):
+    """What evaluation feeds a masked label embedding (``--label-rate``): every training label
+    (in the training's class numbering, :func:`graphdist.gnn.infer_checks.training_labels`)."""
     if gcfg.label_rate <= 0 or lg.y is None or lg.train_mask is None:
         return None
-    return torch.where(lg.train_mask, lg.y, -1).to(dev)
+    return torch.where(lg.train_mask, checks.training_labels(lg, names), -1).to(dev)
 
 
 @torch.no_grad()
@@ -340,12 +313,15 @@ def forward(net, layer: int, labels=None) -> tuple[torch.Tensor, torch.Tensor]:
     return logits, emb
 
 
-def _write(cfg, tr, gcfg, ids, logits, emb, layer: int, names) -> dict:
-    """This rank's rows into the output folder (collective); returns the manifest."""
+def _write(cfg, tr, gcfg, ids, logits, emb, layer: int, names, graph_fp: str) -> dict:
+    """This rank's rows into the output folder (collective); returns the manifest (its
+    ``fingerprint`` the training's graph; ``graph_fingerprint`` this one, where it is another)."""
     model = {"model": gcfg.model, "layers": gcfg.layers, "hidden": gcfg.hidden, "classes": int(logits.shape[1]),
              "embedding_layer": layer}
-    return write_node_rows(cfg.out, cfg.overwrite, ids, logits, emb, {"command": "infer", **tr.describe(),
-                                                                      "model": model}, names)
+    meta = {"command": "infer", **tr.describe(), "model": model}
+    if graph_fp != tr.fingerprint:
+        meta["graph_fingerprint"] = graph_fp
+    return write_node_rows(cfg.out, cfg.overwrite, ids, logits, emb, meta, names)
 
 
 def write_node_rows(out, overwrite: bool, ids, logits: torch.Tensor, emb: torch.Tensor | None, meta: dict,

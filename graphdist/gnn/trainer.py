@@ -143,13 +143,8 @@ def _loop_config(cfg, ctx, inp: Inputs, lg) -> LoopConfig:
                       recorded={"partition_id": partition_id(inp.ids)}, checkpoint_dir=cfg.checkpoint_dir,
                       checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                       resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and ctx.is_rank0,
-                      settings=cfg, identity=_identity(lg))
-
-
-def _identity(lg) -> dict:
-    """What a snapshot must share with this run: the graph, and the names of its classes where
-    its labels are names (``export`` writes them beside the model)."""
-    return {"fingerprint": lg.fingerprint, **({"class_names": lg.class_names} if lg.class_names else {})}
+                      settings=cfg, identity={"fingerprint": lg.fingerprint},
+                      about={"num_classes": inp.n_classes, "class_names": lg.class_names})
 
 
 def report(cfg, dec, net, task, res, pinfo: dict, ctx) -> dict:

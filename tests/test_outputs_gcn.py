@@ -342,3 +342,14 @@ def test_builtin_class_count_and_out_refusals(cora_run, tmp_path, capsys):
     assert (full / "keep.txt").read_text() == "x"
     assert main(["export", "--checkpoint-dir", ck, "--out", str(full), "--overwrite"]) == 0
     assert sorted(p.name for p in full.iterdir()) == ["model.json", "model.pt", "model.py"]
+
+
+def test_a_new_graphs_labels_are_renumbered_to_the_trainings_classes_by_name():
+    """``--other-graph`` with a ``--label-rate`` model: the new graph numbers its names itself
+    (sorted, here without 'ham'), the model knows the training's numbering."""
+    from types import SimpleNamespace
+
+    from graphdist.gnn.infer_checks import training_labels
+    lg = SimpleNamespace(y=torch.tensor([0, 1, -1, 2, 1]), class_names=["eggs", "spam", "toast"])
+    assert training_labels(lg, ["eggs", "ham", "spam"]).tolist() == [0, 2, -1, -1, 2]  # toast: unknown
+    assert training_labels(lg, ["eggs", "spam", "toast"]) is lg.y and training_labels(lg, None) is lg.y

@@ -186,3 +186,26 @@ def test_an_empty_label_is_no_label_as_pandas_writes_it(words, tmp_path):
     with pytest.raises(DataFormatError) as e:
         load_graph(f"edgelist:{words},features=degree,labels={lab}")
     assert str(e.value) == f"{lab}:4: label '0.5' is not an integer class (0, 1, ...; -1: none)"
+
+
+def test_a_features_row_of_a_node_without_edges_is_a_node(words, tmp_path, capsys):
+    """A node the edge list cannot hold (no edges) joins the graph from its features row, numbered
+    among the others by its id, with no edges; it may have a label; rank 0 says how many."""
+    f = tmp_path / "x.csv"
+    f.write_text("alice 1\nbob 2\ncarol 3\ndave 4\nbea 5\nzoe 6\n")
+    lab = tmp_path / "l.csv"
+    lab.write_text("zoe,1\nalice,0\n")
+    g = load_graph(f"edgelist:{words},features={f},labels={lab}")
+    assert _ids(g) == ["alice", "bea", "bob", "carol", "dave", "zoe"]
+    assert dict(zip(_ids(g), g.x[:, 0].tolist())) == {"alice": 1, "bea": 5, "bob": 2, "carol": 3, "dave": 4, "zoe": 6}
+    assert dict(zip(_ids(g), g.in_degree().tolist())) == {"alice": 2, "bea": 0, "bob": 2, "carol": 2, "dave": 2, "zoe": 0}
+    edges = {(_ids(g)[s], _ids(g)[d]) for s, d in g.edge_index.t().tolist()}
+    assert edges == {(a, b) for a, b in [("alice", "bob"), ("bob", "carol"), ("carol", "dave"), ("dave", "alice")]} | \
+        {(b, a) for a, b in [("alice", "bob"), ("bob", "carol"), ("carol", "dave"), ("dave", "alice")]}
+    assert dict(zip(_ids(g), g.y.tolist()))["zoe"] == 1
+    assert "x.csv: 2 node(s) without edges in g.txt (first: 'bea', 'zoe')" in capsys.readouterr().err
+    p = tmp_path / "n.txt"
+    p.write_text("10 20\n20 30\n")
+    (tmp_path / "xn.csv").write_text("10 1\n20 2\n30 3\n007 4\n")  # integer ids: 007 is the node 7
+    g = load_graph(f"edgelist:{p},features={tmp_path / 'xn.csv'}")
+    assert g.node_ids.tolist() == [7, 10, 20, 30] and g.x[:, 0].tolist() == [4, 1, 2, 3]

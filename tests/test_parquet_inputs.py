@@ -99,7 +99,8 @@ def test_a_parquet_rating_log_is_the_csv_one(tmp_path):
     ({"node": ["n00", "n01"], "a": [1.0, float("nan")]}, "row 1: feature nan of node 'n01' is not a finite "
                                                          "number: fill missing values before training (a nan "
                                                          "trains to a nan loss)"),
-    ({"node": ["n00", "zed"], "a": [1.0, 2.0]}, "row 1: 1 of its 2 ids are not nodes of g.parquet: 'zed'"),
+    ({"node": ["n00", "zed"], "a": [1.0, 2.0]}, "1 of the 3 nodes of g.parquet have no row of features (first: "
+                                                "'n01'): every node needs one"),  # zed: a node without edges
     ({"node": ["n00", "n00"], "a": [1.0, 2.0]}, "row 1: node 'n00' has two rows (0 and 1)"),
     ({"node": ["n00", "n01"], "a": ["x", "y"]}, "column 'a' is string: features are numbers (or one list "
                                                 "column of numbers)"),

@@ -59,7 +59,11 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
             check_finite(x, features, ids)
         else:
             from graphdist.data.node_tables import features_by_id
-            x = (parquet.features_by_id if parquet.is_parquet(fpath) else features_by_id)(fpath, ids, path.name)
+            read = parquet.features_by_id if parquet.is_parquet(fpath) else features_by_id
+            x, grown = read(fpath, ids, path.name)
+            if grown.size > ids.size:  # nodes without edges: the edges' ends numbered among all
+                src, dst = np.searchsorted(grown, ids[src]), np.searchsorted(grown, ids[dst])
+                ids, n = grown, grown.size
         kw["x"] = torch.from_numpy(np.asarray(x, dtype=np.float32))
     if labels and not _generated(labels):
         from graphdist.specs import resolve_path

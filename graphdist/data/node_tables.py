@@ -12,9 +12,10 @@ first line of column names is skipped (a line whose values are not numbers). Ids
 the edge list's ids as written (integers as integers: ``007`` is 7 where the edge list's ids are
 numbers). A node without a row, or whose label is empty (``bob,``: pandas' missing value), has no
 label. Every node needs a row of features, with at least
-as many values as the first row (F, the width; values past F are not read). Any id that is no
-node of the graph, a node given twice, a value that is no number: one line naming the file, the
-line and the id.
+as many values as the first row (F, the width; values past F are not read); a row of features
+whose id the edge list has not is a node without edges (the edge list cannot hold it). A label's
+id that is no node of the graph, a node given twice, a value that is no number: one line naming
+the file, the line and the id.
 
 Labels are integer classes (``-1``: none), or class names: where any label is not a number
 (past a first line of column names; a first line whose id is a node is data), every label is a
@@ -32,7 +33,7 @@ from graphdist.data import table as tb
 from graphdist.data import tokens
 from graphdist.errors import DataFormatError
 
-__all__ = ["labels_by_id", "features_by_id", "class_index"]
+__all__ = ["labels_by_id", "features_by_id", "class_index", "with_isolated", "every_node"]
 
 
 def labels_by_id(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -152,9 +153,10 @@ def class_index(values: np.ndarray, what: str) -> tuple[np.ndarray, np.ndarray |
     return a.astype(np.int64), None
 
 
-def features_by_id(path: Path, ids: np.ndarray, graph: str) -> np.ndarray:
-    """``x`` float32 ``[len(ids), F]`` from the table ``node_id v1 .. vF`` at ``path``, F from its
-    first row; every node of the graph needs its row."""
+def features_by_id(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(x float32 [N', F], ids [N'])`` from the table ``node_id v1 .. vF`` at ``path``, F from
+    its first row: every node of the graph needs its row, and a row whose id is no node of the
+    edge list is a node without edges (:func:`with_isolated`: ``ids`` grows by it)."""
     width = _width(path)
     cols, tab = _rows(path, width)
     x = np.stack([_numbers(c, tab, np.float32, "feature", "a number") for c in cols[1:]], axis=1) \
@@ -166,7 +168,30 @@ def features_by_id(path: Path, ids: np.ndarray, graph: str) -> np.ndarray:
         raise DataFormatError(path, f"feature {v} of node {cols[0][i].decode(errors='replace')!r} is not a finite "
                                     "number: fill missing values before training (a nan trains to a nan loss)",
                               tab.line_of(i))
+    if ids.dtype.kind in "iu":
+        want, ok = _ints(cols[0])
+        ids = with_isolated(want[ok], ids, path, graph)  # (a word among integer ids: refused below)
+    else:
+        ids = with_isolated(tokens.as_text(cols[0], tab, "node"), ids, path, graph)
     pos = _nodes(path, cols[0], tab, ids, graph)
+    return every_node(path, x, pos, ids, graph), ids
+
+
+def with_isolated(given: np.ndarray, ids: np.ndarray, path: Path, graph: str) -> np.ndarray:
+    """``ids`` and the ids of ``given`` (a features table's, of the ids' kind) that are no node of
+    the edge list: nodes without edges, predicted from their own features (rank 0 says how many)."""
+    new = np.setdiff1d(given, ids)
+    if new.size == 0:
+        return ids
+    from graphdist.log import get_logger
+    shown = ", ".join(repr(v.item() if hasattr(v, "item") else v) for v in new[:3])
+    get_logger().info(f"{path}: {new.size:,} node(s) without edges in {graph} (first: {shown}{' ...' if new.size > 3 else ''})"
+                      ": kept as nodes of their own, predicted from their features")
+    return np.union1d(ids, new)
+
+
+def every_node(path: Path, x: np.ndarray, pos: np.ndarray, ids: np.ndarray, graph: str) -> np.ndarray:
+    """``x`` rows placed at ``pos`` (each row's node); a node of ``ids`` without a row refused."""
     if pos.size < len(ids):
         have = np.zeros(len(ids), dtype=bool)
         have[pos] = True
@@ -174,7 +199,7 @@ def features_by_id(path: Path, ids: np.ndarray, graph: str) -> np.ndarray:
         shown = ", ".join(repr(v.item() if hasattr(v, "item") else v) for v in missing[:3])
         raise DataFormatError(path, f"{missing.size:,} of the {len(ids):,} nodes of {graph} have no row of "
                                     f"features (first: {shown}): every node needs one")
-    out = np.empty((len(ids), width - 1), dtype=np.float32)
+    out = np.empty((len(ids), x.shape[1]), dtype=np.float32)
     out[pos] = x
     return out
 

@@ -214,9 +214,10 @@ def labels_by_id(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray, n
     return y, classes
 
 
-def features_by_id(path: Path, ids: np.ndarray, graph: str) -> np.ndarray:
-    """``x`` float32 ``[len(ids), F]`` from the columns ``node, v1 .. vF`` (numbers) or ``node,
-    vector`` (one list column); every node of the graph needs its row."""
+def features_by_id(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray, np.ndarray]:
+    """``(x float32 [N', F], ids [N'])`` from the columns ``node, v1 .. vF`` (numbers) or ``node,
+    vector`` (one list column); every node of the graph needs its row, and a row of an id that is
+    no node of the edge list is a node without edges (``ids`` grows by it)."""
     import pyarrow as pa
     names, cols = _columns(path, 2, "a features table needs a node column and at least one feature column")
     col = _ids(path, cols[0], names[0])
@@ -241,17 +242,11 @@ def features_by_id(path: Path, ids: np.ndarray, graph: str) -> np.ndarray:
         raise DataFormatError(path, f"row {i}: feature {x[i][~np.isfinite(x[i])][0]} of node {col[i].item()!r} is "
                                     "not a finite number: fill missing values before training (a nan trains to "
                                     "a nan loss)")
+    from graphdist.data.node_tables import every_node, with_isolated
+    if ids.dtype.kind == "U" or col.dtype.kind in "iu":  # (string ids for integer nodes: refused below)
+        ids = with_isolated(col.astype(str) if ids.dtype.kind == "U" else col, ids, path, graph)
     pos = _nodes(path, col, ids, graph, names[0])
-    if pos.size < len(ids):
-        have = np.zeros(len(ids), dtype=bool)
-        have[pos] = True
-        missing = ids[~have]
-        shown = ", ".join(_shown(v) for v in missing[:3])
-        raise DataFormatError(path, f"{missing.size:,} of the {len(ids):,} nodes of {graph} have no row of "
-                                    f"features (first: {shown}): every node needs one")
-    out = np.empty((len(ids), x.shape[1]), dtype=np.float32)
-    out[pos] = x
-    return out
+    return every_node(path, x, pos, ids, graph), ids
 
 
 def _list_rows(path: Path, a, name: str) -> np.ndarray:

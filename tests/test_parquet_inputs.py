@@ -115,17 +115,19 @@ def test_bad_feature_tables_are_refused_naming_row_and_column(tmp_path, table, s
     assert str(e.value) == f"{tmp_path / 'x.parquet'}: {says}"
 
 
-def test_a_cut_parquet_file_and_string_ids_for_integer_nodes_are_refused(tmp_path):
+def test_a_cut_parquet_file_and_words_for_integer_nodes_are_refused(tmp_path):
     pq.write_table(pa.table({"s": [1, 2], "t": [2, 3]}), tmp_path / "g.parquet")
     whole = (tmp_path / "g.parquet").read_bytes()
     (tmp_path / "cut.parquet").write_bytes(whole[: len(whole) // 2])  # a download that stopped
     with pytest.raises(DataFormatError, match=r"cut\.parquet: not a readable Parquet file \("):
         load_graph(f"edgelist:{tmp_path / 'cut.parquet'}")
-    pq.write_table(pa.table({"node": ["1", "2"], "y": [0, 1]}), tmp_path / "y.parquet")
+    pq.write_table(pa.table({"node": ["1", "03"], "y": [0, 1]}), tmp_path / "y.parquet")  # numbers as strings
+    g = load_graph(f"edgelist:{tmp_path / 'g.parquet'},labels={tmp_path / 'y.parquet'},features=degree")
+    assert g.y.tolist() == [0, -1, 1]
+    pq.write_table(pa.table({"node": ["1", "two"], "y": [0, 1]}), tmp_path / "y.parquet")
     with pytest.raises(DataFormatError) as e:
         load_graph(f"edgelist:{tmp_path / 'g.parquet'},labels={tmp_path / 'y.parquet'},features=degree")
-    assert str(e.value) == (f"{tmp_path / 'y.parquet'}: column 'node' holds strings ('1', ...) but the nodes of "
-                            "g.parquet are integers")
+    assert str(e.value) == f"{tmp_path / 'y.parquet'}: column 'node' holds words but the nodes of g.parquet are integers"
 
 
 def test_a_nan_label_is_no_label_as_pandas_writes_it(tmp_path):

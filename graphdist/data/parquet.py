@@ -164,9 +164,10 @@ def _nodes(path: Path, col: np.ndarray, ids: np.ndarray, graph: str, name: str) 
         col = col.astype(str)
     if ids.dtype.kind == "S":  # the k-worker build's ids: UTF-8 bytes
         col = np.char.encode(col, "utf-8")
-    elif ids.dtype.kind in "iu" and col.dtype.kind == "U":
-        raise DataFormatError(path, f"column {name!r} holds strings ({_shown(col[0])}, ...) but the nodes of {graph} "
-                                    "are integers")
+    elif ids.dtype.kind in "iu" and col.dtype.kind == "U":  # numbers written as strings are numbers
+        col = _as_ints(col)
+        if col is None:
+            raise DataFormatError(path, f"column {name!r} holds words but the nodes of {graph} are integers")
     n = len(ids)
     pos = np.minimum(np.searchsorted(ids, col), max(n - 1, 0)) if n else np.zeros(col.size, dtype=np.int64)
     found = ids[pos] == col if n else np.zeros(col.size, dtype=bool)
@@ -243,8 +244,9 @@ def features_by_id(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray,
                                     "not a finite number: fill missing values before training (a nan trains to "
                                     "a nan loss)")
     from graphdist.data.node_tables import every_node, with_isolated
-    if ids.dtype.kind == "U" or col.dtype.kind in "iu":  # (string ids for integer nodes: refused below)
-        ids = with_isolated(col.astype(str) if ids.dtype.kind == "U" else col, ids, path, graph)
+    given = col.astype(str) if ids.dtype.kind == "U" else col if col.dtype.kind in "iu" else _as_ints(col)
+    if given is not None:  # (words for integer nodes: refused below)
+        ids = with_isolated(given, ids, path, graph)
     pos = _nodes(path, col, ids, graph, names[0])
     return every_node(path, x, pos, ids, graph), ids
 

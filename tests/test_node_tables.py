@@ -209,3 +209,12 @@ def test_a_features_row_of_a_node_without_edges_is_a_node(words, tmp_path, capsy
     (tmp_path / "xn.csv").write_text("10 1\n20 2\n30 3\n007 4\n")  # integer ids: 007 is the node 7
     g = load_graph(f"edgelist:{p},features={tmp_path / 'xn.csv'}")
     assert g.node_ids.tolist() == [7, 10, 20, 30] and g.x[:, 0].tolist() == [4, 1, 2, 3]
+
+
+def test_pandas_numbered_column_names_are_not_a_node(words, tmp_path):
+    """``pd.DataFrame(x, index=ids).to_csv(f, index_label="node")``: a first line ``node,0,1`` is
+    column names, not an isolated node 'node' with features 0 and 1."""
+    f = tmp_path / "x.csv"
+    f.write_text("node,0,1\nalice,1,2\nbob,3,4\ncarol,5,6\ndave,7,8\n")
+    g = load_graph(f"edgelist:{words},features={f},labels=random:2")
+    assert _ids(g) == ["alice", "bob", "carol", "dave"] and g.x.tolist()[0] == [1, 2]

@@ -159,6 +159,8 @@ def features_by_id(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray,
     edge list is a node without edges (:func:`with_isolated`: ``ids`` grows by it)."""
     width = _width(path)
     cols, tab = _rows(path, width)
+    if cols[0].size > 1 and _numbered_columns(cols, tab, ids):
+        cols, tab = tokens.drop_first(cols, tab)
     x = np.stack([_numbers(c, tab, np.float32, "feature", "a number") for c in cols[1:]], axis=1) \
         if cols[0].size else np.zeros((0, width - 1), np.float32)
     bad = ~np.isfinite(x).all(axis=1)
@@ -175,6 +177,18 @@ def features_by_id(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray,
         ids = with_isolated(tokens.as_text(cols[0], tab, "node"), ids, path, graph)
     pos = _nodes(path, cols[0], tab, ids, graph)
     return every_node(path, x, pos, ids, graph), ids
+
+
+def _numbered_columns(cols, tab, ids) -> bool:
+    """A first line of column names that are numbers, as pandas writes a frame's default ones
+    (``node,0,1,2``: values 0 .. F-1, or 1 .. F): its id is no node of the graph."""
+    try:
+        first = [float(c[0]) for c in cols[1:]]
+    except ValueError:
+        return False
+    f = len(first)
+    return first in ([float(i) for i in range(f)], [float(i) for i in range(1, f + 1)]) and \
+        not _is_node(cols[0][:1], tab, ids)
 
 
 def with_isolated(given: np.ndarray, ids: np.ndarray, path: Path, graph: str) -> np.ndarray:

@@ -74,9 +74,10 @@ def test_string_like_ids_survive_partition_train_and_recommend(rec_run):
     assert types == [("VARCHAR", "VARCHAR", "FLOAT", 5, 40)]
 
 
-def test_top_k_equals_numpy_brute_force_on_exported_vectors(rec_run):
+def _brute(root, users, items, k, extra=()):
+    """``(user ids, item ids, scores)`` of a NumPy top-``k`` over the exported vectors: the
+    training's pairs and ``extra`` (user id, item id) left out, ties by the lowest item id."""
     from graphdist.rec.data import load_ratings
-    root, users, items = rec_run
     u = pq.read_table(root / "vec" / "users.parquet").to_pydict()
     it = pq.read_table(root / "vec" / "items.parquet").to_pydict()
     assert sorted(u["user_id"]) == sorted(users) and sorted(it["item_id"]) == sorted(items)
@@ -88,15 +89,46 @@ def test_top_k_equals_numpy_brute_force_on_exported_vectors(rec_run):
     S = U @ V.T
     tr = r.train.numpy()
     S[tr[:, 0], tr[:, 1]] = -np.inf
+    for a, b in extra:
+        if a in uid and b in iid:
+            S[np.searchsorted(uid, a), np.searchsorted(iid, b)] = -np.inf
     cols = np.broadcast_to(np.arange(S.shape[1]), S.shape)
-    order = np.lexsort((cols, -S), axis=1)[:, :5]  # score descending, then the lowest item id
+    order = np.lexsort((cols, -S), axis=1)[:, :k]  # score descending, then the lowest item id
+    top = np.take_along_axis(S, order, 1).reshape(-1)
+    keep = np.isfinite(top)
+    return np.repeat(uid, k)[keep], iid[order].reshape(-1)[keep], top[keep], {(uid[x], iid[y]) for x, y in tr}
+
+
+def test_exclude_leaves_newer_interactions_out_as_the_brute_force_does(rec_run, tmp_path):
+    """``--exclude``: each of 12 users' 1st and 3rd recommended items (as if bought since), a pair
+    of a user the data has not and one of an item it has not; on 2 ranks the lists are the
+    brute force's with those pairs left out too, still 5 per user."""
+    root, users, items = rec_run
+    before = _recs(root / "k2")
+    pairs = [(u, g.item_id.iloc[r]) for u, g in list(before.groupby("user_id"))[:12] for r in (0, 2)]
+    ex = tmp_path / "since.csv"
+    ex.write_text("".join(f"{a},{b}\n" for a, b in pairs + [("nobody", items[0]), (users[0], "no-such-item")]))
+    runs = run_cli([["recommend", "--partition", str(root / "art"), "--checkpoint-dir", str(root / "ck"), "--top-k",
+                     "5", "--exclude", str(ex), "--out", str(tmp_path / "k2"), "--report", str(tmp_path / "r.json")]],
+                   world_size=2)
+    _ok(runs)
+    got = _recs(tmp_path / "k2")
+    want_u, want_i, want_s, _ = _brute(root, users, items, 5, pairs)
+    assert got.user_id.tolist() == want_u.tolist() and got.item_id.tolist() == want_i.tolist()
+    assert np.abs(got.score.values - want_s).max() < 1e-5
+    assert not {(a, b) for a, b in zip(got.user_id, got.item_id)} & set(pairs)
+    import json
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert (rep["exclude/pairs"], rep["exclude/unmatched_pairs"]) == (len(pairs) + 1, 1)
+
+
+def test_top_k_equals_numpy_brute_force_on_exported_vectors(rec_run):
+    root, users, items = rec_run
+    want_u, want_i, want_s, train = _brute(root, users, items, 5)
     got = _recs(root / "k2")
-    want_items = iid[order].reshape(-1)
-    keep = np.isfinite(np.take_along_axis(S, order, 1)).reshape(-1)
-    assert got.item_id.tolist() == want_items[keep].tolist()
-    assert got.user_id.tolist() == np.repeat(uid, 5)[keep].tolist()
-    assert np.abs(got.score.values - np.take_along_axis(S, order, 1).reshape(-1)[keep]).max() < 1e-5
-    assert not {(a, b) for a, b in zip(got.user_id, got.item_id)} & {(uid[x], iid[y]) for x, y in tr}
+    assert got.item_id.tolist() == want_i.tolist() and got.user_id.tolist() == want_u.tolist()
+    assert np.abs(got.score.values - want_s).max() < 1e-5
+    assert not {(a, b) for a, b in zip(got.user_id, got.item_id)} & train
 
 
 def test_users_file_and_refusals(rec_run, tmp_path, capsys):

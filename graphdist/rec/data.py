@@ -41,7 +41,7 @@ import torch
 
 from graphdist.errors import DataFormatError, MissingFileError, SpecError
 
-__all__ = ["Ratings", "load_ratings", "load_ratings_file", "load_lightgcn", "split_per_user"]
+__all__ = ["Ratings", "load_ratings", "load_ratings_file", "load_lightgcn", "split_per_user", "read_interactions"]
 
 @dataclass(eq=False)
 class Ratings:
@@ -152,7 +152,7 @@ def make_ratings(train: np.ndarray, test: np.ndarray, num_users: int, num_items:
 
 
 # ------------------------------------------------------------------------------ rating logs
-def _read_interactions(path: Path, min_rating: float, need_time: bool):
+def read_interactions(path: Path, min_rating: float, need_time: bool):
     """``(user ids, item ids, timestamps or None)`` of the kept lines of one rating log; ids as
     :func:`graphdist.data.tokens.id_column` keeps them (int64, or the strings written)."""
     from graphdist.data import parquet
@@ -230,11 +230,11 @@ def load_ratings_file(path: Path, *, min_rating: float = 0.0, split: str = "rand
     if not 0.0 < test < 1.0:
         raise SpecError(f"ratings: test={test} must lie strictly between 0 and 1")
     mode = split if split in ("random", "temporal") else "file"
-    u, i, t = _read_interactions(path, min_rating, mode == "temporal")
+    u, i, t = read_interactions(path, min_rating, mode == "temporal")
     meta = {"source": str(path), "split": split, "min_rating": min_rating, "lines_kept": int(u.size)}
     if mode == "file":
         tpath = _resolve_split_file(split, path)
-        tu, ti, _ = _read_interactions(tpath, min_rating, False)
+        tu, ti, _ = read_interactions(tpath, min_rating, False)
         users, uinv = _ids(u, tu)
         items, iinv = _ids(i, ti)
         n = u.size

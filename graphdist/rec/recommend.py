@@ -54,6 +54,9 @@ class RecommendConfig:
     """output folder: one part-RRRRR.parquet per rank and _manifest.json"""
     users: str | None = field(default=None, metadata={"metavar": "FILE"})
     """recommend for these users only: one user id per line, as in the ratings file (default: every user)"""
+    exclude: str | None = field(default=None, metadata={"metavar": "FILE"})
+    """leave these interactions out of the lists too, besides the training's (e.g. the ones since
+    training): a rating log, text or Parquet, with the ratings file's ids (graphdist.rec.exclude)"""
     overwrite: bool = False
     """replace an existing, non-empty --out"""
     parts: int | None = None
@@ -87,10 +90,10 @@ class RecommendConfig:
             raise ConfigError("--checkpoint-dir and --out are required")
         if self.top_k < 1:
             raise ConfigError(f"--top-k must be >= 1, got {self.top_k}")
-        if self.users is not None:
-            from pathlib import Path
-            if not Path(self.users).is_file():
-                raise ConfigError(f"--users {self.users}: no such file")
+        from pathlib import Path
+        for flag, path in (("--users", self.users), ("--exclude", self.exclude)):
+            if path is not None and not Path(path).is_file():
+                raise ConfigError(f"{flag} {path}: no such file")
 
     def check_outputs(self) -> None:
         from graphdist.fileio import check_output_file
@@ -255,6 +258,7 @@ def recommend(cfg: RecommendConfig) -> dict:
     from graphdist import comm
     from graphdist.memory import peak_memory_bytes
     from graphdist.rec.metrics import RingTopK
+    from graphdist.rec.exclude import read_exclusions
     from graphdist.rec.recommend_memory import check_recommend_fits
     from graphdist.procgroup import start_rank
     from graphdist.timer import Timer
@@ -268,14 +272,16 @@ def recommend(cfg: RecommendConfig) -> dict:
         if cfg.users:
             keep = requested_users(cfg.users, uid, lp.kinds[0])
             users, uid = users[keep], uid[keep]
-        fits = check_recommend_fits(tr, lp, users, cfg.top_k, ctx.device)
+        ex = read_exclusions(cfg.exclude, uid)
+        fits = check_recommend_fits(tr, lp, users, cfg.top_k + ex.most, ctx.device)
         tp = propagate(tr, lp, ctx.device)
     with Timer(ctx.device) as t_rank:
-        ring = RingTopK(tp.rd, users, cfg.top_k, ctx.device)
+        ring = RingTopK(tp.rd, users, cfg.top_k + ex.most, ctx.device)
         scores, items = ring.top_of(tp.final)
     scores, items = scores.cpu().numpy(), items.cpu().numpy()
     valid = np.isfinite(scores)
     item_ids = resolve_items(items[valid], tp)
+    valid, item_ids = ex.drop(scores, valid, item_ids, cfg.top_k)
     with Timer() as t_write:
         man = _write(cfg, tr, tp, uid, scores, valid, item_ids)
     peaks = comm.all_gather_json(peak_memory_bytes(ctx.device))
@@ -284,6 +290,7 @@ def recommend(cfg: RecommendConfig) -> dict:
             "time/rank_s": t_rank.seconds, "time/write_s": t_write.seconds,
             "eval/item_rows_peak": ring.stats.get("peak_item_rows"), "mem/peak_bytes": int(max(peaks)),
             "mem/peak_bytes_per_rank": peaks, "mem/estimate_bytes_per_rank": fits["need_bytes_per_rank"],
+            "exclude/pairs": ex.pairs, "exclude/unmatched_pairs": ex.unmatched,
             "world_size": ctx.world_size, "device": str(ctx.device)}
 
 

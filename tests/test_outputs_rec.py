@@ -101,19 +101,26 @@ def _brute(root, users, items, k, extra=()):
 
 def test_exclude_leaves_newer_interactions_out_as_the_brute_force_does(rec_run, tmp_path):
     """``--exclude``: each of 12 users' 1st and 3rd recommended items (as if bought since), a pair
-    of a user the data has not and one of an item it has not; on 2 ranks the lists are the
-    brute force's with those pairs left out too, still 5 per user."""
+    of a user the data has not and one of an item it has not; on 2 ranks, for those 12 users
+    (``--users`` as a Parquet column), the lists are the brute force's with those pairs left out
+    too, still 5 per user."""
     root, users, items = rec_run
     before = _recs(root / "k2")
     pairs = [(u, g.item_id.iloc[r]) for u, g in list(before.groupby("user_id"))[:12] for r in (0, 2)]
     ex = tmp_path / "since.csv"
     ex.write_text("".join(f"{a},{b}\n" for a, b in pairs + [("nobody", items[0]), (users[0], "no-such-item")]))
+    import pyarrow as pa
+    chosen = sorted({a for a, _ in pairs})
+    pq.write_table(pa.table({"user": chosen}), tmp_path / "users.parquet")
     runs = run_cli([["recommend", "--partition", str(root / "art"), "--checkpoint-dir", str(root / "ck"), "--top-k",
-                     "5", "--exclude", str(ex), "--out", str(tmp_path / "k2"), "--report", str(tmp_path / "r.json")]],
-                   world_size=2)
+                     "5", "--exclude", str(ex), "--users", str(tmp_path / "users.parquet"), "--out", str(tmp_path / "k2"),
+                     "--report", str(tmp_path / "r.json")]], world_size=2)
     _ok(runs)
     got = _recs(tmp_path / "k2")
     want_u, want_i, want_s, _ = _brute(root, users, items, 5, pairs)
+    mine = np.isin(want_u, chosen)
+    want_u, want_i, want_s = want_u[mine], want_i[mine], want_s[mine]
+    assert sorted(set(got.user_id)) == chosen
     assert got.user_id.tolist() == want_u.tolist() and got.item_id.tolist() == want_i.tolist()
     assert np.abs(got.score.values - want_s).max() < 1e-5
     assert not {(a, b) for a, b in zip(got.user_id, got.item_id)} & set(pairs)

@@ -23,7 +23,8 @@ import numpy as np
 
 from graphdist.errors import DataFormatError
 
-__all__ = ["MAGIC", "is_parquet", "alike", "edge_columns", "edge_ids", "labels_by_id", "features_by_id", "interactions"]
+__all__ = ["MAGIC", "is_parquet", "alike", "edge_columns", "edge_ids", "labels_by_id", "features_by_id", "interactions",
+           "first_column"]
 
 MAGIC = b"PAR1"
 _LIMIT = 2**62  # as graphdist.data.table: larger integer ids are kept as the strings they write
@@ -291,3 +292,9 @@ def interactions(path: Path) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
             raise DataFormatError(path, f"row {j}: column {name!r} is null")
         vals.append(a.to_numpy(zero_copy_only=False).astype(np.float64))
     return u, i, vals
+
+
+def first_column(path: Path) -> np.ndarray:
+    """The ids of the file's first column (a list of users: ``recommend --users``)."""
+    names, cols = _columns(path, 1, "a list of ids needs a column", first=1)
+    return _ids(path, cols[0], names[0])

@@ -7,8 +7,9 @@ training's (the ones since training, items a user already bought elsewhere).
 Each rank keeps the pairs of its own users and asks the ring for ``K + m`` items per user, where
 ``m`` is the most pairs any user of the job has (so a user's list still has K items once its
 pairs are left out); the items are then matched by id and the first K left are written. Pairs
-whose user the data does not have leave out nothing and are counted (``exclude/unmatched_pairs``
-in the report; an item the data does not have is in no list anyway).
+of a user recommended for by no rank (not in the data, or not in ``--users``) leave out nothing
+and are counted (``exclude/unmatched_pairs`` in the report; an item the data does not have is in
+no list anyway).
 
     [ ring top K + m of user u | drop u's excluded ids | keep the first K ]
 """

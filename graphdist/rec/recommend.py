@@ -53,7 +53,8 @@ class RecommendConfig:
     out: str = field(default="", metadata={"required": True, "metavar": "DIR"})
     """output folder: one part-RRRRR.parquet per rank and _manifest.json"""
     users: str | None = field(default=None, metadata={"metavar": "FILE"})
-    """recommend for these users only: one user id per line, as in the ratings file (default: every user)"""
+    """recommend for these users only: one user id per line, as in the ratings file, or the first
+    column of a Parquet file (default: every user)"""
     exclude: str | None = field(default=None, metadata={"metavar": "FILE"})
     """leave these interactions out of the lists too, besides the training's (e.g. the ones since
     training): a rating log, text or Parquet, with the ratings file's ids (graphdist.rec.exclude)"""
@@ -299,8 +300,12 @@ def requested_users(path: str, own_ids: np.ndarray, kind: str) -> np.ndarray:
     refused in one line naming the first few (collective: one all-reduce of a flag per id)."""
     from graphdist import comm
     from graphdist.ids import as_requested
-    with open(path, encoding="utf-8") as f:
-        toks = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
+    from graphdist.data import parquet
+    if parquet.is_parquet(path):  # its first column
+        toks = [str(v) for v in parquet.first_column(path)]
+    else:
+        with open(path, encoding="utf-8") as f:
+            toks = [ln.strip() for ln in f if ln.strip() and not ln.lstrip().startswith("#")]
     req, ok = as_requested(toks, kind)
     found = np.isin(req, own_ids) & ok
     hit = torch.from_numpy(found.astype(np.int64))

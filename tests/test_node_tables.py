@@ -218,3 +218,19 @@ def test_pandas_numbered_column_names_are_not_a_node(words, tmp_path):
     f.write_text("node,0,1\nalice,1,2\nbob,3,4\ncarol,5,6\ndave,7,8\n")
     g = load_graph(f"edgelist:{words},features={f},labels=random:2")
     assert _ids(g) == ["alice", "bob", "carol", "dave"] and g.x.tolist()[0] == [1, 2]
+
+
+def test_an_edge_lists_unread_columns_are_named(tmp_path, capsys):
+    """A weight column (text or Parquet) is not read: said on rank 0, not passed over in silence."""
+    p = tmp_path / "w.txt"
+    p.write_text("src dst weight\n1 2 0.5\n2 3 2.0\n")
+    load_graph(f"edgelist:{p}")
+    assert (f"{p}: 1 column(s) past the source and destination (a weight?) not read: the graph is trained "
+            "unweighted, each edge once") in capsys.readouterr().err
+    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"s": [1, 2], "t": [2, 3], "w": [0.5, 2.0], "ts": [7, 8]}), tmp_path / "w.parquet")
+    load_graph(f"edgelist:{tmp_path / 'w.parquet'}")
+    assert "2 column(s) past the source and destination ('w', 'ts') not read" in capsys.readouterr().err
+    p.write_text("1 2\n2 3\n")
+    load_graph(f"edgelist:{p}")
+    assert "not read" not in capsys.readouterr().err

@@ -47,6 +47,7 @@ def load_edgelist(path: Path, *, features: str = "", labels: str = "", directed:
                         f"(labels=random:C draws its own 10/10/80 split)")
     from graphdist.data import parquet
     ids, src, dst = parquet.edge_ids(path) if parquet.is_parquet(path) else _edge_ids(path)
+    _say_unread_columns(path)
     n = ids.size
     kw = {}
     if features and not _generated(features):
@@ -146,6 +147,26 @@ def _word_edge_ids(path: Path, e):
     from graphdist.log import get_logger
     get_logger().info(f"{path}: node ids kept as the strings written ({why or e})")
     return ids, inv[0], inv[1]
+
+
+def _say_unread_columns(path: Path) -> None:
+    """Say (rank 0) that an edge list's columns past the second (a weight, a time) are not read:
+    the graph is trained unweighted, each edge once."""
+    from graphdist.data import parquet
+    if parquet.is_parquet(path):
+        import pyarrow.parquet as pq
+        names = pq.ParquetFile(path).schema_arrow.names
+        more = len(names) - 2
+        what = ", ".join(repr(n) for n in names[2:5]) + (", ..." if more > 3 else "")
+    else:
+        from graphdist.data.table import head_lines
+        lines = head_lines(path, 2)
+        more = max((len(f) for _, _, f in lines[-1:]), default=2) - 2
+        what = "a weight?" if more == 1 else "a weight, a time?"
+    if more > 0:
+        from graphdist.log import get_logger
+        get_logger().info(f"{path}: {more} column(s) past the source and destination ({what}) not read: "
+                          "the graph is trained unweighted, each edge once")
 
 
 def _generated(value: str) -> bool:

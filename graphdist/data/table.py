@@ -27,7 +27,8 @@ import numpy as np
 
 from graphdist.errors import DataFormatError, MissingFileError
 
-__all__ = ["Table", "TextField", "read_table", "shard", "BLOCK", "is_number", "data_lines", "header_offset"]
+__all__ = ["Table", "TextField", "read_table", "shard", "BLOCK", "is_number", "data_lines", "head_lines",
+           "header_offset"]
 
 BLOCK = 1 << 24
 """Bytes per block (whole lines): bounds the temporary arrays of one block."""
@@ -242,13 +243,17 @@ HEAD_BYTES = 1 << 20
 """Bytes of a file's head searched for a line of column names (its first data line)."""
 
 
+def head_lines(path: Path, most: int) -> list[tuple[int, int, list[bytes]]]:
+    """:func:`data_lines` of the file's first :data:`HEAD_BYTES`."""
+    with _open(path) as fh:
+        return data_lines(fh.read(HEAD_BYTES), most)
+
+
 def header_offset(path: Path, ncols: int) -> int | None:
     """Byte offset of the file's first data line when it is column names (none of its first
     ``ncols`` fields a number, the next data line's all numbers), else None; read from the file's
     first bytes, so every shard's reader finds the same line."""
-    with _open(path) as fh:
-        head = fh.read(HEAD_BYTES)
-    lines = data_lines(head, 2)
+    lines = head_lines(path, 2)
     if (len(lines) == 2 and not any(map(is_number, lines[0][2][:ncols])) and len(lines[1][2]) >= ncols
             and all(map(is_number, lines[1][2][:ncols]))):
         return lines[0][0]

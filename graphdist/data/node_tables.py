@@ -33,7 +33,7 @@ from graphdist.data import table as tb
 from graphdist.data import tokens
 from graphdist.errors import DataFormatError
 
-__all__ = ["labels_by_id", "features_by_id", "class_index", "with_isolated", "every_node"]
+__all__ = ["labels_by_id", "features_by_id", "class_index", "with_isolated", "every_node", "place"]
 
 
 def labels_by_id(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray, np.ndarray | None]:
@@ -297,21 +297,32 @@ def _nodes(path: Path, col: np.ndarray, tab, ids: np.ndarray, graph: str) -> np.
         want, ok = col, np.ones(col.size, dtype=bool)
     else:
         want, ok = tokens.as_text(col, tab, "node"), np.ones(col.size, dtype=bool)
-    pos = np.searchsorted(ids, want) if n else np.zeros(col.size, dtype=np.int64)
-    pos = np.minimum(pos, max(n - 1, 0))
-    found = ok & (ids[pos] == want) if n else np.zeros(col.size, dtype=bool)
-    if not found.all():
-        bad = np.flatnonzero(~found)
+    pos, bad, twice = place(want, ok, ids)
+    if bad.size:
         shown = ", ".join(repr(col[i].decode(errors="replace")) for i in bad[:3])
         raise DataFormatError(path, f"{bad.size:,} of its {col.size:,} ids are not nodes of {graph}: {shown}"
                                     f"{' ...' if bad.size > 3 else ''}", tab.line_of(int(bad[0])))
-    order = np.argsort(pos, kind="stable")
-    twice = np.flatnonzero(pos[order][1:] == pos[order][:-1])
-    if twice.size:
-        a, b = int(order[twice[0]]), int(order[twice[0] + 1])
+    if twice:
+        a, b = twice
         raise DataFormatError(path, f"node {col[b].decode(errors='replace')!r} has two rows (lines "
                                     f"{tab.line_of(a)} and {tab.line_of(b)})", tab.line_of(b))
-    return pos.astype(np.int64)
+    return pos
+
+
+def place(want: np.ndarray, ok: np.ndarray, ids: np.ndarray):
+    """``(pos int64, rows whose id is no node, (a, b) the first two rows of one node or None)``:
+    each row's place in the ascending ``ids`` (``ok`` False: no id of the graph's kind); the
+    readers of text and Parquet tables word the refusals."""
+    n = len(ids)
+    pos = np.minimum(np.searchsorted(ids, want), max(n - 1, 0)) if n else np.zeros(want.size, dtype=np.int64)
+    found = ok & (ids[pos] == want) if n else np.zeros(want.size, dtype=bool)
+    bad = np.flatnonzero(~found)
+    if bad.size:
+        return pos, bad, None
+    order = np.argsort(pos, kind="stable")
+    twice = np.flatnonzero(pos[order][1:] == pos[order][:-1])
+    pair = (int(order[twice[0]]), int(order[twice[0] + 1])) if twice.size else None
+    return pos.astype(np.int64), bad, pair
 
 
 def _ints(col: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -169,20 +169,16 @@ def _nodes(path: Path, col: np.ndarray, ids: np.ndarray, graph: str, name: str) 
         col = _as_ints(col)
         if col is None:
             raise DataFormatError(path, f"column {name!r} holds words but the nodes of {graph} are integers")
-    n = len(ids)
-    pos = np.minimum(np.searchsorted(ids, col), max(n - 1, 0)) if n else np.zeros(col.size, dtype=np.int64)
-    found = ids[pos] == col if n else np.zeros(col.size, dtype=bool)
-    if not found.all():
-        bad = np.flatnonzero(~found)
+    from graphdist.data.node_tables import place
+    pos, bad, twice = place(col, np.ones(col.size, dtype=bool), ids)
+    if bad.size:
         shown = ", ".join(_shown(v) for v in col[bad[:3]])
         raise DataFormatError(path, f"row {int(bad[0])}: {bad.size:,} of its {col.size:,} ids are not nodes of "
                                     f"{graph}: {shown}{' ...' if bad.size > 3 else ''}")
-    order = np.argsort(pos, kind="stable")
-    twice = np.flatnonzero(pos[order][1:] == pos[order][:-1])
-    if twice.size:
-        a, b = int(order[twice[0]]), int(order[twice[0] + 1])
+    if twice:
+        a, b = twice
         raise DataFormatError(path, f"row {b}: node {_shown(col[b])} has two rows ({a} and {b})")
-    return pos.astype(np.int64)
+    return pos
 
 
 def labels_by_id(path: Path, ids: np.ndarray, graph: str) -> tuple[np.ndarray, np.ndarray | None]:

@@ -31,10 +31,10 @@ class Exclusions:
     def __init__(self, by_user: dict[int, set[str]], most: int, pairs: int, unmatched: int):
         self.by_user, self.most, self.pairs, self.unmatched = by_user, most, pairs, unmatched
 
-    def drop(self, scores: np.ndarray, valid: np.ndarray, item_ids: np.ndarray, k: int):
+    def drop(self, valid: np.ndarray, item_ids: np.ndarray, k: int):
         """``(valid, item_ids)`` with each user's excluded items left out and at most ``k`` per
-        user kept (``valid``: ``[n, K + m]`` of the ring's lists; ``item_ids``: the ids of
-        ``scores[valid]``, row by row)."""
+        user kept (``valid``: ``[n, K + m]``, the ring's finite scores; ``item_ids``: the ids of
+        its valid entries, row by row)."""
         if not self.by_user:
             keep = valid & (np.cumsum(valid, 1) <= k)
             return keep, item_ids[keep[valid]]

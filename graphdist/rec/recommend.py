@@ -282,7 +282,7 @@ def recommend(cfg: RecommendConfig) -> dict:
     scores, items = scores.cpu().numpy(), items.cpu().numpy()
     valid = np.isfinite(scores)
     item_ids = resolve_items(items[valid], tp)
-    valid, item_ids = ex.drop(scores, valid, item_ids, cfg.top_k)
+    valid, item_ids = ex.drop(valid, item_ids, cfg.top_k)
     with Timer() as t_write:
         man = _write(cfg, tr, tp, uid, scores, valid, item_ids)
     peaks = comm.all_gather_json(peak_memory_bytes(ctx.device))

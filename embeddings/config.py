@@ -21,7 +21,8 @@ class DLRMTrainConfig(RunConfig):
     """Everything a DLRM training run needs; same values on every rank."""
 
     spec: str = field(default="criteo-synth:", metadata={"positional": True, "metavar": "SPEC"})
-    """training data: criteo:PATH (TSV file or directory of day_* files) or criteo-synth:k=v,..."""
+    """training data: criteo:PATH (a TSV, CSV or Parquet file; a directory of day_* or *.parquet files)
+    or criteo-synth:k=v,..."""
     nproc: int = 1
     """local worker processes (per node with --nnodes); ignored under torchrun"""
     nodes: Nodes = field(default_factory=Nodes)

@@ -16,13 +16,16 @@ directory in graphdist's cache home (``$XDG_CACHE_HOME/graphdist/criteo/<name>-<
         dense.npy   float32 [N, 13]   log(1 + max(x, 0))
         sparse.npy  uint32  [N, 26]   the raw 32-bit ids (hashing into tables happens per batch)
         labels.npy  int8    [N]
-        skipped.npy int64   [bad_lines]  0-based lines skipped by --skip-bad-lines (over the files in order)
+        skipped.npy int64   [skipped]  0-based lines skipped (over the files in order): bad ones
+                                       (--skip-bad-lines), a CSV's line of column names
         meta.json   source sizes/mtimes, rows, bad_lines
 
 which is the dense / sparse / labels split of torchrec's Criteo preprocessing
 (``torchrec.datasets.criteo.BinaryCriteoUtils``: ``day_X_dense.npy``, ``day_X_sparse.npy``,
 ``day_X_labels.npy``) with the raw ids kept un-hashed, so one cache serves any table size.
-Each chunk is parsed vectorised (:func:`parse_lines_fast`, about 44k lines/s on one busy core,
+The same log as Parquet (a file, or a directory of ``*.parquet`` files) or as comma-separated
+text with a line of column names fills the same cache (:mod:`embeddings.criteo_tables`).
+Each chunk is parsed vectorised (:func:`~embeddings.criteo_text.parse_lines_fast`, about 44k lines/s on one busy core,
 so the 45M-line Kaggle file takes about 17 minutes once); a chunk with a malformed line is re-parsed
 line by line to name it. Later runs memory-map the arrays; each rank reads only its own rows of
 each global batch.
@@ -43,7 +46,10 @@ import zlib
 
 import numpy as np
 
+from embeddings import criteo_tables
+from embeddings.criteo_text import parse_lines, parse_lines_fast
 from embeddings.data import NUM_DENSE, NUM_SPARSE, ClickData
+from graphdist.data.parquet import is_parquet
 from graphdist.errors import DataFormatError, MissingFileError
 from graphdist.progress import progress
 
@@ -52,7 +58,6 @@ SHOW_BYTES = 64 << 20
 """Source files larger than this (in all, on disk) show the cache build's progress on rank 0 (a
 bar on a terminal, a line each tenth in a log): the 45M-line Kaggle file parses for minutes."""
 FORMAT_VERSION = 1
-NUM_FIELDS = 1 + NUM_DENSE + NUM_SPARSE
 
 
 _PACKED = (".gz", ".bz2", ".xz")
@@ -68,12 +73,16 @@ def _day_key(name: str):
 
 
 def source_files(path: str) -> list[str]:
-    """The text files of ``criteo:PATH``: the file, or a directory's ``day_*`` files (plain or
-    compressed, not torchrec's ``.npy``) in day order."""
+    """The files of ``criteo:PATH``: the file, or a directory's ``day_*`` files (plain or
+    compressed, not torchrec's ``.npy``) in day order, or where it has none its ``*.parquet`` files
+    in name order."""
     if os.path.isdir(path):
         files = [f for f in glob.glob(os.path.join(path, "day_*")) if not f.endswith(".npy") and os.path.isfile(f)]
-        if not files:
-            raise MissingFileError(f"{path}: directory has no day_* files")
+        if not files:  # a folder of Parquet files (Spark's part-*.parquet, the Hub's 0000.parquet): name order
+            files = sorted(f for f in glob.glob(os.path.join(path, "*.parquet")) if os.path.isfile(f))
+            if files:
+                return files
+            raise MissingFileError(f"{path}: directory has no day_* files (nor *.parquet files)")
         days: dict[str, str] = {}
         for f in files:
             name = os.path.basename(f)
@@ -159,6 +168,11 @@ def _count_lines(files: list[str], show: bool) -> int:
     bar = progress(-(-size >> 20), desc="criteo cache: counting lines", unit="MB", enabled=show)
     done = 0
     for f in files:
+        if is_parquet(f):
+            n += criteo_tables.rows(f)
+            done += os.path.getsize(f)
+            bar.update(-(-done >> 20) - bar.n)
+            continue
         with open_text(f) as (fh, raw):
             last = b"\n"
             try:
@@ -180,99 +194,37 @@ def _count_lines(files: list[str], show: bool) -> int:
     return n
 
 
-def parse_lines(lines: list[str], path: str, first_line: int, skip_bad: bool, skipped: list | None = None):
-    """Parse text lines; returns ``(dense, sparse, labels, n_bad)`` of the good lines (the index
-    in ``lines`` of each bad one is appended to ``skipped``)."""
-    dense = np.zeros((len(lines), NUM_DENSE), dtype=np.float32)
-    sparse = np.zeros((len(lines), NUM_SPARSE), dtype=np.uint32)
-    labels = np.zeros(len(lines), dtype=np.int8)
-    k = bad = 0
-    for j, line in enumerate(lines):
-        line = line.rstrip("\r\n")
-        f = line.split("\t")
-        try:
-            if len(f) != NUM_FIELDS:
-                raise ValueError(f"expected {NUM_FIELDS} tab-separated fields, got {len(f)}")
-            lab = f[0]
-            if lab not in ("0", "1"):
-                raise ValueError(f"label must be 0 or 1, got {lab!r}")
-            for i in range(NUM_DENSE):
-                v = f[1 + i]
-                if v:
-                    try:
-                        x = int(v)
-                    except ValueError:
-                        raise ValueError(f"dense field {i + 1} is not an integer: {v!r}") from None
-                    dense[k, i] = np.log1p(max(x, 0))
-            for i in range(NUM_SPARSE):
-                v = f[1 + NUM_DENSE + i]
-                if v:
-                    if len(v) > 8 or not all(c in "0123456789abcdefABCDEF" for c in v):
-                        raise ValueError(f"categorical field {i + 1} is not an 8-digit hex id: {v!r}")
-                    sparse[k, i] = int(v, 16)
-            labels[k] = 1 if lab == "1" else 0
-            k += 1
-        except ValueError as e:
-            if not skip_bad:
-                raise DataFormatError(path, f"{e} (use --skip-bad-lines to skip such lines)",
-                                      line=first_line + j) from None
-            dense[k] = 0
-            sparse[k] = 0
-            bad += 1
-            if skipped is not None:
-                skipped.append(j)
-    return dense[:k], sparse[:k], labels[:k], bad
-
-
-_HEX = np.full(256, -1, dtype=np.int8)
-_HEX[0] = -2  # padding of ids shorter than 8 characters in an S8 array
-for _i, _c in enumerate(b"0123456789abcdef"):
-    _HEX[_c] = _i
-for _i, _c in enumerate(b"ABCDEF"):
-    _HEX[_c] = 10 + _i
-
-
-def parse_lines_fast(lines: list[bytes]):
-    """Vectorised parse of raw (bytes) lines; ``None`` if anything is off, and then
-    :func:`parse_lines` finds and names the bad line. Several times faster than line by line."""
-    n = len(lines)
-    if n == 0:
-        return None
-    # every line must have its own 40 fields: a 41-field line next to a 39-field one has the
-    # right total but would shift the columns of both
-    if any(ln.count(b"\t") != NUM_FIELDS - 1 for ln in lines):
-        return None
-    text = b"".join(lines)
-    if b"\r" in text:
-        text = text.replace(b"\r\n", b"\n")
-    if text.endswith(b"\n"):
-        text = text[:-1]
-    fields = text.replace(b"\n", b"\t").split(b"\t")
-    if len(fields) != n * NUM_FIELDS:
-        return None
-    a = np.array(fields, dtype=object).reshape(n, NUM_FIELDS)
-    lab = a[:, 0].astype("S")
-    if lab.dtype.itemsize != 1 or not ((lab == b"0") | (lab == b"1")).all():
-        return None
-    ds = a[:, 1:1 + NUM_DENSE].astype("S")
-    try:
-        di = np.where(ds == b"", b"0", ds).astype(np.int64)
-    except (ValueError, OverflowError):
-        return None
-    cs = a[:, 1 + NUM_DENSE:].astype("S")
-    if cs.dtype.itemsize > 8:  # some id longer than 8 hex digits
-        return None
-    raw = np.frombuffer(cs.astype("S8").tobytes(), dtype=np.uint8).reshape(n, NUM_SPARSE, 8)
-    dig = _HEX[raw]
-    if (dig == -1).any():
-        return None
-    vals = np.zeros((n, NUM_SPARSE), dtype=np.uint32)
-    for k in range(8):  # Horner over the (left-aligned, zero-padded) hex digits
-        dk = dig[:, :, k]
-        m = dk >= 0
-        vals = np.where(m, (vals << np.uint32(4)) | dk.astype(np.uint32), vals)
-    dense = np.log1p(np.maximum(di, 0)).astype(np.float32)
-    return dense, vals, (lab == b"1").astype(np.int8), 0
+def _file_chunks(fpath: str, skip_bad_lines: bool):
+    """``(dense, sparse, labels, skipped, bad, read)`` per chunk of one file: its good rows, the
+    0-based lines (rows) of the chunk it skipped (bad ones and a line of column names),
+    how many of those were bad, and how many lines (rows) it read. A TSV, a comma-separated file
+    (:func:`embeddings.criteo_tables.csv_layout`) or Parquet (:func:`embeddings.criteo_tables.chunks`)."""
+    if is_parquet(fpath):
+        for cd, cs, cy, sk in criteo_tables.chunks(fpath, skip_bad_lines):
+            yield cd, cs, cy, sk, len(sk), len(cy) + len(sk)
+        return
+    with open_text(fpath) as (fh, _):
+        line_no, commas = 1, None
+        while True:
+            lines = fh.readlines(CHUNK_LINES * 200)  # ~ CHUNK_LINES lines of ~200 bytes
+            if not lines:
+                break
+            names = []
+            if commas is None:
+                commas, header = criteo_tables.csv_layout(lines[0])
+                if header:  # reczoo's label,I1,...,C26
+                    names, lines = [0], lines[1:]
+                    line_no += 1
+            if commas:
+                lines = [x.replace(b",", b"\t") for x in lines]
+            parsed = parse_lines_fast(lines)
+            sk: list[int] = []
+            if parsed is None:  # some line is malformed: find it (or skip it) line by line
+                parsed = parse_lines([x.decode("utf-8", "replace") for x in lines], fpath, line_no,
+                                     skip_bad_lines, sk, "comma" if commas else "tab")
+            cd, cs, cy, b = parsed
+            yield cd, cs, cy, names + [len(names) + j for j in sk], b, len(lines) + len(names)
+            line_no += len(lines)
 
 
 def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
@@ -291,27 +243,15 @@ def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
         rows = bad = seen = 0
         skipped: list[int] = []
         for fpath in files:
-            with open_text(fpath) as (fh, _):
-                line_no = 1
-                while True:
-                    lines = fh.readlines(CHUNK_LINES * 200)  # ~ CHUNK_LINES lines of ~200 bytes
-                    if not lines:
-                        break
-                    parsed = parse_lines_fast(lines)
-                    if parsed is None:  # some line is malformed: find it (or skip it) line by line
-                        sk: list[int] = []
-                        parsed = parse_lines([x.decode("utf-8", "replace") for x in lines], fpath,
-                                             line_no, skip_bad_lines, sk)
-                        skipped += [seen + j for j in sk]
-                    cd, cs, cy, b = parsed
-                    line_no += len(lines)
-                    seen += len(lines)
-                    d[rows:rows + len(cy)] = cd
-                    s[rows:rows + len(cy)] = cs
-                    y[rows:rows + len(cy)] = cy
-                    rows += len(cy)
-                    bad += b
-                    bar.update(len(lines))
+            for cd, cs, cy, sk, n_bad, n_read in _file_chunks(fpath, skip_bad_lines):
+                skipped += [seen + j for j in sk]
+                seen += n_read
+                d[rows:rows + len(cy)] = cd
+                s[rows:rows + len(cy)] = cs
+                y[rows:rows + len(cy)] = cy
+                rows += len(cy)
+                bad += n_bad
+                bar.update(n_read)
         bar.close()
         for a in (d, s, y):
             a.flush()

@@ -2,10 +2,12 @@
 ``graphdist export`` unsharded, in one process, as Parquet, with AUC / log loss / NE.
 
     DIR       the export of a train-dlrm checkpoint (model.py build(), model.pt, model.json)
-    SPEC      criteo:PATH (a TSV file, or a directory of day_* files) or criteo-synth:k=v,...
+    SPEC      criteo:PATH (a TSV, CSV or Parquet file, or a directory of day_* or *.parquet files)
+              or criteo-synth:k=v,...
     OUT/part-00000.parquet   line  int64    0-based line of the input (criteo: over its files
                                             in order, lines skipped by --skip-bad-lines keep
-                                            their numbers; criteo-synth: the row)
+                                            their numbers; Parquet: the row; criteo-synth:
+                                            the row)
                              prob  float32  sigmoid of the model's logit
                              label int8     the click, 0 / 1
     OUT/_manifest.json        the export, the input, the metrics (graphdist.outputs)
@@ -43,7 +45,8 @@ class ScoreConfig:
     model_dir: str = field(default="", metadata={"positional": True, "metavar": "DIR"})
     """the folder `graphdist export` wrote from a train-dlrm checkpoint"""
     spec: str = field(default="", metadata={"positional": True, "metavar": "SPEC"})
-    """click data: criteo:PATH (TSV file or directory of day_* files) or criteo-synth:k=v,..."""
+    """click data: criteo:PATH (a TSV, CSV or Parquet file; a directory of day_* or *.parquet files) or
+    criteo-synth:k=v,..."""
     out: str = field(default="", metadata={"required": True, "metavar": "DIR"})
     """output folder: part-00000.parquet (line, prob, label) and _manifest.json"""
     json: str | None = field(default=None, metadata={"metavar": "FILE"})

@@ -225,7 +225,7 @@ def test_cli_errors_one_line_exit_2(tmp_path, capsys, restore_dist_env):
 
 
 def test_fast_parser_matches_line_by_line():
-    from embeddings.criteo import parse_lines, parse_lines_fast
+    from embeddings.criteo_text import parse_lines, parse_lines_fast
     rng = np.random.default_rng(0)
     lines = []
     for i in range(300):
@@ -246,7 +246,7 @@ def test_fast_parser_matches_line_by_line():
 
 def test_every_line_checked_not_only_the_total(tmp_path):
     """A 41-field line next to a 39-field line has the right total field count; both are named."""
-    from embeddings.criteo import parse_lines_fast
+    from embeddings.criteo_text import parse_lines_fast
     long = line("1", cats=["0000000a"] * 27)   # 41 fields
     short = line("0", cats=["0000000b"] * 25)  # 39 fields
     assert parse_lines_fast([line().encode(), long.encode(), short.encode()]) is None

@@ -88,6 +88,8 @@ def chunks(path: str, skip_bad: bool):
             a = c.combine_chunks()
             if pa.types.is_dictionary(a.type):  # pandas' category, polars' Categorical
                 a = a.dictionary_decode()
+            if pa.types.is_null(a.type):  # a column with no value at all (pandas' object column of None)
+                a = pa.nulls(len(a), pa.string())
             arrays.append(a)
         yield _convert(path, cols, arrays, row0, skip_bad)
         row0 += table.num_rows

@@ -96,6 +96,15 @@ def test_parquet_and_csv_fill_the_cache_the_tsv_fills(tmp_path):
     pd = pytest.importorskip("pandas")
     pd.read_csv(tmp_path / "train.txt", sep="\t", header=None, dtype=str).to_parquet(tmp_path / "pd.parquet")
     _same(tsv, load_criteo(str(tmp_path / "pd.parquet"), num_embeddings_cap=1000))
+    # columns without any value, of Parquet's null type (pandas writes an object column of None so)
+    empty = [[*r[:5], "", *r[6:20], "", *r[21:]] for r in rows]
+    t = _table(empty)
+    for j in (5, 20):
+        t = t.set_column(j, NAMES[j], pa.nulls(len(rows)))
+    pq.write_table(t, tmp_path / "empty.parquet")
+    assert str(pq.read_schema(tmp_path / "empty.parquet").field(5).type) == "null"
+    _same(load_criteo(_tsv(tmp_path / "empty.txt", empty), num_embeddings_cap=1000),
+          load_criteo(str(tmp_path / "empty.parquet"), num_embeddings_cap=1000))
     # a pandas category column (dictionary) and a folder of parts in name order
     t = _table(rows)
     t = t.set_column(20, NAMES[20], t.column(20).dictionary_encode())

@@ -145,11 +145,15 @@ def _signature(files: list[str]) -> list:
     return [[os.path.abspath(f), os.path.getsize(f), int(os.path.getmtime(f))] for f in files]
 
 
-def cache_path(path: str, cache_dir: str | None) -> str:
+def cache_path(path: str, cache_dir: str | None, tag: str = "") -> str:
     """``DIR/<name>.graphdist-cache`` under ``--cache-dir``; by default
     ``<cache home>/criteo/<name>-<digest of its absolute path>`` (:func:`graphdist.fileio.cache_home`),
-    so two files of one name get two caches and nothing is written beside the data."""
+    so two files of one name get two caches and nothing is written beside the data. ``tag``: what
+    else the cache depends on (a ``clicks:`` spec's choice of columns), in the name and the digest."""
     name = os.path.basename(os.path.normpath(path))
+    if tag:
+        import hashlib
+        name += "-" + hashlib.sha256(tag.encode()).hexdigest()[:8]
     if cache_dir:
         return os.path.join(cache_dir, name + ".graphdist-cache")
     import hashlib
@@ -157,6 +161,30 @@ def cache_path(path: str, cache_dir: str | None) -> str:
     from graphdist.fileio import cache_home
     digest = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:12]
     return str(cache_home() / "criteo" / f"{name}-{digest}")
+
+
+class CriteoReader:
+    """What a cache is filled from: the files of ``criteo:PATH`` (:func:`source_files`), each read
+    chunk by chunk (:func:`_file_chunks`) into 13 dense and 26 id columns.
+    :class:`embeddings.clicks.ClicksReader` reads a click table of the user's own columns so."""
+
+    tag = ""
+    """What else than the path the cache depends on (:func:`cache_path`)."""
+    extra: dict = {}
+    """Written into the cache's ``meta.json``."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.files = source_files(path)
+        self.widths = (NUM_DENSE, NUM_SPARSE)
+
+    def count(self, show: bool) -> int:
+        """The lines (rows) of the files, an upper bound of the cache's rows."""
+        return _count_lines(self.files, show)
+
+    def chunks(self, fpath: str, skip_bad_lines: bool):
+        """As :func:`_file_chunks`."""
+        return _file_chunks(fpath, skip_bad_lines)
 
 
 def _count_lines(files: list[str], show: bool) -> int:
@@ -227,23 +255,26 @@ def _file_chunks(fpath: str, skip_bad_lines: bool):
             line_no += len(lines)
 
 
-def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
-    """Parse the TSV file(s) chunk by chunk into ``out`` (written to a temp dir, then renamed)."""
-    files = source_files(path)
+def build_cache(path: str, out: str, skip_bad_lines: bool, reader: CriteoReader | None = None) -> dict:
+    """Parse the TSV file(s) (``reader``'s files) chunk by chunk into ``out`` (written to a temp
+    dir, then renamed)."""
+    reader = reader or CriteoReader(path)
+    files = reader.files
     show = sum(os.path.getsize(f) for f in files) > SHOW_BYTES and os.environ.get("RANK", "0") == "0"
-    total = _count_lines(files, show)
+    total = reader.count(show)
+    n_dense, n_sparse = reader.widths
     bar = progress(total, desc="criteo cache", unit="lines", enabled=show)
     tmp = f"{out}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
-        d = np.lib.format.open_memmap(os.path.join(tmp, "dense.npy"), "w+", np.float32, (total, NUM_DENSE))
-        s = np.lib.format.open_memmap(os.path.join(tmp, "sparse.npy"), "w+", np.uint32, (total, NUM_SPARSE))
+        d = np.lib.format.open_memmap(os.path.join(tmp, "dense.npy"), "w+", np.float32, (total, n_dense))
+        s = np.lib.format.open_memmap(os.path.join(tmp, "sparse.npy"), "w+", np.uint32, (total, n_sparse))
         y = np.lib.format.open_memmap(os.path.join(tmp, "labels.npy"), "w+", np.int8, (total,))
         rows = bad = seen = 0
         skipped: list[int] = []
         for fpath in files:
-            for cd, cs, cy, sk, n_bad, n_read in _file_chunks(fpath, skip_bad_lines):
+            for cd, cs, cy, sk, n_bad, n_read in reader.chunks(fpath, skip_bad_lines):
                 skipped += [seen + j for j in sk]
                 seen += n_read
                 d[rows:rows + len(cy)] = cd
@@ -258,7 +289,7 @@ def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
         del d, s, y
         np.save(os.path.join(tmp, "skipped.npy"), np.asarray(skipped, dtype=np.int64))
         meta = {"format_version": FORMAT_VERSION, "source": _signature(files), "rows": rows,
-                "lines": total, "bad_lines": bad}
+                "lines": total, "bad_lines": bad, **reader.extra}
         with open(os.path.join(tmp, "meta.json"), "w") as fh:
             json.dump(meta, fh)
         shutil.rmtree(out, ignore_errors=True)
@@ -272,12 +303,15 @@ def build_cache(path: str, out: str, skip_bad_lines: bool) -> dict:
     return meta
 
 
-def ensure_cache(path: str, skip_bad_lines: bool = False, cache_dir: str | None = None) -> str:
-    """The cache directory for ``path``, built (or rebuilt when the source changed) if needed:
-    by one process at a time (an exclusive lock on ``<cache>.lock``, on whatever file system holds
-    the cache), so the ranks of a job, or two jobs, build it once and the others then map it."""
-    files = source_files(path)
-    out = cache_path(path, cache_dir)
+def ensure_cache(path: str, skip_bad_lines: bool = False, cache_dir: str | None = None,
+                 reader: CriteoReader | None = None) -> str:
+    """The cache directory for ``path`` (read by ``reader``, by default the Criteo TSV's), built
+    (or rebuilt when the source changed) if needed: by one process at a time (an exclusive lock on
+    ``<cache>.lock``, on whatever file system holds the cache), so the ranks of a job, or two jobs,
+    build it once and the others then map it."""
+    reader = reader or CriteoReader(path)
+    files = reader.files
+    out = cache_path(path, cache_dir, reader.tag)
     if _valid(out, files, skip_bad_lines):
         return out
     import fcntl
@@ -292,7 +326,7 @@ def ensure_cache(path: str, skip_bad_lines: bool = False, cache_dir: str | None 
             fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             if not _valid(out, files, skip_bad_lines):
-                build_cache(path, out, skip_bad_lines)
+                build_cache(path, out, skip_bad_lines, reader)
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
     return out
@@ -314,7 +348,12 @@ def _valid(out: str, files: list[str], skip_bad_lines: bool) -> bool:
 def load_criteo(path: str, skip_bad_lines: bool = False, cache_dir: str | None = None,
                 num_embeddings_cap: int = 100_000) -> ClickData:
     """Memory-map the cache of ``path`` (building it first if needed)."""
-    out = ensure_cache(path, skip_bad_lines, cache_dir)
+    return mapped(path, ensure_cache(path, skip_bad_lines, cache_dir), num_embeddings_cap)[0]
+
+
+def mapped(path: str, out: str, num_embeddings_cap: int) -> tuple[ClickData, dict]:
+    """The cache ``out`` of ``path`` memory-mapped as :class:`ClickData` (every table
+    ``num_embeddings_cap`` rows), and its ``meta.json``."""
     with open(os.path.join(out, "meta.json")) as fh:
         meta = json.load(fh)
     n = int(meta["rows"])
@@ -324,15 +363,15 @@ def load_criteo(path: str, skip_bad_lines: bool = False, cache_dir: str | None =
     sparse = np.load(os.path.join(out, "sparse.npy"), mmap_mode="r", allow_pickle=False)[:n]
     labels = np.load(os.path.join(out, "labels.npy"), mmap_mode="r", allow_pickle=False)[:n]
     return ClickData(dense=dense, cat=sparse[:, :, None], labels=labels,
-                     num_embeddings=[num_embeddings_cap] * NUM_SPARSE, bad_lines=int(meta["bad_lines"]))
+                     num_embeddings=[num_embeddings_cap] * sparse.shape[1], bad_lines=int(meta["bad_lines"])), meta
 
 
-def row_lines(path: str, rows, cache_dir: str | None = None) -> np.ndarray:
+def row_lines(path: str, rows, cache_dir: str | None = None, tag: str = "") -> np.ndarray:
     """The 0-based input lines (over the files in order) of cache rows ``rows``: a row is its
     line plus the lines skipped before it (``skipped.npy``; a cache built before that file
-    existed skipped nothing, else :func:`ensure_cache` rebuilt it)."""
+    existed skipped nothing, else :func:`ensure_cache` rebuilt it). ``tag``: the reader's."""
     rows = np.asarray(rows, dtype=np.int64)
-    p = os.path.join(cache_path(path, cache_dir), "skipped.npy")
+    p = os.path.join(cache_path(path, cache_dir, tag), "skipped.npy")
     skipped = np.load(p, allow_pickle=False) if os.path.exists(p) else np.zeros(0, np.int64)
     if skipped.size == 0:
         return rows

@@ -47,10 +47,11 @@ def csv_layout(first_line: bytes) -> tuple[bool, bool]:
 
 def rows(path: str) -> int:
     """The rows of a Parquet file (from its footer: nothing is read)."""
-    return _file(path).metadata.num_rows
+    return parquet_file(path).metadata.num_rows
 
 
-def _file(path: str):
+def parquet_file(path: str):
+    """``pyarrow.parquet.ParquetFile`` of ``path``; a file pyarrow cannot read is one line."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     try:
@@ -74,29 +75,38 @@ def columns(path: str, names: list[str]) -> list[str]:
 def chunks(path: str, skip_bad: bool):
     """``(dense, sparse, labels, bad rows)`` of each row group of the Parquet file ``path`` in
     turn: the arrays of its good rows and the 0-based rows (of the group) it skipped."""
-    pf = _file(path)
-    import pyarrow as pa
+    pf = parquet_file(path)
     cols = columns(path, pf.schema_arrow.names)
     row0 = 0
     for g in range(pf.metadata.num_row_groups):
-        try:
-            table = pf.read_row_group(g, columns=cols)
-        except (OSError, pa.ArrowException) as e:
-            raise DataFormatError(path, f"not a readable Parquet file ({e})") from None
-        arrays = []
-        for c in table.columns:
-            a = c.combine_chunks()
-            if pa.types.is_dictionary(a.type):  # pandas' category, polars' Categorical
-                a = a.dictionary_decode()
-            if pa.types.is_null(a.type):  # a column with no value at all (pandas' object column of None)
-                a = pa.nulls(len(a), pa.string())
-            arrays.append(a)
+        arrays = read_group(pf, g, cols, path)
         yield _convert(path, cols, arrays, row0, skip_bad)
-        row0 += table.num_rows
+        row0 += len(arrays[0])
+
+
+def read_group(pf, g: int, cols: list[str], path: str) -> list:
+    """The columns ``cols`` of row group ``g`` of ``pf`` (a file pyarrow cannot read is one line
+    naming ``path``) as one array each, categorical (dictionary) columns decoded and a column
+    without any value (Parquet's null type, as pandas writes an object column of None) as text
+    that is all null."""
+    import pyarrow as pa
+    try:
+        table = pf.read_row_group(g, columns=cols)
+    except (OSError, pa.ArrowException) as e:
+        raise DataFormatError(path, f"not a readable Parquet file ({e})") from None
+    arrays = []
+    for c in table.columns:
+        a = c.combine_chunks()
+        if pa.types.is_dictionary(a.type):  # pandas' category, polars' Categorical
+            a = a.dictionary_decode()
+        if pa.types.is_null(a.type):
+            a = pa.nulls(len(a), pa.string())
+        arrays.append(a)
+    return arrays
 
 
 def _convert(path, names, arrays, row0, skip_bad):
-    label, lbad = _labels(path, names[0], arrays[0])
+    label, lbad = labels_of(path, names[0], arrays[0])
     dense = np.zeros((len(label), NUM_DENSE), dtype=np.float32)
     sparse = np.zeros((len(label), NUM_SPARSE), dtype=np.uint32)
     bads = [lbad]
@@ -119,7 +129,9 @@ def _values(a):
     return a.to_numpy(zero_copy_only=False)
 
 
-def _labels(path, name, a):
+def labels_of(path, name, a):
+    """``(labels int8, (bad, why))`` of a label column: 0 or 1 as an integer, boolean, float or
+    string; ``bad`` marks a null or another value, ``why(row)`` says which in a message."""
     import pyarrow as pa
     t = a.type
     null = a.is_null().to_numpy(zero_copy_only=False)

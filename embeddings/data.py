@@ -44,6 +44,9 @@ class ClickData:
     """[N, 26] ids per bag (multi-hot), or None when every bag holds exactly H ids."""
     bad_lines: int = 0
     """Lines skipped by ``--skip-bad-lines`` while reading the source."""
+    columns: dict | None = None
+    """A ``clicks:`` log's columns: ``{"label": name, "dense": [names], "sparse": [names]}``; None
+    for Criteo's."""
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
@@ -56,11 +59,12 @@ class ClickData:
         return {"rows": n, "click_rate": float(np.mean(self.labels)) if n else 0.0,
                 "dense_features": int(self.dense.shape[1]), "sparse_features": int(self.cat.shape[1]),
                 "table_rows": [int(x) for x in self.num_embeddings], "ids_per_sample": ids,
-                "bad_lines": int(self.bad_lines)}
+                "bad_lines": int(self.bad_lines),
+                **({"columns": self.columns} if self.columns else {})}
 
     def slice(self, a: int, b: int) -> "ClickData":
         return ClickData(self.dense[a:b], self.cat[a:b], self.labels[a:b], self.num_embeddings,
-                         None if self.lengths is None else self.lengths[a:b], self.bad_lines)
+                         None if self.lengths is None else self.lengths[a:b], self.bad_lines, self.columns)
 
 
 try:  # torchrec's pipelineable Batch (has .to / .pin_memory / .record_stream for the pipeline)
@@ -149,15 +153,16 @@ def load_click_data(spec: str, *, num_embeddings_per_feature: list[int] | None =
     specs are parsed by :mod:`graphdist.specs` (domain ``clicks``)."""
     from graphdist.specs import parse_spec
     s = parse_spec(spec, "clicks")
-    hashed = s.kind.name == "criteo"
+    hashed = s.kind.name in ("criteo", "clicks")
     data = s.load(skip_bad_lines=skip_bad_lines, cache_dir=cache_dir) if hashed else s.load()
+    n_sparse = len(data.num_embeddings)
     if num_embeddings_per_feature:
-        if len(num_embeddings_per_feature) != NUM_SPARSE:
-            raise ConfigError(f"--num-embeddings-per-feature needs {NUM_SPARSE} values, "
-                              f"got {len(num_embeddings_per_feature)}")
+        if len(num_embeddings_per_feature) != n_sparse:
+            raise ConfigError(f"--num-embeddings-per-feature needs {n_sparse} values (one per id feature of "
+                              f"{spec}), got {len(num_embeddings_per_feature)}")
         data.num_embeddings = [int(x) for x in num_embeddings_per_feature]
     if num_embeddings_cap and hashed:
-        data.num_embeddings = [int(num_embeddings_cap)] * NUM_SPARSE  # hashed ids: the cap is the size
+        data.num_embeddings = [int(num_embeddings_cap)] * n_sparse  # hashed ids: the cap is the size
     elif num_embeddings_cap:
         data.num_embeddings = [min(int(n), int(num_embeddings_cap)) for n in data.num_embeddings]
     if any(n < 1 for n in data.num_embeddings):

@@ -105,19 +105,34 @@ def model_spec(tr, sd: dict, quantize: str) -> dict:
         raise ConfigError(f"--checkpoint-dir {tr.root}: {tr.snap} holds no embedding tables")
     dim = int(sd[TABLE.format(0)].shape[1])
     tables = [{"name": f"t_{i}", "feature": f"f_{i}", "rows": int(sd[TABLE.format(i)].shape[0])} for i in range(n)]
+    first = sd.get("dense_arch.model._mlp.0._linear.weight")  # torchrec's DenseArch: its first layer
+    n_dense = int(first.shape[1]) if first is not None else NUM_DENSE
     return {
-        "trainer": "dlrm", "arch": s["arch"], "embedding_dim": dim, "dense_features": NUM_DENSE,
+        "trainer": "dlrm", "arch": s["arch"], "embedding_dim": dim, "dense_features": n_dense,
         "dense_arch_layer_sizes": [*map(int, s["dense_arch"]), dim], "over_arch_layer_sizes": [*map(int, s["over_arch"]), 1],
         "dcn_layers": int(s.get("dcn_layers", 0)), "dcn_low_rank": int(s.get("dcn_low_rank", 0)),
         "tables": tables, "quantize": quantize,
-        "input": {"format": f"Criteo TSV: [label] then {NUM_DENSE} integer features then {n} categorical ids",
-                  "dense": "log(1 + max(x, 0)) in float64, then float32; empty = 0",
-                  "sparse": "the id as a hexadecimal number (up to 8 digits; empty = 0), modulo its table's rows",
-                  "rows": [t["rows"] for t in tables]},
+        "input": _input(tr.meta.get("columns"), n_dense, [t["rows"] for t in tables]),
         "checkpoint": str(tr.snap), "step": tr.step, "world_size": tr.meta.get("world_size"),
         "sharding": s.get("sharding"), "sparse_groups": s.get("sparse_groups", 1),
         "output": "the click logit [B, 1]; sigmoid gives the probability",
     }
+
+
+def _input(columns: dict | None, n_dense: int, rows: list[int]) -> dict:
+    """How a row becomes the model's input: a Criteo TSV line, or a ``clicks:`` log's ``columns``
+    (the training's label, dense and id columns, recorded in its checkpoint)."""
+    if not columns:
+        return {"format": f"Criteo TSV: [label] then {n_dense} integer features then {len(rows)} categorical ids",
+                "dense": "log(1 + max(x, 0)) in float64, then float32; empty = 0",
+                "sparse": "the id as a hexadecimal number (up to 8 digits; empty = 0), modulo its table's rows",
+                "rows": rows}
+    return {"format": "columns", "label": columns["label"], "dense_columns": columns["dense"],
+            "sparse_columns": columns["sparse"],
+            "dense": "the value as float32; null or nan = 0",
+            "sparse": "an integer as itself folded to 32 bits (lo ^ hi * 0x9E3779B1 mod 2^32), text by 32-bit "
+                      "FNV-1a of its UTF-8 bytes, a boolean 0 / 1, null 0; modulo its table's rows",
+            "rows": rows}
 
 
 def quantize_tables(model: torch.nn.Module) -> torch.nn.Module:
@@ -170,7 +185,8 @@ group (written by `graphdist export`).
 
     import model                               # this file, with model.pt and model.json beside it
     net = model.build()                        # torchrec DLRM / DLRM_DCN, eval mode, weights loaded
-    dense, sparse, labels = model.features(lines)   # Criteo TSV lines, turned into the model's
+    dense, sparse, labels = model.features(lines)   # Criteo TSV lines (or, for a clicks: log, its
+                                               # columns: a DataFrame), turned into the model's
                                                # input exactly as training did (model.json "input")
     prob = torch.sigmoid(net(dense, sparse).squeeze(-1))
 
@@ -222,11 +238,46 @@ def build():
     return net.eval()
 
 
+def _id(v):
+    """A value of an id column as training hashed it (model.json "input" "sparse")."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return 0
+    if isinstance(v, (bool, int)) or hasattr(v, "dtype") and v.dtype.kind in "biu":
+        u = int(v) & 0xFFFFFFFFFFFFFFFF
+        return (u & 0xFFFFFFFF) ^ (((u >> 32) * 0x9E3779B1) & 0xFFFFFFFF)
+    h = 2166136261
+    for b in (v if isinstance(v, bytes) else str(v).encode()):
+        h = ((h ^ b) * 16777619) & 0xFFFFFFFF
+    return h
+
+
+def _from_columns(s, table):
+    """A mapping column -> values (a pandas DataFrame, a dict of lists) -> the model's input."""
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+    inp = s["input"]
+    n = len(table[inp["dense_columns"][0]])
+
+    def num(v):
+        return 0.0 if v is None or v != v else float(v)
+    dense = torch.tensor([[num(v) for v in table[c]] for c in inp["dense_columns"]],
+                         dtype=torch.float64).float().reshape(-1, n).T.contiguous()
+    ids = [[_id(v) % r for v in table[c]] for c, r in zip(inp["sparse_columns"], inp["rows"])]
+    sparse = KeyedJaggedTensor.from_lengths_sync(
+        keys=[t["feature"] for t in s["tables"]], values=torch.tensor([v for col in ids for v in col], dtype=torch.int64),
+        lengths=torch.ones(len(ids) * n, dtype=torch.int64))
+    labels = torch.tensor([float(v) for v in table[inp["label"]]]) if inp["label"] in table else None
+    return dense, sparse, labels
+
+
 def features(lines):
     """Criteo TSV lines (str or bytes, with or without the leading label) -> ``(dense [n, 13]
-    float32, KeyedJaggedTensor of the hashed ids, labels [n] float32 or None)``."""
+    float32, KeyedJaggedTensor of the hashed ids, labels [n] float32 or None)``; for a model
+    trained on a ``clicks:`` log, its columns (a pandas DataFrame, or a dict of column -> values;
+    the label column may be left out) instead of lines."""
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
     s = spec()
+    if s["input"]["format"] == "columns":
+        return _from_columns(s, lines)
     rows, nd = s["input"]["rows"], s["dense_features"]
     fields = [(x.decode() if isinstance(x, bytes) else x).rstrip("\\r\\n").split("\\t") for x in lines]
     width = 1 + nd + len(rows)

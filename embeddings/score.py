@@ -130,10 +130,14 @@ def _line_numbers(cfg: ScoreConfig):
     """``rows -> 0-based input lines`` for the spec."""
     from graphdist.specs import parse_spec
     s = parse_spec(cfg.spec, "clicks")
-    if s.kind.name != "criteo":
+    if s.kind.name not in ("criteo", "clicks"):
         return lambda rows: rows
     from embeddings.criteo import row_lines
-    return lambda rows: row_lines(str(s.path), rows, cfg.cache_dir)
+    tag = ""
+    if s.kind.name == "clicks":  # its cache is named by the columns chosen
+        from embeddings.clicks import ClicksReader
+        tag = ClicksReader(str(s.path), **s.options).tag
+    return lambda rows: row_lines(str(s.path), rows, cfg.cache_dir, tag)
 
 
 def _batches(net, data, cfg: ScoreConfig, lines_of, kept: dict):

@@ -236,6 +236,7 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
                     checkpoint_every=cfg.checkpoint_every, keep_checkpoints=cfg.keep_checkpoints,
                     resume=resuming(cfg), tensorboard=cfg.tensorboard, progress=cfg.progress and rank == 0, poll_every=STOP_POLL_STEPS,
                     settings=cfg, recorded={"plan_digest": sm.plan_digest}, reshard=True,
+                    about=_columns(train_data),
                     layout_free=frozenset({"sharding", "sparse_groups", "sparse_layout"}))
     sm.dmp.train()
     res = run_loop(task, lc, callbacks)
@@ -267,6 +268,11 @@ def train(cfg: DLRMTrainConfig, device: torch.device | None = None, callbacks=()
             "time/replica_sync_s_per_step": task.t_sync / per_step,
             "sparse_layout": cfg.sparse_layout, "sparse_auto": auto,
             "pipeline": task.pipe is not None, "config": _cfg_dict(cfg)}
+
+
+def _columns(data: ClickData) -> dict:
+    """What a checkpoint's readers (``export``) need of the input: a ``clicks:`` log's columns."""
+    return {"columns": data.columns} if data.columns else {}
 
 
 def _resolve_layout(cfg: DLRMTrainConfig, train_data: ClickData, device):

@@ -83,6 +83,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
          {"symmetrize": False, "self_loops": True, "features": "", "labels": ""}, "npz file"),
     Kind("criteo", "clicks", "embeddings.criteo:load_criteo", {}, "Criteo file or directory",
          "download the Kaggle/Terabyte TSV; see datasets/criteo_kaggle/README.md"),
+    Kind("clicks", "clicks", "embeddings.clicks:load_clicks", {"label": "label", "dense": "", "sparse": ""},
+         "click log", "a Parquet file or a folder of *.parquet parts: a label, number columns and id columns"),
     Kind("criteo-synth", "clicks", "embeddings.synth:generate",
          {"rows": 100_000, "scale": 0.01, "alpha": 1.1, "pooling": 1, "seed": 0, "shuffle_labels": 0}),
     Kind("ratings", "ratings", "graphdist.rec.data:load_ratings_file",
@@ -98,6 +100,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in [
 
 
 _SHOWN_PATH = {"planetoid": "ROOT/NAME", "ogb": "DIR", "edgelist": "FILE", "npz": "FILE", "criteo": "PATH",
+               "clicks": "PATH",
                "ratings": "FILE", "lightgcn": "DIR"}
 
 

@@ -57,7 +57,7 @@ def test_data_info_says_what_it_writes_and_takes_the_cache_dir_for_criteo(tmp_pa
     assert sorted(p.name for p in (cache / "day_0.txt.graphdist-cache").iterdir()) == [
         "dense.npy", "labels.npy", "meta.json", "skipped.npy", "sparse.npy"]
     assert main(["data", "info", "sbm:nodes=50", "--cache-dir", str(cache)]) == 2
-    assert "--cache-dir applies to criteo: specs only, not sbm:" in capsys.readouterr().err
+    assert "--cache-dir applies to criteo: and clicks: specs only, not sbm:" in capsys.readouterr().err
 
 
 def test_data_info_says_what_the_ids_are(tmp_path, capsys):

@@ -79,4 +79,4 @@ def test_data_info_skip_bad_lines_json_counts_them(short_line_file, capsys):
 def test_data_info_skip_bad_lines_is_for_criteo_only(capsys):
     assert main(["data", "info", "criteo-synth:rows=200,scale=0.001", "--skip-bad-lines"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "graphdist: error: --skip-bad-lines applies to criteo: specs only, not criteo-synth:"]
+        "graphdist: error: --skip-bad-lines applies to criteo: and clicks: specs only, not criteo-synth:"]

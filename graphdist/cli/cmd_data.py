@@ -30,15 +30,15 @@ class DataInfoConfig:
 def dataset_info(spec: str, skip_bad_lines: bool = False,
                  cache_dir: str | None = None) -> tuple[dict, list[tuple[str, str]]]:
     """``(summary dict, printable rows)`` of any dataset spec, by its domain;
-    ``skip_bad_lines`` (``criteo:`` only) skips and counts malformed lines, ``cache_dir``
-    (``criteo:`` only) is where its binary cache goes."""
+    ``skip_bad_lines`` (``criteo:`` and ``clicks:`` only) skips and counts malformed lines,
+    ``cache_dir`` (those only) is where their binary cache goes."""
     from graphdist.errors import ConfigError
     from graphdist.timer import Timer
     from graphdist.specs import parse_spec
     kind = parse_spec(spec).kind
     for flag, given in (("--skip-bad-lines", skip_bad_lines), ("--cache-dir", cache_dir)):
-        if given and kind.name != "criteo":
-            raise ConfigError(f"{flag} applies to criteo: specs only, not {kind.name}:")
+        if given and kind.name not in ("criteo", "clicks"):
+            raise ConfigError(f"{flag} applies to criteo: and clicks: specs only, not {kind.name}:")
     with Timer() as t:
         if kind.domain == "graph":
             from graphdist.data import load_graph
@@ -81,7 +81,11 @@ def dataset_info(spec: str, skip_bad_lines: bool = False,
                 ("dense features", str(s["dense_features"])), ("sparse features", str(s["sparse_features"])),
                 ("table rows min/max", f"{min(s['table_rows']):,} / {max(s['table_rows']):,}"),
                 ("ids per sample", f"{s['ids_per_sample']:.2f}")]
-        if kind.name == "criteo":
+        if s.get("columns"):
+            dense, ids = s["columns"]["dense"], s["columns"]["sparse"]
+            rows[3:5] = [("dense features", f"{len(dense)}: {', '.join(dense)}"),
+                         ("sparse features", f"{len(ids)}: {', '.join(ids)}")]
+        if kind.name in ("criteo", "clicks"):
             rows.append(("bad lines skipped", f"{s['bad_lines']:,}"))
     rows.append(("load time", f"{s['load_s']:.2f} s"))
     return s, rows

@@ -150,14 +150,12 @@ def cache_path(path: str, cache_dir: str | None, tag: str = "") -> str:
     ``<cache home>/criteo/<name>-<digest of its absolute path>`` (:func:`graphdist.fileio.cache_home`),
     so two files of one name get two caches and nothing is written beside the data. ``tag``: what
     else the cache depends on (a ``clicks:`` spec's choice of columns), in the name and the digest."""
+    import hashlib
     name = os.path.basename(os.path.normpath(path))
     if tag:
-        import hashlib
         name += "-" + hashlib.sha256(tag.encode()).hexdigest()[:8]
     if cache_dir:
         return os.path.join(cache_dir, name + ".graphdist-cache")
-    import hashlib
-
     from graphdist.fileio import cache_home
     digest = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()[:12]
     return str(cache_home() / "criteo" / f"{name}-{digest}")

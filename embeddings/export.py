@@ -238,10 +238,18 @@ def build():
     return net.eval()
 
 
+def _missing(v):
+    """None, nan or pandas' NA."""
+    return v is None or type(v).__name__ == "NAType" or (isinstance(v, float) and math.isnan(v))
+
+
 def _id(v):
-    """A value of an id column as training hashed it (model.json "input" "sparse")."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
+    """A value of an id column as training hashed it (model.json "input" "sparse"); a whole float
+    is the integer pandas made of an integer column with gaps."""
+    if _missing(v):
         return 0
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
     if isinstance(v, (bool, int)) or hasattr(v, "dtype") and v.dtype.kind in "biu":
         u = int(v) & 0xFFFFFFFFFFFFFFFF
         return (u & 0xFFFFFFFF) ^ (((u >> 32) * 0x9E3779B1) & 0xFFFFFFFF)
@@ -258,7 +266,7 @@ def _from_columns(s, table):
     n = len(table[inp["dense_columns"][0]])
 
     def num(v):
-        return 0.0 if v is None or v != v else float(v)
+        return 0.0 if _missing(v) else float(v)
     dense = torch.tensor([[num(v) for v in table[c]] for c in inp["dense_columns"]],
                          dtype=torch.float64).float().reshape(-1, n).T.contiguous()
     ids = [[_id(v) % r for v in table[c]] for c, r in zip(inp["sparse_columns"], inp["rows"])]

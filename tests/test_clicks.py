@@ -62,7 +62,8 @@ def test_ids_hash_as_fnv1a_and_a_fold_and_the_exported_file_agrees():
     want = list(fnv1a32(np.array([t.encode() for t in text], dtype="S")))
     assert [ns["_id"](t) for t in text] == want
     assert [ns["_id"](int(x)) for x in v] == list(fold32(v))
-    assert [ns["_id"](x) for x in (True, False, None, float("nan"))] == [1, 0, 0, 0]
+    assert [ns["_id"](x) for x in (True, False, None, float("nan"), 7.0, np.float64(2.0**40))] == \
+        [1, 0, 0, 0, 7, int(fold32(np.array([2**40]))[0])]
 
 
 def _log(tmp_path, n=30):
@@ -143,7 +144,9 @@ def test_two_ranks_train_export_and_score_alike(tmp_path):
     user, city = rng.integers(0, 50, n), rng.choice(["paris", "rome", "oslo"], n)
     pref = rng.normal(0, 1.5, 50)
     y = (rng.random(n) < 1 / (1 + np.exp(-pref[user]))).astype(np.int64)
-    pq.write_table(pa.table({"clicked": y, "x": rng.normal(0, 1, n), "user": user, "city": city}), tmp_path / "log.parquet")
+    gaps = [None if i % 17 == 0 else int(u) for i, u in enumerate(user)]  # pandas reads them back as floats
+    pq.write_table(pa.table({"clicked": y, "x": rng.normal(0, 1, n), "user": pa.array(gaps, pa.int64()), "city": city}),
+                   tmp_path / "log.parquet")
     spec = f"clicks:{tmp_path / 'log.parquet'},label=clicked"
     ck = str(tmp_path / "ck")
     [(code, out)] = run_cli([["train-dlrm", spec, "--nproc", "2", "--steps", "40", "--batch-size", "128",
@@ -160,6 +163,7 @@ def test_two_ranks_train_export_and_score_alike(tmp_path):
     model = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(model)
     df = pd.read_parquet(tmp_path / "log.parquet")
+    assert df.user.dtype == np.float64 and df.user.isna().any()
     dense, sparse, labels = model.features(df.drop(columns=["clicked"]).head(500))
     assert labels is None
     with torch.no_grad():

@@ -174,8 +174,15 @@ def run(cfg: ScoreConfig) -> dict:
     cfg.check_outputs()
     spec = read_export(cfg.model_dir)
     t_all = time.perf_counter()
-    data = load_click_data(cfg.spec, num_embeddings_per_feature=spec["input"]["rows"],
-                           skip_bad_lines=cfg.skip_bad_lines, cache_dir=cfg.cache_dir)
+    data = load_click_data(cfg.spec, skip_bad_lines=cfg.skip_bad_lines, cache_dir=cfg.cache_dir)
+    rows, inp = spec["input"]["rows"], spec["input"]
+    if len(data.num_embeddings) != len(rows) or data.dense.shape[1] != spec["dense_features"]:
+        cols = (f" (dense {', '.join(inp['dense_columns'])}; ids {', '.join(inp['sparse_columns'])})"
+                if inp.get("format") == "columns" else "")
+        raise ConfigError(f"{cfg.spec} has {data.dense.shape[1]} dense and {len(data.num_embeddings)} id features, "
+                          f"but the model in {cfg.model_dir} takes {spec['dense_features']} and {len(rows)}{cols}: "
+                          "score data of the training's columns")
+    data.num_embeddings = [int(r) for r in rows]  # each id modulo its table's rows, as training hashed it
     _check_memory(cfg.model_dir, len(data))
     net = load_model(cfg.model_dir)
     n = len(data)

@@ -136,7 +136,7 @@ def test_a_bad_row_is_one_line_or_skipped(tmp_path):
         load_clicks(str(p), label="clicked")
 
 
-def test_two_ranks_train_export_and_score_alike(tmp_path):
+def test_two_ranks_train_export_and_score_alike(tmp_path, capsys):
     from graphdist.cli import main
     from tests.cli_ranks import run_cli
     rng = np.random.default_rng(0)
@@ -170,3 +170,8 @@ def test_two_ranks_train_export_and_score_alike(tmp_path):
         prob = torch.sigmoid(model.build()(dense, sparse).squeeze(-1)).numpy()
     assert np.allclose(prob, sc.prob.to_numpy()[:500], atol=1e-6)
     assert model.spec()["input"]["sparse_columns"] == ["user", "city"]
+    capsys.readouterr()
+    assert main(["score", str(tmp_path / "m"), "criteo-synth:rows=300", "--out", str(tmp_path / "sc2")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"graphdist: error: criteo-synth:rows=300 has 13 dense and 26 id features, but the model in {tmp_path / 'm'} "
+        "takes 1 and 2 (dense x; ids user, city): score data of the training's columns")

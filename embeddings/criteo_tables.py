@@ -94,15 +94,8 @@ def read_group(pf, g: int, cols: list[str], path: str) -> list:
         table = pf.read_row_group(g, columns=cols)
     except (OSError, pa.ArrowException) as e:
         raise DataFormatError(path, f"not a readable Parquet file ({e})") from None
-    arrays = []
-    for c in table.columns:
-        a = c.combine_chunks()
-        if pa.types.is_dictionary(a.type):  # pandas' category, polars' Categorical
-            a = a.dictionary_decode()
-        if pa.types.is_null(a.type):
-            a = pa.nulls(len(a), pa.string())
-        arrays.append(a)
-    return arrays
+    from graphdist.data.parquet import plain_columns
+    return [pa.nulls(len(a), pa.string()) if pa.types.is_null(a.type) else a for a in plain_columns(table)]
 
 
 def _convert(path, names, arrays, row0, skip_bad):

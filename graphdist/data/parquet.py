@@ -24,7 +24,7 @@ import numpy as np
 from graphdist.errors import DataFormatError
 
 __all__ = ["MAGIC", "is_parquet", "alike", "edge_columns", "edge_ids", "labels_by_id", "features_by_id", "interactions",
-           "first_column"]
+           "first_column", "plain_columns"]
 
 MAGIC = b"PAR1"
 _LIMIT = 2**62  # as graphdist.data.table: larger integer ids are kept as the strings they write
@@ -53,13 +53,20 @@ def _columns(path: Path, least: int, what: str, row_groups: list[int] | None = N
         table = pf.read(columns=cols) if row_groups is None else pf.read_row_groups(row_groups, columns=cols)
     except (OSError, pa.ArrowException) as e:
         raise DataFormatError(path, f"not a readable Parquet file ({e})") from None
+    return table.column_names, plain_columns(table)
+
+
+def plain_columns(table) -> list:
+    """The columns of a pyarrow table as one array each (one chunk), categorical (dictionary)
+    columns decoded: pandas' category, polars' Categorical."""
+    import pyarrow as pa
     cols = []
     for c in table.columns:
         a = c.combine_chunks()
-        if pa.types.is_dictionary(a.type):  # pandas' category, polars' Categorical
+        if pa.types.is_dictionary(a.type):
             a = a.dictionary_decode()
         cols.append(a)
-    return table.column_names, cols
+    return cols
 
 
 def _first_null(a) -> int | None:

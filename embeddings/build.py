@@ -41,9 +41,22 @@ def load_splits(cfg: DLRMTrainConfig) -> tuple[ClickData, ClickData]:
     data = load_click_data(cfg.spec, **kw)
     if cfg.eval_data:
         ev = load_click_data(cfg.eval_data, **kw)
+        if _widths(ev) != _widths(data):
+            raise ConfigError(f"--eval-data {cfg.eval_data} has {_widths(ev, True)} but the training data {cfg.spec} "
+                              f"has {_widths(data, True)}: evaluate on data of the training's columns")
         ev.num_embeddings = data.num_embeddings
         return data, ev
     return split_eval(data, cfg.eval_fraction)
+
+
+def _widths(data: ClickData, text: bool = False):
+    """The input's dense and id features (a ``clicks:`` log's by name), or ``text`` saying them."""
+    cols = data.columns or {}
+    w = (data.dense.shape[1], len(data.num_embeddings), cols.get("dense"), cols.get("sparse"))
+    if not text:
+        return w
+    names = f" (dense {', '.join(w[2])}; ids {', '.join(w[3])})" if cols else ""
+    return f"{w[0]} dense and {w[1]} id features{names}"
 
 
 def validate(cfg: DLRMTrainConfig, train: ClickData, world_size: int) -> None:

@@ -175,3 +175,18 @@ def test_two_ranks_train_export_and_score_alike(tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         f"graphdist: error: criteo-synth:rows=300 has 13 dense and 26 id features, but the model in {tmp_path / 'm'} "
         "takes 1 and 2 (dense x; ids user, city): score data of the training's columns")
+
+
+def test_eval_data_of_other_columns_is_one_line(tmp_path, capsys):
+    from graphdist.cli import main
+    p, t = _log(tmp_path, n=300)
+    other = tmp_path / "eval.parquet"
+    pq.write_table(t.append_column("extra", pa.array(np.ones(300))), other)
+    spec, ev = f"clicks:{p},label=clicked", f"clicks:{other},label=clicked"
+    assert main(["train-dlrm", spec, "--eval-data", ev, "--steps", "2", "--batch-size", "64", "--no-progress"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"graphdist: error: --eval-data {ev} has 2 dense and 3 id features (dense age, extra; ids user, city, seen) "
+        f"but the training data {spec} has 1 dense and 3 id features (dense age; ids user, city, seen): evaluate on "
+        "data of the training's columns")
+    assert main(["train-dlrm", spec, "--eval-data", ev + ",dense=age", "--steps", "2", "--batch-size", "64",
+                 "--no-progress"]) == 0

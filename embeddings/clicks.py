@@ -107,6 +107,9 @@ def choose(path: str, schema, label: str, dense: str, sparse: str) -> tuple[str,
                 raise SpecError(f"{what}={text}: {c!r} is the label column")
         return cols
     d, s = listed(dense, "dense"), listed(sparse, "sparse")
+    both = [c for c in d if c in s]
+    if both:
+        raise SpecError(f"dense={dense}, sparse={sparse}: {both[0]!r} is in both")
     rest = [n for n in names if n != label and n not in d and n not in s]
     if not d and not s:
         d = [n for n in rest if kinds[n] == "dense"]

@@ -45,7 +45,8 @@ def test_a_log_of_criteos_columns_fills_the_cache_criteo_fills(tmp_path):
     assert np.array_equal(np.asarray(got.dense), np.asarray(want.dense))
     assert np.array_equal(np.asarray(got.cat), np.asarray(want.cat))
     assert np.array_equal(np.asarray(got.labels), np.asarray(want.labels))
-    assert got.columns == {"label": "click", "dense": [f"d{j}" for j in range(13)], "sparse": [f"c{j}" for j in range(26)]}
+    assert got.columns == {"label": "click", "dense": [f"d{j}" for j in range(13)],
+                           "sparse": [f"c{j}" for j in range(26)]}
 
 
 def test_ids_hash_as_fnv1a_and_a_fold_and_the_exported_file_agrees():
@@ -99,6 +100,8 @@ def test_columns_by_type_or_by_name(tmp_path):
         (dict(label="clicked", dense="city"), DataFormatError, "column 'city' is string: a dense column holds numbers"),
         (dict(label="clicked", dense="agee"), DataFormatError, "dense=agee: no column 'agee'"),
         (dict(label="clicked", dense="clicked"), SpecError, "dense=clicked: 'clicked' is the label column"),
+        (dict(label="clicked", dense="age+user", sparse="user"), SpecError,
+         "dense=age+user, sparse=user: 'user' is in both"),
         (dict(label="clicked", dense="age", sparse="user+ts"), DataFormatError, "column 'ts' is timestamp[ms]"),
     ]
     for kw, err, msg in refusals:

@@ -29,7 +29,7 @@ import os
 import numpy as np
 
 from embeddings.criteo import CriteoReader, ensure_cache, mapped
-from embeddings.criteo_tables import labels_of, parquet_file, read_group
+from embeddings.criteo_tables import is_text, labels_of, parquet_file, read_group, text_bytes
 from embeddings.data import ClickData
 from graphdist.data.parquet import is_parquet
 from graphdist.errors import DataFormatError, MissingFileError, SpecError
@@ -85,7 +85,7 @@ def _kind(t) -> str:
         return "dense"
     if pa.types.is_integer(t) or pa.types.is_boolean(t) or pa.types.is_null(t):
         return "either"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t):
+    if is_text(t):
         return "sparse"
     return "other"
 
@@ -195,10 +195,7 @@ def _ids(a) -> np.ndarray:
     if pa.types.is_integer(t):
         return fold32(a.fill_null(0).to_numpy(zero_copy_only=False))
     null = a.is_null().to_numpy(zero_copy_only=False)
-    binary = pa.types.is_binary(t) or pa.types.is_large_binary(t)
-    raw = a.fill_null(b"" if binary else "").cast(pa.large_binary()).to_numpy(zero_copy_only=False)
-    h = fnv1a32(np.array(raw, dtype="S") if len(raw) else np.zeros(0, dtype="S1"))
-    return np.where(null, np.uint32(0), h)
+    return np.where(null, np.uint32(0), fnv1a32(text_bytes(a)))
 
 
 def load_clicks(path: str, label: str = "label", dense: str = "", sparse: str = "", skip_bad_lines: bool = False,

@@ -131,8 +131,8 @@ def labels_of(path, name, a):
     if pa.types.is_boolean(t):
         v = a.fill_null(False).to_numpy(zero_copy_only=False).astype(np.int8)
         return v, (null, lambda r: f"column {name!r} is null (the label is needed)")
-    if _is_text(t):
-        s = _text(a)
+    if is_text(t):
+        s = text_bytes(a)
         v = np.where(s == b"1", 1.0, np.where(s == b"0", 0.0, np.nan))
     elif pa.types.is_integer(t) or pa.types.is_floating(t):
         v = _values(a.fill_null(0)).astype(np.float64)
@@ -154,8 +154,8 @@ def _counts(path, name, a):
     if pa.types.is_integer(t):
         v = _values(a.fill_null(0)).astype(np.int64)
         return _dense(v), (np.zeros(len(v), dtype=bool), None)
-    if _is_text(t):  # every column read as text (pandas' dtype=str): the TSV's integers
-        s = _text(a)
+    if is_text(t):  # every column read as text (pandas' dtype=str): the TSV's integers
+        s = text_bytes(a)
         bad = np.zeros(len(s), dtype=bool)
         try:
             v = np.where(s == b"", b"0", s).astype(np.int64)
@@ -191,20 +191,21 @@ def _ids(path, name, a):
         bad = (v < 0) | (v >= 2**32)
         return np.where(bad, 0, v).astype(np.uint32), \
             (bad, lambda r: f"id in column {name!r} is {int(v[r])}, not in [0, 2^32)")
-    if not _is_text(t):
+    if not is_text(t):
         raise DataFormatError(path, f"column {name!r} is {t}: the ids C1..C{NUM_SPARSE} are hex strings or integers")
-    cs = _text(a)
+    cs = text_bytes(a)
     from embeddings.criteo_text import hex_ids
     vals, bad = hex_ids(cs)
     return vals, (bad, lambda r: f"id in column {name!r} is not an 8-digit hex id: {_shown(cs[r])}")
 
 
-def _is_text(t) -> bool:
+def is_text(t) -> bool:
+    """Whether a pyarrow type is a string or binary one."""
     import pyarrow as pa
     return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) or pa.types.is_large_binary(t)
 
 
-def _text(a) -> np.ndarray:
+def text_bytes(a) -> np.ndarray:
     """A string or binary column as byte strings (null: ``b""``)."""
     import pyarrow as pa
     binary = pa.types.is_binary(a.type) or pa.types.is_large_binary(a.type)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from embeddings.criteo_text import dense_values, hex_ids
 from embeddings.data import NUM_DENSE, NUM_SPARSE
 from graphdist.errors import DataFormatError
 
@@ -153,7 +154,7 @@ def _counts(path, name, a):
     t = a.type
     if pa.types.is_integer(t):
         v = _values(a.fill_null(0)).astype(np.int64)
-        return _dense(v), (np.zeros(len(v), dtype=bool), None)
+        return dense_values(v), (np.zeros(len(v), dtype=bool), None)
     if is_text(t):  # every column read as text (pandas' dtype=str): the TSV's integers
         s = text_bytes(a)
         bad = np.zeros(len(s), dtype=bool)
@@ -166,7 +167,7 @@ def _counts(path, name, a):
                     v[r] = int(x or b"0")
                 except (ValueError, OverflowError):
                     bad[r] = True
-        return _dense(v), (bad, lambda r: f"count in column {name!r} is not an integer: {_shown(s[r])}")
+        return dense_values(v), (bad, lambda r: f"count in column {name!r} is not an integer: {_shown(s[r])}")
     if not pa.types.is_floating(t):
         raise DataFormatError(path, f"column {name!r} is {t}: the counts I1..I{NUM_DENSE} are integer, float or "
                                     "string columns")
@@ -174,12 +175,7 @@ def _counts(path, name, a):
     v = np.where(np.isnan(v), 0.0, v)
     bad = ~np.isfinite(v) | (v != np.floor(v)) | (np.abs(v) >= 2.0**63)
     good = np.where(bad, 0.0, v).astype(np.int64)
-    return _dense(good), (bad, lambda r: f"count in column {name!r} is not a whole number: {_shown(v[r])}")
-
-
-def _dense(v: np.ndarray) -> np.ndarray:
-    from embeddings.criteo_text import dense_values
-    return dense_values(v)
+    return dense_values(good), (bad, lambda r: f"count in column {name!r} is not a whole number: {_shown(v[r])}")
 
 
 def _ids(path, name, a):
@@ -194,7 +190,6 @@ def _ids(path, name, a):
     if not is_text(t):
         raise DataFormatError(path, f"column {name!r} is {t}: the ids C1..C{NUM_SPARSE} are hex strings or integers")
     cs = text_bytes(a)
-    from embeddings.criteo_text import hex_ids
     vals, bad = hex_ids(cs)
     return vals, (bad, lambda r: f"id in column {name!r} is not an 8-digit hex id: {_shown(cs[r])}")
 
